@@ -1,0 +1,1 @@
+"""Adapters between Minari datasets and Flashbax vaults and buffers."""

@@ -1,0 +1,5 @@
+"""Recorders that wrap PettingZoo environments and write Minari datasets."""
+
+from marl_minari.collectors.parallel import ParallelDataCollector
+
+__all__ = ["ParallelDataCollector"]

@@ -1,0 +1,139 @@
+"""What the parallel and AEC recorders share: the recording, dataset creation, closing."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from marl_minari.builder import EpisodeBuilder
+from marl_minari.descriptor import Api, EnvDescriptor, describe_env
+from marl_minari.episode import MultiAgentEpisode
+from marl_minari.recording import Recording
+from marl_minari.spec import MultiAgentSpec
+
+StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
+EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
+
+
+def state_space_of(env: Any) -> Any:
+    """The env's global ``state_space`` if it implements ``state()``, else ``None``."""
+    space = getattr(env, "state_space", None)
+    if space is None:
+        return None
+    try:
+        env.state()
+    except NotImplementedError:
+        return None
+    except Exception:  # noqa: BLE001 - many envs need a reset before state() works
+        return space
+    return space
+
+
+class RecorderCore:
+    """Episode building and durable storage for one wrapped environment.
+
+    Args:
+        env: the PettingZoo env (parallel or AEC).
+        api: which API it is recorded through.
+        record_infos: keep whole per-agent info dicts (action masks are always kept).
+        jpeg_encoding: JPEG-encode image observations in the dataset (as Minari does).
+        reward_aggregation: how Minari's scalar ``rewards`` column is made from agents' rewards.
+        env_descriptor: how to re-create the env; found from :func:`marl_minari.make_env` or
+            inferred by default.
+        recording_path: folder for the episode journal (a new hidden one by default).
+    """
+
+    def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
+                 reward_aggregation: str, env_descriptor: EnvDescriptor | None,
+                 recording_path: str | Path | None, state_space: Any) -> None:
+        agents = tuple(env.possible_agents)
+        self.spec = MultiAgentSpec(
+            api=api,
+            possible_agents=agents,
+            observation_spaces={a: env.observation_space(a) for a in agents},
+            action_spaces={a: env.action_space(a) for a in agents},
+            state_space=state_space,
+            env=env_descriptor or describe_env(env, api),
+            reward_aggregation=reward_aggregation,
+            record_infos=record_infos,
+        )
+        self.builder = EpisodeBuilder(self.spec, record_infos=record_infos,
+                                      has_state=state_space is not None)
+        self._jpeg = jpeg_encoding
+        self._recording_path = None if recording_path is None else Path(recording_path)
+        self._recording: Recording | None = None
+        self.episode_metadata: list[dict[str, Any]] = []
+
+    @property
+    def recording(self) -> Recording:
+        """The recording folder (created on first use)."""
+        if self._recording is None:
+            self._recording = Recording(self.spec, jpeg_encoding=self._jpeg,
+                                        path=self._recording_path)
+        return self._recording
+
+    def commit(self, *, cut: bool,
+               metadata_callback: EpisodeMetadataCallback | None = None) -> MultiAgentEpisode:
+        """Finish the episode in progress and append it to the journal."""
+        episode = self.builder.finish(cut=cut)
+        self.builder.clear()
+        self.recording.append(episode)
+        if metadata_callback is not None:
+            self.episode_metadata.append(metadata_callback(episode))
+        return episode
+
+    def create_dataset(self, dataset_id: str, metadata: dict[str, Any]) -> Path:
+        """Write every recorded episode into a new dataset (see the collectors' docs)."""
+        extra = dict(metadata.pop("extra", None) or {})
+        if self.episode_metadata:
+            extra["episode_metadata"] = self.episode_metadata
+        target = self.recording.write_dataset(dataset_id, extra=extra, **metadata)
+        self.episode_metadata = []
+        return target
+
+    def add_to_dataset(self, dataset_id: str) -> Path:
+        """Append every recorded episode to an existing dataset."""
+        return self.recording.add_to_dataset(dataset_id)
+
+    def close(self) -> None:
+        """Close the journal; keep it (with a warning) if it holds unsaved episodes."""
+        if self._recording is None:
+            return
+        unsaved = self._recording.episodes
+        self._recording.close(keep=unsaved > 0)
+        if unsaved:
+            warnings.warn(
+                f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
+                f"{self._recording.path}. Recover them with: marl-minari recover "
+                f"{self._recording.path} <dataset-id>",
+                stacklevel=3,
+            )
+        self._recording = None
+
+
+def minari_metadata(
+    algorithm_name: str | None,
+    author: str | Iterable[str] | None,
+    author_email: str | Iterable[str] | None,
+    code_permalink: str | None,
+    description: str | None,
+    requirements: list[str] | None,
+    ref_min_score: float | None,
+    ref_max_score: float | None,
+    extra: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Keyword arguments for the writer, warning like Minari about missing provenance."""
+    for name, value in (("algorithm_name", algorithm_name), ("author", author),
+                        ("author_email", author_email), ("code_permalink", code_permalink),
+                        ("description", description)):
+        if value is None:
+            warnings.warn(f"`{name}` is not set: it helps others reuse and cite the dataset.",
+                          UserWarning, stacklevel=3)
+    return {
+        "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
+        "code_permalink": code_permalink, "description": description,
+        "requirements": requirements, "ref_min_score": ref_min_score,
+        "ref_max_score": ref_max_score, "extra": extra,
+    }

@@ -1,0 +1,194 @@
+"""``ParallelDataCollector``: record a PettingZoo ``ParallelEnv`` into a Minari dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pettingzoo.utils.env import ParallelEnv
+from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+from marl_minari.descriptor import EnvDescriptor
+from marl_minari.reader import MultiAgentDataset, load_dataset
+
+from ._base import (
+    EpisodeMetadataCallback,
+    RecorderCore,
+    StepCallback,
+    minari_metadata,
+    state_space_of,
+)
+
+
+class ParallelDataCollector(BaseParallelWrapper):
+    """Wraps a PettingZoo ``ParallelEnv`` and records every episode it plays.
+
+    The wrapper behaves exactly like the wrapped env. Each finished episode is appended to a
+    durable journal before ``step`` returns (or, for an episode cut short, before ``reset``
+    returns); :meth:`create_dataset` turns the journal into a Minari dataset in the
+    multi-agent layout of ``docs/format.md``. If the process dies, ``marl-minari recover``
+    turns the journal's finished episodes into a dataset.
+
+    Args:
+        env: the parallel environment to record.
+        step_data_callback: called with each step's dict (``observations``, ``actions``,
+            ``rewards``, ``terminations``, ``truncations``, ``infos``; at reset only
+            ``observations`` and ``infos``) and returns the dict to record, as Minari's
+            ``StepDataCallback`` does for single-agent data.
+        episode_metadata_callback: called with each finished :class:`MultiAgentEpisode`; the
+            dicts it returns are stored under ``episode_metadata`` in the dataset's metadata.
+        record_infos: record the env's per-agent info dicts (action masks are always kept).
+        jpeg_encoding: JPEG-encode image-like observations, as Minari does (lossy); pass
+            ``False`` for exact pixels.
+        reward_aggregation: how the scalar ``rewards`` column is made from the agents'
+            rewards: ``"sum"`` (default), ``"mean"``, ``"max"`` or ``"min"``.
+        env_descriptor: how to re-create the env; by default the one
+            :func:`marl_minari.make_env` attached, else inferred.
+        recording_path: folder for the episode journal (hidden one under the datasets root
+            by default).
+
+    Raises:
+        UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
+            message).
+    """
+
+    def __init__(
+        self,
+        env: ParallelEnv,
+        step_data_callback: StepCallback | None = None,
+        episode_metadata_callback: EpisodeMetadataCallback | None = None,
+        record_infos: bool = False,
+        jpeg_encoding: bool = True,
+        reward_aggregation: str = "sum",
+        env_descriptor: EnvDescriptor | None = None,
+        recording_path: str | Path | None = None,
+    ) -> None:
+        super().__init__(env)
+        self._core = RecorderCore(
+            env, "parallel", record_infos=record_infos, jpeg_encoding=jpeg_encoding,
+            reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
+            recording_path=recording_path, state_space=state_space_of(env),
+        )
+        self._has_state = self._core.spec.state_space is not None
+        self._step_callback = step_data_callback
+        self._episode_callback = episode_metadata_callback
+
+    # Attributes the ParallelEnv base class defines at class level are forwarded explicitly.
+    @property
+    def agents(self) -> list[Any]:  # type: ignore[override]
+        return self.env.agents
+
+    @property
+    def possible_agents(self) -> list[Any]:  # type: ignore[override]
+        return self.env.possible_agents
+
+    @property
+    def metadata(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.env.metadata
+
+    @property
+    def render_mode(self) -> Any:  # type: ignore[override]
+        return getattr(self.env, "render_mode", None)
+
+    @property
+    def spec(self) -> Any:
+        """The :class:`~marl_minari.MultiAgentSpec` of the data being recorded."""
+        return self._core.spec
+
+    @property
+    def recording_path(self) -> Path:
+        """Folder of the durable episode journal."""
+        return self._core.recording.path
+
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        """Reset the env; an unfinished episode in progress is saved as truncated first."""
+        self._save_unfinished()
+        observations, infos = self.env.reset(seed=seed, options=options)
+        observations, infos = self._apply_reset_callback(observations, infos)
+        self._core.builder.start(observations, infos, state=self._state(), seed=seed,
+                                 options=options)
+        return observations, infos
+
+    def step(self, actions: dict[Any, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        """Step the env and record the step; a finished episode is saved before returning."""
+        if not self._core.builder.started:
+            return self.env.step(actions)
+        result = self.env.step(actions)
+        obs, rewards, terms, truncs, infos = result
+        if self._step_callback is not None:
+            data = self._step_callback({"observations": obs, "actions": actions,
+                                        "rewards": rewards, "terminations": terms,
+                                        "truncations": truncs, "infos": infos})
+            recorded = (data["actions"], data["observations"], data["rewards"],
+                        data["terminations"], data["truncations"], data["infos"])
+        else:
+            recorded = (actions, obs, rewards, terms, truncs, infos)
+        self._core.builder.add(*recorded, state=self._state())
+        if not self.env.agents:
+            self._core.commit(cut=False, metadata_callback=self._episode_callback)
+        return result
+
+    def create_dataset(
+        self,
+        dataset_id: str,
+        eval_env: Any = None,
+        algorithm_name: str | None = None,
+        author: str | Iterable[str] | None = None,
+        author_email: str | Iterable[str] | None = None,
+        code_permalink: str | None = None,
+        ref_min_score: float | None = None,
+        ref_max_score: float | None = None,
+        description: str | None = None,
+        requirements: list[str] | None = None,
+        extra_metadata: dict[str, Any] | None = None,
+    ) -> MultiAgentDataset:
+        """Create a Minari dataset from every episode recorded so far (Minari's signature).
+
+        An episode still in progress is saved as truncated at its last step, as Minari's
+        ``DataCollector`` does; recording then goes on into a fresh journal.
+
+        Returns:
+            The new dataset (``.minari`` is the plain ``MinariDataset``).
+
+        Raises:
+            InvalidDatasetIdError: malformed id.
+            DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
+        """
+        del eval_env  # the joint view of the recorded env is used for evaluation
+        self._save_unfinished(restart=True)
+        self._core.create_dataset(dataset_id, minari_metadata(
+            algorithm_name, author, author_email, code_permalink, description, requirements,
+            ref_min_score, ref_max_score, extra_metadata))
+        return load_dataset(dataset_id)
+
+    def add_to_dataset(self, dataset_id: str) -> MultiAgentDataset:
+        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
+        self._save_unfinished(restart=True)
+        self._core.add_to_dataset(dataset_id)
+        return load_dataset(dataset_id)
+
+    def close(self) -> None:
+        """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
+        self._save_unfinished()
+        self._core.close()
+        self.env.close()
+
+    def _state(self) -> Any:
+        return self.env.state() if self._has_state else None
+
+    def _apply_reset_callback(self, observations: dict, infos: dict) -> tuple[dict, dict]:
+        if self._step_callback is None:
+            return observations, infos
+        data = self._step_callback({"observations": observations, "infos": infos})
+        return data["observations"], data["infos"]
+
+    def _save_unfinished(self, restart: bool = False) -> None:
+        builder = self._core.builder
+        if builder.steps == 0:
+            return
+        last_obs, last_infos = builder.last_row()
+        self._core.commit(cut=True, metadata_callback=self._episode_callback)
+        if restart and self.env.agents:
+            builder.start(last_obs, last_infos, state=self._state())

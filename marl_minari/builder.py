@@ -1,0 +1,203 @@
+"""Turns per-step dicts handed out by a PettingZoo env into a :class:`MultiAgentEpisode`.
+
+Recorders append references during the episode (cheap) and stack them once at its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from marl_minari import layout
+from marl_minari.episode import MultiAgentEpisode
+from marl_minari.errors import InfoStructureError, StepDataError
+from marl_minari.spaces import stack
+from marl_minari.spec import MultiAgentSpec
+
+_AGGREGATE = {
+    "sum": lambda r, m: np.where(m, r, 0.0).sum(axis=1),
+    "mean": lambda r, m: np.where(m, r, 0.0).sum(axis=1) / np.maximum(m.sum(axis=1), 1),
+    "max": lambda r, m: np.where(m.any(axis=1), np.where(m, r, -np.inf).max(axis=1), 0.0),
+    "min": lambda r, m: np.where(m.any(axis=1), np.where(m, r, np.inf).min(axis=1), 0.0),
+}
+
+
+class EpisodeBuilder:
+    """Collects one episode's per-step dicts.
+
+    Args:
+        spec: agents and spaces.
+        record_infos: keep the env's whole per-agent info dicts (else only ``action_mask``).
+        has_state: a global state is passed with every row.
+    """
+
+    def __init__(self, spec: MultiAgentSpec, *, record_infos: bool, has_state: bool) -> None:
+        self.spec = spec
+        self.record_infos = record_infos
+        self.has_state = has_state
+        self._agents = spec.possible_agents
+        self._info_keys: dict[str, Any] = {}
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the episode in progress."""
+        self._obs: list[Mapping[str, Any]] = []
+        self._infos: list[Mapping[str, Any]] = []
+        self._states: list[Any] = []
+        self._actions: list[Mapping[str, Any]] = []
+        self._rewards: list[Mapping[str, float]] = []
+        self._terms: list[Mapping[str, bool]] = []
+        self._truncs: list[Mapping[str, bool]] = []
+        self._extras: list[Mapping[str, Any]] = []
+        self.seed: int | None = None
+        self.options: dict[str, Any] | None = None
+
+    @property
+    def started(self) -> bool:
+        """A reset observation has been recorded."""
+        return bool(self._obs)
+
+    @property
+    def steps(self) -> int:
+        """Steps recorded so far in this episode."""
+        return len(self._actions)
+
+    def last_row(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """Observations and infos of the latest row (to continue after a cut)."""
+        return self._obs[-1], self._infos[-1]
+
+    def start(self, observations: Mapping[str, Any], infos: Mapping[str, Any], *,
+              state: Any = None, extras: Mapping[str, Any] | None = None,
+              seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Begin an episode with what ``reset`` returned."""
+        self.clear()
+        self.seed, self.options = seed, options
+        self._row(observations, infos, state, extras)
+
+    def add(self, actions: Mapping[str, Any], observations: Mapping[str, Any],
+            rewards: Mapping[str, float], terminations: Mapping[str, bool],
+            truncations: Mapping[str, bool], infos: Mapping[str, Any], *, state: Any = None,
+            extras: Mapping[str, Any] | None = None) -> None:
+        """Record one step: the actions taken and what came back."""
+        self._actions.append(dict(actions))
+        self._rewards.append(dict(rewards))
+        self._terms.append(dict(terminations))
+        self._truncs.append(dict(truncations))
+        self._row(observations, infos, state, extras)
+
+    def _row(self, observations: Mapping[str, Any], infos: Mapping[str, Any], state: Any,
+             extras: Mapping[str, Any] | None) -> None:
+        self._check_infos(infos)
+        self._obs.append(dict(observations))
+        self._infos.append(dict(infos))
+        if self.has_state:
+            self._states.append(state)
+        if extras is not None:
+            self._extras.append(dict(extras))
+
+    def _check_infos(self, infos: Mapping[str, Any]) -> None:
+        for agent, info in infos.items():
+            keys = info.keys() if isinstance(info, Mapping) else None
+            known = self._info_keys.setdefault(agent, keys)
+            if keys != known:
+                raise InfoStructureError(
+                    f"info of agent {agent!r} at step {self.steps} has keys "
+                    f"{sorted(keys or [])}, earlier {sorted(known or [])}: info dicts must keep "
+                    "the same structure through a dataset (Minari stores them as fixed columns)."
+                )
+
+    def finish(self, *, cut: bool) -> MultiAgentEpisode:
+        """Stack the episode; ``cut`` marks it as truncated at its last step (reset early)."""
+        agents = self._agents
+        steps = self.steps
+        if steps == 0:
+            raise StepDataError("an episode needs at least one step to be recorded")
+        rewards = np.array([[r.get(a, 0.0) for a in agents] for r in self._rewards],
+                           dtype=np.float64)
+        rewarded = np.array([[a in r for a in agents] for r in self._rewards], dtype=bool)
+        terms = np.array([[bool(d.get(a, False)) for a in agents] for d in self._terms],
+                         dtype=bool)
+        truncs = np.array([[bool(d.get(a, False)) for a in agents] for d in self._truncs],
+                          dtype=bool)
+        ends_t = np.zeros(steps, dtype=bool)
+        ends_tr = np.zeros(steps, dtype=bool)
+        if cut or truncs[-1].any():
+            ends_tr[-1] = True
+        else:
+            ends_t[-1] = True
+        return MultiAgentEpisode(
+            possible_agents=agents,
+            observations={a: stack(self.spec.observation_spaces[a],
+                                   [o.get(a) for o in self._obs], f"observation of {a!r}")
+                          for a in agents},
+            actions={a: stack(self.spec.action_spaces[a],
+                              [act.get(a) for act in self._actions], f"action of {a!r}")
+                     for a in agents},
+            rewards=rewards,
+            terminations=terms,
+            truncations=truncs,
+            active=np.array([[a in o for a in agents] for o in self._obs], dtype=bool),
+            acted=np.array([[act.get(a) is not None for a in agents] for act in self._actions],
+                           dtype=bool),
+            team_rewards=_AGGREGATE[self.spec.reward_aggregation](rewards, rewarded),
+            episode_terminations=ends_t,
+            episode_truncations=ends_tr,
+            state=self._stack_state(),
+            agent_infos=self._stack_infos(),
+            extras={k: np.asarray([e[k] for e in self._extras]) for k in
+                    (self._extras[0] if self._extras else {})},
+            seed=self.seed,
+            options=self.options,
+        )
+
+    def _stack_state(self) -> np.ndarray | None:
+        if not self.has_state:
+            return None
+        space = self.spec.state_space
+        assert space is not None
+        result = stack(space, self._states, "state")
+        assert isinstance(result, np.ndarray)
+        return result
+
+    def _stack_infos(self) -> dict[str, Any] | None:
+        out = {}
+        for agent in self._agents:
+            rows = [info.get(agent) for info in self._infos]
+            if not self.record_infos:
+                rows = [None if r is None or layout.ACTION_MASK_KEY not in r
+                        else {layout.ACTION_MASK_KEY: r[layout.ACTION_MASK_KEY]} for r in rows]
+            template = next((r for r in rows if r), None)
+            if template:
+                out[agent] = stack_info(template, rows, f"info of {agent!r}")
+        return out or None
+
+
+def stack_info(template: Any, rows: list[Any], where: str) -> Any:
+    """Stack info values shaped like ``template``; missing rows get zeros of its dtype."""
+    if isinstance(template, Mapping):
+        return {
+            str(key): stack_info(value, [None if r is None else _get(r, key, where, i)
+                                         for i, r in enumerate(rows)], f"{where}[{key!r}]")
+            for key, value in template.items()
+        }
+    first = np.asarray(template)
+    if first.dtype.kind in "UO":
+        return np.array(["" if r is None else str(r) for r in rows], dtype=object)
+    fill = np.zeros_like(first)
+    try:
+        out = np.asarray([fill if r is None else r for r in rows], dtype=first.dtype)
+    except (ValueError, TypeError) as exc:
+        raise InfoStructureError(f"{where}: values change shape during the episode ({exc})") \
+            from exc
+    if out.shape[1:] != first.shape:
+        raise InfoStructureError(f"{where}: values change shape during the episode")
+    return out
+
+
+def _get(row: Any, key: Any, where: str, index: int) -> Any:
+    try:
+        return row[key]
+    except (KeyError, TypeError) as exc:
+        raise InfoStructureError(f"{where}, row {index}: key {key!r} is missing") from exc

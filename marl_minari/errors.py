@@ -1,0 +1,57 @@
+"""Typed errors raised by marl-minari.
+
+Every error says what is wrong and how to fix it. All of them derive from
+:class:`MarlMinariError`, so ``except MarlMinariError`` catches anything this library raises on
+purpose; most also derive from the built-in exception a caller would expect (``ValueError`` for
+bad input, ``FileExistsError`` for refusing to overwrite), so existing handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class MarlMinariError(Exception):
+    """Base class of every error raised on purpose by marl-minari."""
+
+
+class InvalidDatasetIdError(MarlMinariError, ValueError):
+    """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
+
+
+class DatasetExistsError(MarlMinariError, FileExistsError):
+    """A dataset (or a published version of it) already exists and will not be overwritten."""
+
+
+class DatasetNotFoundError(MarlMinariError, FileNotFoundError):
+    """No dataset with that id or path exists."""
+
+
+class UnsupportedSpaceError(MarlMinariError, TypeError):
+    """A Gymnasium space that Minari's HDF5 format cannot store."""
+
+
+class InfoStructureError(MarlMinariError, ValueError):
+    """An info dict changed its structure (keys, shapes or dtypes) during an episode."""
+
+
+class StepDataError(MarlMinariError, ValueError):
+    """Data handed out by an environment (or to it) does not fit the recorded spaces."""
+
+
+class LayoutError(MarlMinariError, ValueError):
+    """A dataset does not follow the multi-agent layout of ``docs/format.md``."""
+
+
+class CorruptedDataError(MarlMinariError, ValueError):
+    """Stored data is damaged (truncated, tampered with or inconsistent)."""
+
+
+class EnvDescriptorError(MarlMinariError, ValueError):
+    """An environment descriptor cannot be resolved into a working environment."""
+
+
+class IncompatibleSourcesError(MarlMinariError, ValueError):
+    """Datasets or vaults that cannot be combined (agents, spaces or dtypes differ)."""
+
+
+class RemoteError(MarlMinariError, RuntimeError):
+    """A registry remote failed or refused an operation."""

@@ -1,0 +1,72 @@
+"""Names and alignment rules of the multi-agent layout (``docs/format.md``).
+
+This is the only module that spells the HDF5 names and metadata keys of the layout; the writer
+and the reader both import them from here.
+
+Row alignment inside one episode of ``T`` steps (``N`` agents in ``possible_agents`` order):
+
+* ``observations/<agent>/...``: ``T + 1`` rows; row ``k`` is what reset (``k = 0``) or step
+  ``k - 1`` handed out.
+* ``actions/<agent>/...``: ``T`` rows; row ``t`` is the action taken from observation ``t``.
+* ``rewards``, ``terminations``, ``truncations``: ``T`` rows, episode level (team reward
+  aggregate, "the episode ended here").
+* ``infos/marl/*``: ``T + 1`` rows aligned with observations; per-agent columns in
+  ``possible_agents`` order. Row ``k`` holds what came back together with observation ``k``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+LAYOUT_VERSION: Final = 1
+"""Bumped whenever a reader of the previous version could misread new data."""
+
+METADATA_KEY: Final = "marl_minari"
+"""Top-level key of ``metadata.json`` holding the multi-agent metadata dict."""
+
+INFOS_GROUP: Final = "marl"
+"""Group under ``infos/`` holding the exact per-agent data."""
+
+# Per-agent columns under infos/marl, shape (T + 1, N).
+AGENT_REWARDS: Final = "rewards"
+AGENT_TERMINATIONS: Final = "terminations"
+AGENT_TRUNCATIONS: Final = "truncations"
+ACTIVE: Final = "active"
+ACTED: Final = "acted"
+AGENT_COLUMNS: Final = (AGENT_REWARDS, AGENT_TERMINATIONS, AGENT_TRUNCATIONS, ACTIVE, ACTED)
+
+STATE: Final = "state"
+"""Global state (``env.state()``), T + 1 rows, when the environment provides one."""
+
+AGENT_INFOS: Final = "agent_infos"
+"""``infos/marl/agent_infos/<agent>/...``: the env's own per-agent info dicts, T + 1 rows."""
+
+ACTION_MASK_KEY: Final = "action_mask"
+"""Info/observation key that PettingZoo envs use for legal-action masks."""
+
+EXTRAS: Final = "extras"
+"""``infos/marl/extras/...``: api-specific columns (T + 1 rows), documented per api."""
+
+AGENT_SELECTION: Final = "agent_selection"
+"""AEC only, under extras: index into possible_agents of the agent to act at row k (-1: none)."""
+
+# Keys of the multi-agent metadata dict (metadata.json -> "marl_minari").
+META_LAYOUT_VERSION: Final = "layout_version"
+META_API: Final = "api"
+META_POSSIBLE_AGENTS: Final = "possible_agents"
+META_ENV: Final = "env"
+META_REWARD_AGGREGATION: Final = "reward_aggregation"
+META_STATE_SPACE: Final = "state_space"
+META_RECORD_INFOS: Final = "record_infos"
+META_LIBRARY_VERSION: Final = "library_version"
+
+INDEX_FILE_NAME: Final = "marl_minari_index.npz"
+"""Optional sidecar in ``data/``: byte offsets of contiguous datasets, for bulk reads."""
+
+MAIN_FILE_NAME: Final = "main_data.hdf5"
+METADATA_FILE_NAME: Final = "metadata.json"
+
+REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
+
+FILL_VALUE: Final = 0
+"""Inactive agent rows hold zeros of the leaf dtype (``False`` for bools, ``""`` for text)."""

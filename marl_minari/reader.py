@@ -1,0 +1,489 @@
+"""The one reader of the multi-agent layout: per-agent arrays, in bulk or per episode.
+
+``to_arrays`` reads the HDF5 file directly: contiguous datasets are copied straight out of a
+memory map at the offsets the writer indexed (checked against the file before use); datasets
+without an index entry are read through h5py. Everything else in the library that needs
+arrays (adapters, describe, exports) builds on this module.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import minari
+import numpy as np
+from minari.dataset.minari_dataset import MinariDataset
+from minari.serialization import deserialize_space
+
+from marl_minari import layout
+from marl_minari.episode import MultiAgentEpisode
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
+from marl_minari.ids import dataset_dir
+from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
+from marl_minari.spec import MultiAgentSpec
+
+_MARL = f"infos/{layout.INFOS_GROUP}"
+
+
+def read_spec(data_path: Path) -> MultiAgentSpec:
+    """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
+    metadata = _read_metadata(Path(data_path))
+    return MultiAgentSpec.from_metadata(
+        metadata,
+        deserialize_space(metadata["observation_space"]),
+        deserialize_space(metadata["action_space"]),
+    )
+
+
+def _read_metadata(data_path: Path) -> dict[str, Any]:
+    path = data_path / layout.METADATA_FILE_NAME
+    if not path.exists():
+        raise DatasetNotFoundError(f"no dataset metadata at {path}")
+    try:
+        metadata: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
+    return metadata
+
+
+@dataclass(frozen=True)
+class MultiAgentArrays:
+    """Contiguous per-agent arrays of several episodes, with their boundaries.
+
+    Step rows (``S = sum(T_e)``) and observation rows (``S + E``: every episode keeps its final
+    observation) are concatenated episode after episode. ``obs_rows`` / ``next_obs_rows`` map
+    each step row to the rows of its observation and next observation.
+
+    Attributes:
+        possible_agents: column order of the per-agent 2-D arrays.
+        episode_ids: ``(E,)`` the dataset's episode indices.
+        episode_lengths: ``(E,)`` steps per episode.
+        observations: ``{agent: tree}`` with ``S + E`` rows.
+        actions: ``{agent: tree}`` with ``S`` rows.
+        rewards, terminations, truncations, acted: ``(S, N)``.
+        active: ``(S + E, N)``, aligned with observations.
+        team_rewards, episode_terminations, episode_truncations: ``(S,)``.
+        state: ``(S + E, ...)`` or ``None``.
+        agent_infos: ``{agent: tree}`` with ``S + E`` rows, or ``None``.
+        extras: ``{name: array}`` with ``S + E`` rows.
+    """
+
+    possible_agents: tuple[str, ...]
+    episode_ids: np.ndarray
+    episode_lengths: np.ndarray
+    observations: dict[str, Tree]
+    actions: dict[str, Tree]
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    active: np.ndarray
+    acted: np.ndarray
+    team_rewards: np.ndarray
+    episode_terminations: np.ndarray
+    episode_truncations: np.ndarray
+    state: np.ndarray | None = None
+    agent_infos: dict[str, Tree] | None = None
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def step_starts(self) -> np.ndarray:
+        """``(E,)`` first step row of each episode."""
+        return np.concatenate([[0], np.cumsum(self.episode_lengths)[:-1]]).astype(np.int64)
+
+    @property
+    def obs_starts(self) -> np.ndarray:
+        """``(E,)`` first observation row of each episode."""
+        return self.step_starts + np.arange(len(self.episode_lengths), dtype=np.int64)
+
+    @property
+    def step_episode(self) -> np.ndarray:
+        """``(S,)`` position (0..E-1) of the episode each step row belongs to."""
+        return np.repeat(np.arange(len(self.episode_lengths)), self.episode_lengths)
+
+    @property
+    def obs_rows(self) -> np.ndarray:
+        """``(S,)`` observation row from which each step's action was taken."""
+        return np.arange(int(self.episode_lengths.sum()), dtype=np.int64) + self.step_episode
+
+    @property
+    def next_obs_rows(self) -> np.ndarray:
+        """``(S,)`` observation row that each step led to."""
+        return self.obs_rows + 1
+
+    def returns(self) -> np.ndarray:
+        """``(E, N)`` undiscounted per-agent return of every episode."""
+        return np.add.reduceat(self.rewards, self.step_starts, axis=0) if len(
+            self.rewards) else np.zeros((0, len(self.possible_agents)))
+
+    def episode(self, position: int) -> MultiAgentEpisode:
+        """The ``position``-th episode of these arrays as a :class:`MultiAgentEpisode`."""
+        s0 = int(self.step_starts[position])
+        s1 = s0 + int(self.episode_lengths[position])
+        o0, o1 = s0 + position, s1 + position + 1
+
+        def obs(tree: Tree) -> Tree:
+            return map_tree(lambda a: a[o0:o1], tree)
+
+        def act(tree: Tree) -> Tree:
+            return map_tree(lambda a: a[s0:s1], tree)
+
+        return MultiAgentEpisode(
+            possible_agents=self.possible_agents,
+            observations={a: obs(t) for a, t in self.observations.items()},
+            actions={a: act(t) for a, t in self.actions.items()},
+            rewards=self.rewards[s0:s1], terminations=self.terminations[s0:s1],
+            truncations=self.truncations[s0:s1], active=self.active[o0:o1],
+            acted=self.acted[s0:s1], team_rewards=self.team_rewards[s0:s1],
+            episode_terminations=self.episode_terminations[s0:s1],
+            episode_truncations=self.episode_truncations[s0:s1],
+            state=None if self.state is None else self.state[o0:o1],
+            agent_infos=None if self.agent_infos is None else {
+                a: obs(t) for a, t in self.agent_infos.items()},
+            extras={k: v[o0:o1] for k, v in self.extras.items()},
+            id=int(self.episode_ids[position]),
+        )
+
+
+class MultiAgentDataset:
+    """A multi-agent view over a :class:`minari.MinariDataset` in the marl-minari layout.
+
+    Args:
+        dataset: the Minari dataset (``minari.load_dataset(...)``).
+
+    Raises:
+        LayoutError: the dataset is not in the multi-agent layout.
+    """
+
+    def __init__(self, dataset: MinariDataset) -> None:
+        self._minari = dataset
+        self._data_path = Path(dataset.storage.data_path)
+        self._spec = read_spec(self._data_path)
+
+    @property
+    def minari(self) -> MinariDataset:
+        """The underlying Minari dataset (everything Minari offers works on it)."""
+        return self._minari
+
+    @property
+    def spec(self) -> MultiAgentSpec:
+        """Agents, per-agent spaces and env descriptor."""
+        return self._spec
+
+    @property
+    def possible_agents(self) -> tuple[str, ...]:
+        """Agent names in the environment's order."""
+        return self._spec.possible_agents
+
+    @property
+    def data_path(self) -> Path:
+        """The dataset's ``data/`` folder."""
+        return self._data_path
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The raw ``metadata.json``."""
+        return _read_metadata(self._data_path)
+
+    @property
+    def total_episodes(self) -> int:
+        """Number of episodes."""
+        return int(self._minari.total_episodes)
+
+    @property
+    def total_steps(self) -> int:
+        """Number of environment steps over all episodes."""
+        return int(self._minari.total_steps)
+
+    def __len__(self) -> int:
+        return self.total_episodes
+
+    def __getitem__(self, index: int) -> MultiAgentEpisode:
+        return self.episode(index)
+
+    def __iter__(self) -> Iterator[MultiAgentEpisode]:
+        return self.iterate_episodes()
+
+    def episode(self, index: int, *, with_seed: bool = True) -> MultiAgentEpisode:
+        """Episode ``index`` with per-agent arrays, seed and options."""
+        if not 0 <= index < self.total_episodes:
+            raise IndexError(f"episode {index} out of range (0..{self.total_episodes - 1})")
+        episode = self.to_arrays([index]).episode(0)
+        if not with_seed:
+            return episode
+        seed, options = self._seed_and_options(index)
+        return _replace(episode, seed=seed, options=options)
+
+    def iterate_episodes(self, episode_indices: Iterable[int] | None = None,
+                         *, batch_size: int = 256) -> Iterator[MultiAgentEpisode]:
+        """Yield episodes in order, reading ``batch_size`` episodes at a time."""
+        indices = list(range(self.total_episodes) if episode_indices is None else episode_indices)
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start:start + batch_size]
+            arrays = self.to_arrays(chunk)
+            for position, index in enumerate(chunk):
+                seed, options = self._seed_and_options(index)
+                yield _replace(arrays.episode(position), seed=seed, options=options)
+
+    def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
+        """Read episodes into contiguous per-agent arrays (all episodes by default)."""
+        indices = np.arange(self.total_episodes) if episode_indices is None else np.asarray(
+            episode_indices, dtype=np.int64)
+        with _EpisodeReader(self._data_path, self._spec, self.metadata) as reader:
+            return reader.read(indices)
+
+    def episode_seeds(self) -> list[int | None]:
+        """The reset seed of every episode (``None`` where none was given)."""
+        with h5py.File(self._data_path / layout.MAIN_FILE_NAME, "r") as file:
+            return [_int_or_none(file[f"episode_{i}"].attrs.get("seed"))
+                    for i in range(self.total_episodes)]
+
+    def recover_environment(self, api: str | None = None, **overrides: Any) -> Any:
+        """Re-create the PettingZoo environment the data was recorded from.
+
+        Raises:
+            EnvDescriptorError: the dataset does not say how to make its environment.
+        """
+        from marl_minari.errors import EnvDescriptorError
+
+        if self._spec.env is None:
+            raise EnvDescriptorError("this dataset records no environment descriptor")
+        return self._spec.env.make(api, **overrides)  # type: ignore[arg-type]
+
+    def _seed_and_options(self, index: int) -> tuple[int | None, dict[str, Any] | None]:
+        meta = next(iter(self._minari.storage.get_episode_metadata([index])))
+        return _int_or_none(meta.get("seed")), meta.get("options")
+
+
+def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> MultiAgentDataset:
+    """Load a multi-agent dataset by id (as ``minari.load_dataset`` does) or wrap a loaded one.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetNotFoundError: no such local dataset (and ``download`` is off).
+        LayoutError: the dataset is not in the multi-agent layout.
+    """
+    if isinstance(dataset_id, MinariDataset):
+        return MultiAgentDataset(dataset_id)
+    folder = dataset_dir(dataset_id)
+    if not download and not (folder / "data" / layout.METADATA_FILE_NAME).exists():
+        raise DatasetNotFoundError(
+            f"no local dataset {dataset_id!r} (looked in {folder}); record one, or pass "
+            "download=True to fetch it from the configured remote."
+        )
+    return MultiAgentDataset(minari.load_dataset(dataset_id, download=download))
+
+
+def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
+    from dataclasses import replace
+
+    return replace(episode, **changes)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    path: str
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+    per_obs: bool
+    jpeg: bool = False
+    text: bool = False
+
+
+class _EpisodeReader:
+    """Reads leaves of many episodes out of one ``main_data.hdf5``."""
+
+    def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any]) -> None:
+        self._path = data_path / layout.MAIN_FILE_NAME
+        self._file = h5py.File(self._path, "r")
+        self._spec = spec
+        self._jpeg = bool(metadata.get("jpeg_encoding", True))
+        self._index = _load_index(data_path, self._file, int(metadata["total_episodes"]))
+        self._map: np.ndarray | None = None
+
+    def __enter__(self) -> _EpisodeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+    def read(self, indices: np.ndarray) -> MultiAgentArrays:
+        lengths = np.asarray([self._steps(int(i)) for i in indices], dtype=np.int64)
+        if len(indices) == 0:
+            raise ValueError("to_arrays needs at least one episode index")
+        by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
+                   for leaf in self._leaves(int(indices[0]))}
+        return self._assemble(by_path, indices, lengths)
+
+    def _steps(self, index: int) -> int:
+        if self._index is not None:
+            return int(self._index["steps"][index])
+        try:
+            return int(self._file[f"episode_{index}"].attrs["total_steps"])
+        except KeyError as exc:
+            raise CorruptedDataError(
+                f"{self._path}: episode_{index} is missing or lacks total_steps") from exc
+
+    def _leaves(self, first: int) -> list[_Leaf]:
+        spec = self._spec
+        found: list[_Leaf] = []
+        for field_name, by_agent, per_obs in (("observations", spec.observation_spaces, True),
+                                              ("actions", spec.action_spaces, False)):
+            for agent in spec.possible_agents:
+                for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
+                    from marl_minari.spaces import leaf_dtype, leaf_shape
+
+                    found.append(_Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
+                                       jpeg=self._jpeg and is_image_space(space),
+                                       text=leaf_dtype(space) == object))
+        for name in ("rewards", "terminations", "truncations"):
+            found.append(_Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (),
+                               False))
+        group = self._file.get(f"episode_{first}/{_MARL}")
+        if not isinstance(group, h5py.Group):
+            raise LayoutError(f"{self._path}: episode_{first} has no {_MARL} group")
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                text = h5py.check_string_dtype(obj.dtype) is not None
+                found.append(_Leaf(f"{_MARL}/{name}", np.dtype(object) if text else obj.dtype,
+                                   obj.shape[1:], True, text=text))
+
+        group.visititems(visit)
+        return found
+
+    def _read_leaf(self, leaf: _Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        rows = lengths + 1 if leaf.per_obs else lengths
+        out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
+        offsets = None if self._index is None else self._index["paths"].get(leaf.path)
+        start = 0
+        for index, count in zip(indices.tolist(), rows.tolist(), strict=True):
+            target = out[start:start + count]
+            offset = -1 if offsets is None else int(offsets[index])
+            if offset >= 0 and not leaf.jpeg:
+                target[...] = self._mapped(offset, target.nbytes).view(leaf.dtype).reshape(
+                    target.shape)
+            else:
+                self._read_h5(leaf, index, target)
+            start += count
+        return out
+
+    def _mapped(self, offset: int, nbytes: int) -> np.ndarray:
+        if self._map is None:
+            self._map = np.memmap(self._path, mode="r", dtype=np.uint8)
+        return self._map[offset:offset + nbytes]
+
+    def _read_h5(self, leaf: _Leaf, index: int, target: np.ndarray) -> None:
+        dataset = self._file.get(f"episode_{index}/{leaf.path}")
+        if not isinstance(dataset, h5py.Dataset):
+            raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
+        if leaf.jpeg:
+            from PIL import Image
+
+            for row, encoded in enumerate(dataset[()]):
+                target[row] = np.asarray(Image.open(io.BytesIO(encoded.tobytes())))
+        elif leaf.text:
+            target[...] = np.asarray(dataset.asstr()[()], dtype=object)
+        elif dataset.shape != target.shape:
+            raise CorruptedDataError(
+                f"{self._path}: episode_{index}/{leaf.path} has shape {dataset.shape}, "
+                f"expected {target.shape}")
+        elif target.size:
+            dataset.read_direct(target)
+
+    def _assemble(self, by_path: dict[str, np.ndarray], indices: np.ndarray,
+                  lengths: np.ndarray) -> MultiAgentArrays:
+        spec = self._spec
+        agents = spec.possible_agents
+        first_rows = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+        after_reset = np.ones(int((lengths + 1).sum()), dtype=bool)
+        after_reset[first_rows] = False
+        before_end = np.ones_like(after_reset)
+        before_end[first_rows + lengths] = False
+
+        def marl(name: str) -> np.ndarray:
+            return by_path[f"{_MARL}/{name}"]
+
+        def subtree(prefix: str) -> dict[str, np.ndarray]:
+            return {p[len(prefix) + 1:]: v for p, v in by_path.items()
+                    if p.startswith(prefix + "/")}
+
+        infos_root = f"{_MARL}/{layout.AGENT_INFOS}"
+        agent_infos = {a: _nested(subtree(f"{infos_root}/{a}")) for a in agents
+                       if any(p.startswith(f"{infos_root}/{a}/") for p in by_path)}
+        return MultiAgentArrays(
+            possible_agents=agents,
+            episode_ids=indices.astype(np.int64),
+            episode_lengths=lengths,
+            observations={a: build_tree(spec.observation_spaces[a],
+                                        subtree(f"observations/{a}")) if _is_nested(
+                spec.observation_spaces[a]) else by_path[f"observations/{a}"] for a in agents},
+            actions={a: build_tree(spec.action_spaces[a], subtree(f"actions/{a}")) if _is_nested(
+                spec.action_spaces[a]) else by_path[f"actions/{a}"] for a in agents},
+            rewards=marl(layout.AGENT_REWARDS)[after_reset],
+            terminations=marl(layout.AGENT_TERMINATIONS)[after_reset],
+            truncations=marl(layout.AGENT_TRUNCATIONS)[after_reset],
+            active=marl(layout.ACTIVE),
+            acted=marl(layout.ACTED)[before_end],
+            team_rewards=by_path["rewards"],
+            episode_terminations=by_path["terminations"],
+            episode_truncations=by_path["truncations"],
+            state=by_path.get(f"{_MARL}/{layout.STATE}"),
+            agent_infos=agent_infos or None,
+            extras=subtree(f"{_MARL}/{layout.EXTRAS}"),
+        )
+
+
+def _is_nested(space: Any) -> bool:
+    from gymnasium import spaces
+
+    return isinstance(space, (spaces.Dict, spaces.Tuple))
+
+
+def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """``{"a/b": x}`` -> ``{"a": {"b": x}}`` (info trees have no space to follow)."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, last = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _load_index(data_path: Path, file: h5py.File, total_episodes: int) -> dict[str, Any] | None:
+    """The writer's offset index, if present and consistent with the file; else ``None``."""
+    path = data_path / layout.INDEX_FILE_NAME
+    if not path.exists():
+        return None
+    try:
+        with np.load(path) as stored:
+            header = json.loads(stored["header"].tobytes())
+            steps = stored["steps"]
+            offsets = {p: stored[f"o{i}"] for i, p in enumerate(header["paths"])}
+    except (OSError, ValueError, KeyError):
+        return None
+    main = data_path / layout.MAIN_FILE_NAME
+    if header.get("file_size") != main.stat().st_size or len(steps) != total_episodes:
+        return None
+    for index in {0, total_episodes - 1}:
+        group = file.get(f"episode_{index}")
+        if not isinstance(group, h5py.Group):
+            return None
+        for leaf_path, stored_offsets in offsets.items():
+            dataset = group.get(leaf_path)
+            expected = int(stored_offsets[index])
+            actual = dataset.id.get_offset() if isinstance(dataset, h5py.Dataset) else None
+            if expected >= 0 and actual != expected:
+                return None
+    return {"steps": steps, "paths": offsets}

@@ -1,0 +1,201 @@
+"""Gymnasium spaces as Minari's HDF5 format stores them: checks, fill values, stacking.
+
+A *tree* is what a space's samples look like once stacked over time: a numpy array for a leaf
+space, a ``dict`` for :class:`~gymnasium.spaces.Dict`, a ``tuple`` for
+:class:`~gymnasium.spaces.Tuple`. Text leaves are object arrays of ``str``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from marl_minari.errors import StepDataError, UnsupportedSpaceError
+
+Tree = Any
+"""A numpy array, or a dict / tuple of trees."""
+
+_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Text)
+
+
+def check_storable(space: spaces.Space, where: str) -> None:
+    """Raise :class:`UnsupportedSpaceError` if Minari's HDF5 format cannot store ``space``.
+
+    Args:
+        space: the space to check (nested Dict/Tuple spaces are checked recursively).
+        where: what the space belongs to, for the message (e.g. ``"observation_space('a')"``).
+    """
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            if not isinstance(key, str) or "/" in key or key in ("", ".", ".."):
+                raise UnsupportedSpaceError(
+                    f"{where}: Dict key {key!r} cannot name an HDF5 group; use non-empty string "
+                    "keys without '/'."
+                )
+            check_storable(sub, f"{where}[{key!r}]")
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            check_storable(sub, f"{where}[{i}]")
+    elif not isinstance(space, _LEAF_SPACES):
+        raise UnsupportedSpaceError(
+            f"{where} is a {type(space).__name__}, which Minari cannot store. Supported spaces: "
+            "Box, Discrete, MultiDiscrete, MultiBinary, Text, and Dict/Tuple of them. Wrap the "
+            "environment to expose one of these (e.g. pad a Sequence into a Box)."
+        )
+
+
+def leaf_dtype(space: spaces.Space) -> np.dtype:
+    """The numpy dtype a leaf space is stored with (Discrete as int64, like Minari)."""
+    if isinstance(space, spaces.Discrete):
+        return np.dtype(np.int64)
+    if isinstance(space, spaces.Text):
+        return np.dtype(object)
+    assert space.dtype is not None
+    return np.dtype(space.dtype)
+
+
+def leaf_shape(space: spaces.Space) -> tuple[int, ...]:
+    """The per-row shape of a leaf space's samples."""
+    if isinstance(space, (spaces.Discrete, spaces.Text)):
+        return ()
+    assert space.shape is not None
+    return tuple(space.shape)
+
+
+def is_image_space(space: spaces.Space) -> bool:
+    """Minari's rule for spaces it JPEG-encodes when ``jpeg_encoding`` is on."""
+    return (
+        isinstance(space, spaces.Box)
+        and len(space.shape) in (2, 3)
+        and space.shape[0] >= 32
+        and space.shape[1] >= 32
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
+def fill_rows(space: spaces.Space, rows: int) -> Tree:
+    """A tree of ``rows`` fill-value rows (zeros, ``False`` or ``""``) for ``space``."""
+    if isinstance(space, spaces.Dict):
+        return {key: fill_rows(sub, rows) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(fill_rows(sub, rows) for sub in space.spaces)
+    if isinstance(space, spaces.Text):
+        return np.full((rows,), "", dtype=object)
+    return np.zeros((rows, *leaf_shape(space)), dtype=leaf_dtype(space))
+
+
+def stack(space: spaces.Space, values: Sequence[Any], where: str) -> Tree:
+    """Stack per-row samples of ``space`` into a tree; ``None`` rows get the fill value.
+
+    Args:
+        space: the space every non-``None`` value belongs to.
+        values: one sample (or ``None``) per row.
+        where: what is being stacked, for error messages.
+
+    Raises:
+        StepDataError: a value does not fit the space's structure or shape; the message names
+            the row.
+    """
+    if isinstance(space, spaces.Dict):
+        out = {}
+        for key, sub in space.spaces.items():
+            out[key] = stack(sub, [_child(v, key, where, i) for i, v in enumerate(values)],
+                             f"{where}[{key!r}]")
+        return out
+    if isinstance(space, spaces.Tuple):
+        return tuple(
+            stack(sub, [_child(v, j, where, i) for i, v in enumerate(values)], f"{where}[{j}]")
+            for j, sub in enumerate(space.spaces)
+        )
+    return _stack_leaf(space, values, where)
+
+
+def _child(value: Any, key: Any, where: str, row: int) -> Any:
+    if value is None:
+        return None
+    try:
+        return value[key]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise StepDataError(f"{where}, row {row}: value has no entry {key!r}: {value!r}") from exc
+
+
+def _stack_leaf(space: spaces.Space, values: Sequence[Any], where: str) -> np.ndarray:
+    dtype = leaf_dtype(space)
+    if isinstance(space, spaces.Text):
+        return np.array(["" if v is None else str(v) for v in values], dtype=object)
+    shape = leaf_shape(space)
+    if any(v is None for v in values):
+        fill = np.zeros(shape, dtype=dtype)
+        values = [fill if v is None else v for v in values]
+    try:
+        out = np.asarray(values, dtype=dtype)
+    except (ValueError, TypeError) as exc:
+        raise StepDataError(f"{where}: values do not stack as {shape} {dtype}: {exc}") from exc
+    if out.shape[1:] != shape:
+        bad = next(i for i, v in enumerate(values) if np.shape(v) != shape)
+        raise StepDataError(
+            f"{where}, row {bad}: shape {np.shape(values[bad])} does not match the space's "
+            f"{shape}."
+        )
+    return out
+
+
+def leaves(tree: Tree, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+    """Yield ``(path, array)`` for every leaf, paths joined by ``/`` as HDF5 groups are.
+
+    Tuple children are named ``_index_i``, as Minari names them.
+    """
+    if isinstance(tree, dict):
+        for key, sub in tree.items():
+            yield from leaves(sub, f"{prefix}/{key}" if prefix else str(key))
+    elif isinstance(tree, tuple):
+        for i, sub in enumerate(tree):
+            yield from leaves(sub, f"{prefix}/_index_{i}" if prefix else f"_index_{i}")
+    else:
+        yield prefix, tree
+
+
+def leaf_spaces(space: spaces.Space, prefix: str = "") -> Iterator[tuple[str, spaces.Space]]:
+    """Yield ``(path, leaf_space)`` in the same order and naming as :func:`leaves`."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from leaf_spaces(sub, f"{prefix}/{key}" if prefix else key)
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            yield from leaf_spaces(sub, f"{prefix}/_index_{i}" if prefix else f"_index_{i}")
+    else:
+        yield prefix, space
+
+
+def build_tree(space: spaces.Space, by_path: dict[str, np.ndarray], prefix: str = "") -> Tree:
+    """Inverse of :func:`leaves`: assemble a tree for ``space`` from ``{path: array}``."""
+    if isinstance(space, spaces.Dict):
+        return {
+            key: build_tree(sub, by_path, f"{prefix}/{key}" if prefix else key)
+            for key, sub in space.spaces.items()
+        }
+    if isinstance(space, spaces.Tuple):
+        return tuple(
+            build_tree(sub, by_path, f"{prefix}/_index_{i}" if prefix else f"_index_{i}")
+            for i, sub in enumerate(space.spaces)
+        )
+    return by_path[prefix]
+
+
+def map_tree(fn: Any, tree: Tree) -> Tree:
+    """Apply ``fn`` to every leaf array of ``tree``, keeping its structure."""
+    if isinstance(tree, dict):
+        return {key: map_tree(fn, sub) for key, sub in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(map_tree(fn, sub) for sub in tree)
+    return fn(tree)
+
+
+def tree_rows(tree: Tree) -> int:
+    """Number of rows of a tree (of its first leaf)."""
+    return len(next(leaves(tree))[1])

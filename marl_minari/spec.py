@@ -1,0 +1,176 @@
+"""``MultiAgentSpec``: what a multi-agent dataset holds, serialisable to its metadata."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymnasium import spaces
+from minari.serialization import deserialize_space, serialize_space
+
+from marl_minari import layout
+from marl_minari.descriptor import Api, EnvDescriptor
+from marl_minari.errors import LayoutError, UnsupportedSpaceError
+from marl_minari.spaces import check_storable
+
+
+@dataclass(frozen=True)
+class MultiAgentSpec:
+    """Agents, spaces and provenance of a multi-agent dataset.
+
+    Attributes:
+        api: ``"parallel"`` or ``"aec"``.
+        possible_agents: agent names in the environment's order (Gymnasium's ``Dict`` sorts its
+            keys, so this order is stored separately).
+        observation_spaces: ``{agent: space}``.
+        action_spaces: ``{agent: space}``.
+        state_space: the global state's space, or ``None`` when the env has no ``state()``.
+        env: how to re-create the environment, or ``None``.
+        reward_aggregation: how per-agent rewards became Minari's ``rewards`` column.
+        record_infos: whether the env's per-agent info dicts were recorded.
+    """
+
+    api: Api
+    possible_agents: tuple[str, ...]
+    observation_spaces: dict[str, spaces.Space]
+    action_spaces: dict[str, spaces.Space]
+    state_space: spaces.Space | None = None
+    env: EnvDescriptor | None = None
+    reward_aggregation: str = "sum"
+    record_infos: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.reward_aggregation not in layout.REWARD_AGGREGATIONS:
+            raise ValueError(
+                f"reward_aggregation must be one of {layout.REWARD_AGGREGATIONS}, "
+                f"got {self.reward_aggregation!r}"
+            )
+        if len(set(self.possible_agents)) != len(self.possible_agents):
+            raise ValueError(f"possible_agents has duplicates: {self.possible_agents}")
+        for agent in self.possible_agents:
+            if not agent or "/" in agent:
+                raise UnsupportedSpaceError(
+                    f"agent name {agent!r} cannot name an HDF5 group: use names without '/'"
+                )
+            check_storable(self.observation_spaces[agent], f"observation_space({agent!r})")
+            check_storable(self.action_spaces[agent], f"action_space({agent!r})")
+        if self.state_space is not None:
+            check_storable(self.state_space, "state_space")
+
+    @property
+    def num_agents(self) -> int:
+        """Number of possible agents ``N``."""
+        return len(self.possible_agents)
+
+    @property
+    def observation_space(self) -> spaces.Dict:
+        """The dataset's joint observation space, ``Dict({agent: space})``."""
+        return spaces.Dict({a: self.observation_spaces[a] for a in self.possible_agents})
+
+    @property
+    def action_space(self) -> spaces.Dict:
+        """The dataset's joint action space, ``Dict({agent: space})``."""
+        return spaces.Dict({a: self.action_spaces[a] for a in self.possible_agents})
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The ``metadata.json["marl_minari"]`` dict (spaces live in Minari's own keys)."""
+        from marl_minari import __version__
+
+        return {
+            layout.META_LAYOUT_VERSION: layout.LAYOUT_VERSION,
+            layout.META_LIBRARY_VERSION: __version__,
+            layout.META_API: self.api,
+            layout.META_POSSIBLE_AGENTS: list(self.possible_agents),
+            layout.META_ENV: None if self.env is None else self.env.to_dict(),
+            layout.META_REWARD_AGGREGATION: self.reward_aggregation,
+            layout.META_STATE_SPACE: (
+                None if self.state_space is None else serialize_space(self.state_space)
+            ),
+            layout.META_RECORD_INFOS: self.record_infos,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, Any], observation_space: spaces.Space,
+                      action_space: spaces.Space) -> MultiAgentSpec:
+        """Rebuild the spec of a stored dataset from its ``metadata.json`` and Dict spaces.
+
+        Raises:
+            LayoutError: the metadata lacks the multi-agent keys or is of a newer layout.
+        """
+        marl = metadata.get(layout.METADATA_KEY)
+        if not isinstance(marl, dict):
+            raise LayoutError(
+                f"dataset {metadata.get('dataset_id')!r} has no '{layout.METADATA_KEY}' metadata: "
+                "it is not a multi-agent dataset written by marl-minari."
+            )
+        version = marl.get(layout.META_LAYOUT_VERSION)
+        if not isinstance(version, int) or version > layout.LAYOUT_VERSION:
+            raise LayoutError(
+                f"dataset {metadata.get('dataset_id')!r} uses layout version {version!r}; this "
+                f"marl-minari reads up to {layout.LAYOUT_VERSION}. Upgrade marl-minari."
+            )
+        agents = tuple(marl[layout.META_POSSIBLE_AGENTS])
+        if not isinstance(observation_space, spaces.Dict) or not isinstance(
+            action_space, spaces.Dict
+        ) or set(observation_space.spaces) != set(agents) or set(action_space.spaces) != set(
+            agents
+        ):
+            raise LayoutError(
+                "observation and action spaces must be Dicts keyed by possible_agents "
+                f"{list(agents)}"
+            )
+        env = marl.get(layout.META_ENV)
+        state_space = marl.get(layout.META_STATE_SPACE)
+        known = {getattr(layout, k) for k in dir(layout) if k.startswith("META_")}
+        return cls(
+            api=marl[layout.META_API],
+            possible_agents=agents,
+            observation_spaces={a: observation_space[a] for a in agents},
+            action_spaces={a: action_space[a] for a in agents},
+            state_space=None if state_space is None else deserialize_space(state_space),
+            env=None if env is None else EnvDescriptor.from_dict(env),
+            reward_aggregation=marl.get(layout.META_REWARD_AGGREGATION, "sum"),
+            record_infos=bool(marl.get(layout.META_RECORD_INFOS, False)),
+            extra={k: v for k, v in marl.items() if k not in known},
+        )
+
+    def joint_env_spec(self) -> Any:
+        """A Gymnasium ``EnvSpec`` of the joint view, or ``None`` without an env descriptor.
+
+        ``gymnasium.make`` of it (which Minari's ``recover_environment`` calls) returns a
+        :class:`marl_minari.joint.JointEnv` whose spaces equal the dataset's Dict spaces.
+        """
+        if self.env is None or (self.env.entry_point is None and self.env.env_id is None):
+            return None
+        from gymnasium.envs.registration import EnvSpec
+
+        name = "".join(c if c.isalnum() or c == "_" else "_" for c in self.env.name)
+        return EnvSpec(
+            id=f"marl_minari/{name}-v0",
+            entry_point="marl_minari.joint:JointEnv",
+            kwargs={"descriptor": self.env.to_dict(), "possible_agents": list(self.possible_agents),
+                    "reward_aggregation": self.reward_aggregation},
+            disable_env_checker=True,
+            order_enforce=False,
+        )
+
+    def to_json(self) -> str:
+        """The spec with its spaces, as JSON (used for recordings in progress)."""
+        return json.dumps({
+            "marl": self.to_metadata(),
+            "observation_space": serialize_space(self.observation_space),
+            "action_space": serialize_space(self.action_space),
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> MultiAgentSpec:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(text)
+        return cls.from_metadata(
+            {layout.METADATA_KEY: data["marl"]},
+            deserialize_space(data["observation_space"]),
+            deserialize_space(data["action_space"]),
+        )

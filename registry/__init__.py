@@ -1,0 +1,1 @@
+"""Publishing, listing and downloading datasets on remotes Minari can use."""
