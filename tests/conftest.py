@@ -1,0 +1,84 @@
+"""Shared fixtures: an isolated Minari datasets root and recorded datasets from real envs."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@pytest.fixture(autouse=True)
+def datasets_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own empty ``MINARI_DATASETS_PATH``."""
+    root = tmp_path / "minari-datasets"
+    root.mkdir()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield root
+
+
+def play_parallel(env: Any, episodes: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Play ``episodes`` random episodes; return what the env handed out per episode.
+
+    Each record has ``returns`` ({agent: sum of rewards}), ``steps`` (env steps),
+    ``agent_steps`` ({agent: actions taken}) and ``seed``.
+    """
+    records = []
+    for episode in range(episodes):
+        episode_seed = seed + episode
+        env.reset(seed=episode_seed)
+        rng = np.random.default_rng(episode_seed)
+        returns = {a: 0.0 for a in env.possible_agents}
+        agent_steps = {a: 0 for a in env.possible_agents}
+        steps = 0
+        while env.agents:
+            actions = {}
+            for agent in env.agents:
+                space = env.action_space(agent)
+                space.seed(int(rng.integers(2**31)))
+                actions[agent] = space.sample()
+                agent_steps[agent] += 1
+            _, rewards, _, _, _ = env.step(actions)
+            for agent, reward in rewards.items():
+                returns[agent] += float(reward)
+            steps += 1
+        records.append({"returns": returns, "steps": steps, "agent_steps": agent_steps,
+                        "seed": episode_seed})
+    return records
+
+
+@pytest.fixture
+def record_parallel() -> Callable[..., tuple[Any, list[dict[str, Any]]]]:
+    """Record random episodes of a real env: ``record_parallel(env_id, episodes, **kw)``.
+
+    Returns ``(MultiAgentDataset, records)`` where ``records`` come from :func:`play_parallel`.
+    Keyword arguments starting with ``collector_`` go to the collector, the rest to
+    ``make_env``; ``dataset_id`` picks the id.
+    """
+    import marl_minari as mm
+
+    def record(env_id: str, episodes: int = 3, dataset_id: str = "tests/recorded-v0",
+               **kwargs: Any) -> tuple[Any, list[dict[str, Any]]]:
+        collector_kwargs = {k[len("collector_"):]: v for k, v in kwargs.items()
+                            if k.startswith("collector_")}
+        env_kwargs = {k: v for k, v in kwargs.items() if not k.startswith("collector_")}
+        collector = mm.ParallelDataCollector(mm.make_env(env_id, **env_kwargs),
+                                             **collector_kwargs)
+        records = play_parallel(collector, episodes)
+        dataset = collector.create_dataset(dataset_id, algorithm_name="random",
+                                           author="tests", author_email="tests@example.com",
+                                           code_permalink="https://example.com/tests",
+                                           description="recorded by the test suite")
+        collector.close()
+        return dataset, records
+
+    return record
