@@ -47,6 +47,7 @@ class ParallelDataCollector(BaseParallelWrapper):
             :func:`marl_minari.make_env` attached, else inferred.
         recording_path: folder for the episode journal (hidden one under the datasets root
             by default).
+        record_state: record ``env.state()`` at every row when the env provides it.
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -63,12 +64,14 @@ class ParallelDataCollector(BaseParallelWrapper):
         reward_aggregation: str = "sum",
         env_descriptor: EnvDescriptor | None = None,
         recording_path: str | Path | None = None,
+        record_state: bool = True,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
             env, "parallel", record_infos=record_infos, jpeg_encoding=jpeg_encoding,
             reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
-            recording_path=recording_path, state_space=state_space_of(env),
+            recording_path=recording_path,
+            state_space=state_space_of(env) if record_state else None,
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_data_callback

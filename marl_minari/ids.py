@@ -10,7 +10,8 @@ from minari.storage.datasets_root_dir import get_dataset_path
 from marl_minari.errors import InvalidDatasetIdError
 
 _PART = r"[A-Za-z0-9][\w.-]*"
-_ID_RE = re.compile(rf"^(?:(?P<namespace>{_PART}(?:/{_PART})*)/)?(?P<name>[\w.-]+?)-v(?P<version>\d+)$")
+_ID_RE = re.compile(
+    rf"(?:(?P<namespace>{_PART}(?:/{_PART})*)/)?(?P<name>\w[\w.-]*?)-v(?P<version>\d+)")
 
 
 def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
@@ -25,7 +26,7 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
     """
     if not isinstance(dataset_id, str):
         raise InvalidDatasetIdError(f"dataset id must be a str, got {type(dataset_id).__name__}")
-    match = _ID_RE.match(dataset_id)
+    match = _ID_RE.fullmatch(dataset_id)
     reason = None
     if match is None:
         reason = "it does not match (namespace/)name-vN"
@@ -35,8 +36,9 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
         reason = "namespace parts need at least two characters (Minari refuses shorter ones)"
     if reason is not None or match is None:
         raise InvalidDatasetIdError(
-            f"malformed dataset id {dataset_id!r}: {reason}. Use e.g. 'mpe2/simple_spread/random-v0'"
-            " (letters, digits, '_', '-', '.'; a version suffix '-vN' is required)."
+            f"malformed dataset id {dataset_id!r}: {reason}. Use e.g. "
+            "'mpe2/simple_spread/random-v0' (letters, digits, '_', '-', '.'; a version suffix "
+            "'-vN' is required)."
         )
     return match["namespace"], match["name"], int(match["version"])
 

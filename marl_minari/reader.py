@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,25 @@ def read_spec(data_path: Path) -> MultiAgentSpec:
         deserialize_space(metadata["observation_space"]),
         deserialize_space(metadata["action_space"]),
     )
+
+
+def open_data_file(path: Path) -> h5py.File:
+    """Open a dataset's ``main_data.hdf5`` for reading.
+
+    Raises:
+        DatasetNotFoundError: the file does not exist.
+        CorruptedDataError: HDF5 cannot open it (truncated or overwritten).
+    """
+    if not path.exists():
+        raise DatasetNotFoundError(f"no dataset file at {path}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise CorruptedDataError(
+            f"{path} is damaged and cannot be opened ({exc}); restore it from a copy or "
+            "re-create the dataset (a recording's journal can be recovered with "
+            "marl-minari recover)."
+        ) from exc
 
 
 def _read_metadata(data_path: Path) -> dict[str, Any]:
@@ -239,7 +259,7 @@ class MultiAgentDataset:
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""
-        with h5py.File(self._data_path / layout.MAIN_FILE_NAME, "r") as file:
+        with open_data_file(self._data_path / layout.MAIN_FILE_NAME) as file:
             return [_int_or_none(file[f"episode_{i}"].attrs.get("seed"))
                     for i in range(self.total_episodes)]
 
@@ -304,17 +324,20 @@ class _EpisodeReader:
 
     def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any]) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
-        self._file = h5py.File(self._path, "r")
+        self._file = open_data_file(self._path)
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
-        self._index = _load_index(data_path, self._file, int(metadata["total_episodes"]))
+        self._index = _load_index(data_path, self._file, int(metadata["total_episodes"]),
+                                  int(metadata["total_steps"]))
         self._map: np.ndarray | None = None
+        self._mmap: mmap.mmap | None = None
 
     def __enter__(self) -> _EpisodeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._file.close()
+        self._map = None
 
     def read(self, indices: np.ndarray) -> MultiAgentArrays:
         lengths = np.asarray([self._steps(int(i)) for i in indices], dtype=np.int64)
@@ -344,7 +367,7 @@ class _EpisodeReader:
 
                     found.append(_Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
                                        jpeg=self._jpeg and is_image_space(space),
-                                       text=leaf_dtype(space) == object))
+                                       text=leaf_dtype(space).kind == "O"))
         for name in ("rewards", "terminations", "truncations"):
             found.append(_Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (),
                                False))
@@ -365,22 +388,28 @@ class _EpisodeReader:
         rows = lengths + 1 if leaf.per_obs else lengths
         out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
         offsets = None if self._index is None else self._index["paths"].get(leaf.path)
+        row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
+        if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
+            starts = offsets[indices]
+            if bool((starts >= 0).all()):
+                mapped = self._mapped()
+                ends = starts + rows * row_bytes
+                np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
+                                                            strict=True)],
+                               out=out.reshape(-1).view(np.uint8))
+                return out
         start = 0
         for index, count in zip(indices.tolist(), rows.tolist(), strict=True):
-            target = out[start:start + count]
-            offset = -1 if offsets is None else int(offsets[index])
-            if offset >= 0 and not leaf.jpeg:
-                target[...] = self._mapped(offset, target.nbytes).view(leaf.dtype).reshape(
-                    target.shape)
-            else:
-                self._read_h5(leaf, index, target)
+            self._read_h5(leaf, index, out[start:start + count])
             start += count
         return out
 
-    def _mapped(self, offset: int, nbytes: int) -> np.ndarray:
+    def _mapped(self) -> np.ndarray:
         if self._map is None:
-            self._map = np.memmap(self._path, mode="r", dtype=np.uint8)
-        return self._map[offset:offset + nbytes]
+            with open(self._path, "rb") as handle:
+                self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            self._map = np.frombuffer(self._mmap, dtype=np.uint8)
+        return self._map
 
     def _read_h5(self, leaf: _Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
@@ -461,7 +490,8 @@ def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
-def _load_index(data_path: Path, file: h5py.File, total_episodes: int) -> dict[str, Any] | None:
+def _load_index(data_path: Path, file: h5py.File, total_episodes: int,
+                total_steps: int) -> dict[str, Any] | None:
     """The writer's offset index, if present and consistent with the file; else ``None``."""
     path = data_path / layout.INDEX_FILE_NAME
     if not path.exists():
@@ -474,11 +504,12 @@ def _load_index(data_path: Path, file: h5py.File, total_episodes: int) -> dict[s
     except (OSError, ValueError, KeyError):
         return None
     main = data_path / layout.MAIN_FILE_NAME
-    if header.get("file_size") != main.stat().st_size or len(steps) != total_episodes:
+    if (header.get("file_size") != main.stat().st_size or len(steps) != total_episodes
+            or int(steps.sum()) != total_steps):
         return None
     for index in {0, total_episodes - 1}:
         group = file.get(f"episode_{index}")
-        if not isinstance(group, h5py.Group):
+        if not isinstance(group, h5py.Group) or group.attrs.get("total_steps") != steps[index]:
             return None
         for leaf_path, stored_offsets in offsets.items():
             dataset = group.get(leaf_path)

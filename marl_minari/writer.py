@@ -11,6 +11,7 @@ half-written dataset where Minari looks for datasets.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -18,7 +19,7 @@ import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import h5py
 import minari
@@ -46,7 +47,7 @@ class LeafEpisode(NamedTuple):
     options: dict[str, Any] | None = None
 
 
-AnyEpisode = Union[MultiAgentEpisode, LeafEpisode]
+AnyEpisode = MultiAgentEpisode | LeafEpisode
 
 
 class EpisodeFileWriter:
@@ -85,16 +86,17 @@ class EpisodeFileWriter:
                      seed: int | None = None, options: dict[str, Any] | None = None) -> int:
         """Append one episode given as ``(path, array)`` pairs (see :func:`episode_leaves`)."""
         episode_id = self._next_id
-        group = self._file.create_group(f"episode_{episode_id}")
-        group.attrs["id"] = episode_id
-        group.attrs["total_steps"] = total_steps
+        group = h5py.h5g.create(self._file.id, f"episode_{episode_id}".encode())
+        _set_attr(group, "id", np.int64(episode_id))
+        _set_attr(group, "total_steps", np.int64(total_steps))
         if seed is not None:
-            group.attrs["seed"] = np.uint64(seed) if seed >= 2**63 else seed
+            _set_attr(group, "seed", np.uint64(seed) if seed >= 2**63 else np.int64(seed))
         if options:
-            group.attrs.update(_flatten_options(options, "options"))
+            h5py.Group(group).attrs.update(_flatten_options(options, "options"))
+        groups: dict[str, h5py.h5g.GroupID] = {"": group}
         written: dict[str, int] = {}
         for path, array in items:
-            written[path] = self._put(group, path, array)
+            written[path] = self._put(groups, path, array)
         for path in set(self._offsets) | set(written):
             self._offsets.setdefault(path, [-1] * (episode_id - self._first_id))
             self._offsets[path].append(written.get(path, -1))
@@ -122,28 +124,50 @@ class EpisodeFileWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, group: h5py.Group, path: str, array: np.ndarray) -> int:
+    def _put(self, groups: dict[str, h5py.h5g.GroupID], path: str, array: np.ndarray) -> int:
         parent_path, _, name = path.rpartition("/")
-        parent = group.require_group(parent_path) if parent_path else group
+        parent = _group(groups, parent_path)
+        if path in self._images or array.dtype == object:
+            self._put_special(h5py.Group(parent), path, name, array)
+            return -1
+        array = np.ascontiguousarray(array)
+        space_id = h5py.h5s.create_simple(array.shape) if array.shape else h5py.h5s.create(
+            h5py.h5s.SCALAR)
+        dataset = h5py.h5d.create(parent, name.encode(), _type_id(array.dtype), space_id)
+        if array.size:
+            dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
+        offset = dataset.get_offset()
+        return -1 if offset is None else int(offset)
+
+    def _put_special(self, parent: h5py.Group, path: str, name: str, array: np.ndarray) -> None:
         if path in self._images:
             frames = [_encode_jpeg(frame) for frame in array]
             lengths = {len(f) for f in frames}
             dtype = None if len(lengths) == 1 else h5py.vlen_dtype(np.uint8)
             parent.create_dataset(name, data=frames if dtype else np.stack(frames), dtype=dtype)
-            return -1
-        if array.dtype == object:
+        else:
             parent.create_dataset(name, data=array.astype(str).tolist(),
                                   dtype=h5py.string_dtype("utf-8"))
-            return -1
-        array = np.ascontiguousarray(array)
-        space_id = h5py.h5s.create_simple(array.shape) if array.shape else h5py.h5s.create(
-            h5py.h5s.SCALAR)
-        dataset = h5py.h5d.create(parent.id, name.encode(), h5py.h5t.py_create(
-            array.dtype, logical=True), space_id)
-        if array.size:
-            dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
-        offset = dataset.get_offset()
-        return -1 if offset is None else int(offset)
+
+
+@functools.lru_cache(maxsize=64)
+def _type_id(dtype: np.dtype) -> h5py.h5t.TypeID:
+    return h5py.h5t.py_create(dtype, logical=True)
+
+
+def _group(groups: dict[str, h5py.h5g.GroupID], path: str) -> h5py.h5g.GroupID:
+    found = groups.get(path)
+    if found is None:
+        parent_path, _, name = path.rpartition("/")
+        found = h5py.h5g.create(_group(groups, parent_path), name.encode())
+        groups[path] = found
+    return found
+
+
+def _set_attr(target: h5py.h5g.GroupID, name: str, value: np.generic) -> None:
+    attr = h5py.h5a.create(target, name.encode(), _type_id(value.dtype),
+                           h5py.h5s.create(h5py.h5s.SCALAR))
+    attr.write(np.asarray(value))
 
 
 def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray]]:

@@ -1,0 +1,115 @@
+"""Recording overhead per env step: ParallelDataCollector versus Minari's DataCollector.
+
+Both record the same random actions on the same env in one run: ours wraps the PettingZoo
+parallel env, Minari's wraps its Gymnasium joint view (``marl_minari.JointEnv``). Overhead is
+(time with recorder - time of the same env unrecorded) / steps, dataset creation included:
+the parallel env for ours, the joint view for Minari's.
+
+    python benchmarks/bench_record.py [--episodes 400] [--env mpe2/simple_spread_v3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+
+def actions_for(env, episodes: int, seed: int) -> list[list[dict]]:
+    rng = np.random.default_rng(seed)
+    plan = []
+    for _ in range(episodes):
+        steps = []
+        for _ in range(env.unwrapped.max_cycles if hasattr(env.unwrapped, "max_cycles") else 25):
+            steps.append({a: int(rng.integers(env.action_space(a).n))
+                          for a in env.possible_agents})
+        plan.append(steps)
+    return plan
+
+
+def run_parallel(env, plan) -> int:
+    steps = 0
+    for episode, actions in enumerate(plan):
+        env.reset(seed=episode)
+        for step in actions:
+            if not env.agents:
+                break
+            env.step({a: step[a] for a in env.agents})
+            steps += 1
+    return steps
+
+
+def run_joint(env, plan) -> int:
+    steps = 0
+    for episode, actions in enumerate(plan):
+        env.reset(seed=episode)
+        for step in actions:
+            _, _, terminated, truncated, _ = env.step(step)
+            steps += 1
+            if terminated or truncated:
+                break
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env", default="mpe2/simple_spread_v3")
+    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    os.environ["MINARI_DATASETS_PATH"] = tempfile.mkdtemp(prefix="bench-record-")
+    warnings.simplefilter("ignore")
+
+    import minari
+
+    import marl_minari as mm
+
+    plan = actions_for(mm.make_env(args.env), args.episodes, 0)
+    labels = ("bare", "bare joint", "marl-minari", "marl-minari+state", "minari")
+    best = dict.fromkeys(labels, np.inf)
+    steps = 0
+    for repeat in range(args.repeats):
+        env = mm.make_env(args.env)
+        start = time.perf_counter()
+        steps = run_parallel(env, plan)
+        best["bare"] = min(best["bare"], time.perf_counter() - start)
+
+        for label, record_state in (("marl-minari", False), ("marl-minari+state", True)):
+            collector = mm.ParallelDataCollector(mm.make_env(args.env), record_state=record_state)
+            start = time.perf_counter()
+            run_parallel(collector, plan)
+            collector.create_dataset(f"bench/ours-{label.replace('+', '-')}-{repeat}-v0")
+            best[label] = min(best[label], time.perf_counter() - start)
+            collector.close()
+
+        bare_joint = mm.JointEnv(mm.make_env(args.env))
+        start = time.perf_counter()
+        run_joint(bare_joint, plan)
+        best["bare joint"] = min(best["bare joint"], time.perf_counter() - start)
+
+        joint = minari.DataCollector(mm.JointEnv(mm.make_env(args.env)))
+        start = time.perf_counter()
+        run_joint(joint, plan)
+        joint.create_dataset(f"bench/minari-{repeat}-v0")
+        best["minari"] = min(best["minari"], time.perf_counter() - start)
+        joint.close()
+
+    bare_us = best["bare"] / steps * 1e6
+    ours = (best["marl-minari"] - best["bare"]) / steps * 1e6
+    with_state = (best["marl-minari+state"] - best["bare"]) / steps * 1e6
+    theirs = (best["minari"] - best["bare joint"]) / steps * 1e6
+    print(f"env {args.env}: {args.episodes} episodes, {steps} steps, best of {args.repeats}")
+    print(f"bare env step                 {bare_us:8.1f} us/step")
+    print(f"bare joint view step          {best['bare joint'] / steps * 1e6:8.1f} us/step")
+    print(f"ParallelDataCollector overhead {ours:8.1f} us/step (dataset creation included)")
+    print(f"  with env.state() every step  {with_state:8.1f} us/step (what Minari does not record)")
+    print(f"minari.DataCollector overhead  {theirs:8.1f} us/step (joint view, same actions)")
+    print(f"ratio ours / minari            {ours / theirs:8.3f}  (target <= 0.2)")
+
+
+if __name__ == "__main__":
+    main()
