@@ -7,6 +7,8 @@ Record PettingZoo environments (:class:`ParallelDataCollector`), load the result
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 from marl_minari.descriptor import EnvDescriptor, make_env
@@ -62,7 +64,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     # Collectors import PettingZoo wrappers; load them on first use to keep `import` light.
     if name == "ParallelDataCollector":
         from marl_minari.collectors import ParallelDataCollector

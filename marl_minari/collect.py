@@ -78,7 +78,7 @@ def _make(env_id: str, api: str | None, env_kwargs: dict[str, Any]) -> tuple[Any
     if api is not None:
         if api not in ("parallel", "aec"):
             raise EnvDescriptorError(f"api must be 'parallel' or 'aec', got {api!r}")
-        return make_env(env_id, api=api, **env_kwargs), api  # type: ignore[arg-type]
+        return make_env(env_id, api=api, **env_kwargs), api  # type: ignore[arg-type,return-value]
     try:
         return make_env(env_id, api="parallel", **env_kwargs), "parallel"
     except EnvDescriptorError as exc:
@@ -88,11 +88,11 @@ def _make(env_id: str, api: str | None, env_kwargs: dict[str, Any]) -> tuple[Any
 
 
 def _collector(env: Any, api: str, **kwargs: Any) -> Any:
-    from marl_minari import collectors
+    import marl_minari
 
     if api == "parallel":
-        return collectors.ParallelDataCollector(env, **kwargs)
-    return collectors.AECDataCollector(env, **kwargs)
+        return marl_minari.ParallelDataCollector(env, **kwargs)
+    return marl_minari.AECDataCollector(env, **kwargs)
 
 
 def _play_parallel(env: Any, policy: Policy, seed: int) -> None:

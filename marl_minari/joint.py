@@ -83,4 +83,5 @@ class JointEnv(gym.Env):
 def _aggregate(values: np.ndarray, how: str) -> float:
     if values.size == 0:
         return 0.0
-    return float({"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[how](values))
+    reducers: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+    return float(reducers[how](values))

@@ -235,7 +235,8 @@ def write_index(h5_path: Path, offsets: dict[str, list[int]], steps: list[int]) 
     """Write the offset index beside ``h5_path`` (see ``docs/format.md``)."""
     paths = sorted(offsets)
     header = {"version": 1, "file_size": h5_path.stat().st_size, "paths": paths}
-    arrays = {f"o{i}": np.asarray(offsets[p], dtype=np.int64) for i, p in enumerate(paths)}
+    arrays: dict[str, Any] = {
+        f"o{i}": np.asarray(offsets[p], dtype=np.int64) for i, p in enumerate(paths)}
     target = h5_path.parent / layout.INDEX_FILE_NAME
     temporary = target.with_suffix(".tmp")
     with open(temporary, "wb") as handle:
@@ -285,7 +286,7 @@ def dataset_metadata(
     env_spec = spec.joint_env_spec()
     if env_spec is not None:
         metadata["env_spec"] = env_spec.to_json()
-    optional = {
+    optional: dict[str, Any] = {
         "algorithm_name": algorithm_name,
         "author": [author] if isinstance(author, str) else author,
         "author_email": [author_email] if isinstance(author_email, str) else author_email,
