@@ -13,7 +13,7 @@ import numpy as np
 from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import InfoStructureError, StepDataError
-from marl_minari.spaces import stack
+from marl_minari.spaces import leaves, stack
 from marl_minari.spec import MultiAgentSpec
 
 _AGGREGATE = {
@@ -39,6 +39,7 @@ class EpisodeBuilder:
         self.has_state = has_state
         self._agents = spec.possible_agents
         self._info_keys: dict[str, Any] = {}
+        self._info_leaves: dict[str, dict[str, tuple[np.dtype, tuple[int, ...]]]] = {}
         self.clear()
 
     def clear(self) -> None:
@@ -98,6 +99,8 @@ class EpisodeBuilder:
             self._extras.append(dict(extras))
 
     def _check_infos(self, infos: Mapping[str, Any]) -> None:
+        if not self.record_infos:
+            return  # only action masks are kept; the rest of the info dicts may vary freely
         for agent, info in infos.items():
             keys = info.keys() if isinstance(info, Mapping) else None
             known = self._info_keys.setdefault(agent, keys)
@@ -169,9 +172,45 @@ class EpisodeBuilder:
                 rows = [None if r is None or layout.ACTION_MASK_KEY not in r
                         else {layout.ACTION_MASK_KEY: r[layout.ACTION_MASK_KEY]} for r in rows]
             template = next((r for r in rows if r), None)
+            known = self._info_leaves.get(agent)
             if template:
                 out[agent] = stack_info(template, rows, f"info of {agent!r}")
+                found = {path: (array.dtype, array.shape[1:])
+                         for path, array in leaves(out[agent])}
+                if known is None:
+                    self._info_leaves[agent] = found
+                elif found != known:
+                    raise InfoStructureError(
+                        f"info of agent {agent!r} has leaves {_describe(found)} in this episode, "
+                        f"{_describe(known)} in earlier ones: info dicts must keep the same "
+                        "keys, dtypes and shapes through a dataset."
+                    )
+            elif known is not None:
+                # The agent handed out no info this episode: fill its known columns.
+                out[agent] = _nested({path: (np.full(len(rows), "", dtype=object)
+                                             if dtype.kind == "O" else
+                                             np.zeros((len(rows), *shape), dtype=dtype))
+                                      for path, (dtype, shape) in known.items()})
         return out or None
+
+
+def _describe(found: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> str:
+    return ", ".join(f"{path or '.'}: {dtype}{list(shape)}" for path, (dtype, shape) in
+                     sorted(found.items()))
+
+
+def _nested(flat: dict[str, Any]) -> Any:
+    """``{"a/b": x}`` -> ``{"a": {"b": x}}``."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        if not path:
+            return value
+        node = out
+        *parents, last = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def stack_info(template: Any, rows: list[Any], where: str) -> Any:
@@ -186,14 +225,17 @@ def stack_info(template: Any, rows: list[Any], where: str) -> Any:
     if first.dtype.kind in "UO":
         return np.array(["" if r is None else str(r) for r in rows], dtype=object)
     fill = np.zeros_like(first)
-    try:
-        out = np.asarray([fill if r is None else r for r in rows], dtype=first.dtype)
-    except (ValueError, TypeError) as exc:
-        raise InfoStructureError(f"{where}: values change shape during the episode ({exc})") \
-            from exc
-    if out.shape[1:] != first.shape:
-        raise InfoStructureError(f"{where}: values change shape during the episode")
-    return out
+    for index, value in enumerate(rows):
+        if value is None:
+            continue
+        value = np.asarray(value)
+        if value.shape != first.shape or not np.can_cast(value.dtype, first.dtype, "same_kind"):
+            raise InfoStructureError(
+                f"{where}, row {index}: {value.dtype}{list(value.shape)} value does not fit "
+                f"the {first.dtype}{list(first.shape)} of earlier rows; info values must keep "
+                "their dtype and shape through a dataset."
+            )
+    return np.asarray([fill if r is None else r for r in rows], dtype=first.dtype)
 
 
 def _get(row: Any, key: Any, where: str, index: int) -> Any:

@@ -50,9 +50,10 @@ class MultiAgentSpec:
         if len(set(self.possible_agents)) != len(self.possible_agents):
             raise ValueError(f"possible_agents has duplicates: {self.possible_agents}")
         for agent in self.possible_agents:
-            if not agent or "/" in agent:
+            if not isinstance(agent, str) or agent in ("", ".", "..") or "/" in agent:
                 raise UnsupportedSpaceError(
-                    f"agent name {agent!r} cannot name an HDF5 group: use names without '/'"
+                    f"agent name {agent!r} cannot name an HDF5 group: use non-empty strings "
+                    "without '/' (and not '.' or '..')"
                 )
             check_storable(self.observation_spaces[agent], f"observation_space({agent!r})")
             check_storable(self.action_spaces[agent], f"action_space({agent!r})")
