@@ -1,0 +1,65 @@
+"""Dataset ids: Minari's ``(namespace/)name-vN`` form, stricter where Minari misbehaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marl_minari import ids
+from marl_minari.errors import InvalidDatasetIdError
+from marl_minari.ids import dataset_dir, parse_dataset_id
+
+
+@pytest.mark.parametrize(
+    ("dataset_id", "expected"),
+    [
+        ("x-v0", (None, "x", 0)),
+        ("a.b_c-d-v12", (None, "a.b_c-d", 12)),
+        ("mpe2/simple_spread/random-v0", ("mpe2/simple_spread", "random", 0)),
+        ("ns/name-v0-v3", ("ns", "name-v0", 3)),
+        ("_x-v1", (None, "_x", 1)),
+    ],
+)
+def test_well_formed_ids_parse(dataset_id: str, expected: tuple) -> None:
+    assert parse_dataset_id(dataset_id) == expected
+
+
+@pytest.mark.parametrize(
+    "dataset_id",
+    [
+        "t/x-v0",  # one-character namespace: Minari refuses it later
+        "../x-v0",
+        "ns/../x-v0",
+        "ns/./x-v0",
+        "x",  # no version
+        "x-v",
+        "ns/x",
+        "/abs-v0",
+        "ns//x-v0",
+        "x-v0/",
+        "ns\\x-v0",
+        "x y-v0",
+        "x-V0",
+        "x-v0\n",  # '$' would accept a trailing newline
+        ".hidden-v0",  # a hidden folder: Minari would never list it
+        "ns/.x-v0",
+        "..-v0",
+        "",
+    ],
+)
+def test_malformed_ids_are_refused_with_the_expected_form(dataset_id: str) -> None:
+    with pytest.raises(InvalidDatasetIdError, match="malformed dataset id"):
+        parse_dataset_id(dataset_id)
+
+
+def test_non_string_id_is_refused() -> None:
+    with pytest.raises(InvalidDatasetIdError, match="must be a str"):
+        parse_dataset_id(3)  # type: ignore[arg-type]
+
+
+def test_dataset_dir_is_under_the_datasets_root(datasets_root: Path) -> None:
+    assert ids.datasets_root() == datasets_root
+    assert dataset_dir("aa/bb/x-v2") == datasets_root / "aa" / "bb" / "x-v2"
+    with pytest.raises(InvalidDatasetIdError):
+        dataset_dir("../escape-v0")
