@@ -39,14 +39,18 @@ def collect(
     description: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Record episodes of a PettingZoo env with a random (legal-action) policy."""
+    import warnings
+
     from marl_minari.collect import collect as run_collect
 
-    dataset = run_collect(
-        env_id, episodes=episodes, seed=seed, dataset_id=dataset_id, api=api,
-        jpeg_encoding=jpeg_encoding, record_infos=record_infos, env_kwargs=json.loads(env_kwargs),
-        author=author, author_email=author_email, code_permalink=code_permalink,
-        description=description, progress=True,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`\w+` is not set")
+        dataset = run_collect(
+            env_id, episodes=episodes, seed=seed, dataset_id=dataset_id, api=api,
+            jpeg_encoding=jpeg_encoding, record_infos=record_infos,
+            env_kwargs=json.loads(env_kwargs), author=author, author_email=author_email,
+            code_permalink=code_permalink, description=description, progress=True,
+        )
     typer.echo(f"recorded {dataset.total_episodes} episodes, {dataset.total_steps} steps "
                f"into {dataset.minari.spec.dataset_id}")
     typer.echo(f"load it with: minari.load_dataset({dataset.minari.spec.dataset_id!r})")
