@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import mmap
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -501,7 +502,7 @@ def _load_index(data_path: Path, file: h5py.File, total_episodes: int,
             header = json.loads(stored["header"].tobytes())
             steps = stored["steps"]
             offsets = {p: stored[f"o{i}"] for i, p in enumerate(header["paths"])}
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
     main = data_path / layout.MAIN_FILE_NAME
     if (header.get("file_size") != main.stat().st_size or len(steps) != total_episodes
