@@ -1,0 +1,303 @@
+"""The reader: per-agent arrays in bulk and per episode, and what it does with damaged files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import minari
+import numpy as np
+import pytest
+from gymnasium import spaces
+from marl_strategies import assert_episode_equal, assert_tree_equal, random_episode
+
+import marl_minari as mm
+from marl_minari import layout
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
+from marl_minari.reader import _load_index
+from marl_minari.spec import MultiAgentSpec
+from marl_minari.writer import write_dataset
+
+AGENTS = ["p", "q", "r"]
+OBS = {"p": spaces.Box(-3, 3, (4,), dtype=np.float32),
+       "q": spaces.Tuple((spaces.Discrete(5), spaces.Text(4, min_length=0))),
+       "r": spaces.Dict({"m": spaces.MultiBinary(3), "v": spaces.Box(0, 9, (2, 2), np.int64)})}
+ACT = {"p": spaces.Box(-1, 1, (2,), dtype=np.float32), "q": spaces.Discrete(3),
+       "r": spaces.MultiDiscrete([3, 3])}
+STATE = spaces.Box(-1, 1, (5,), dtype=np.float32)
+
+
+@pytest.fixture
+def written() -> tuple[Any, list]:
+    spec = MultiAgentSpec(api="parallel", possible_agents=tuple(AGENTS), observation_spaces=OBS,
+                          action_spaces=ACT, state_space=STATE)
+    episodes = [random_episode(AGENTS, OBS, ACT, steps, seed, state_space=STATE,
+                               with_infos=True) for seed, steps in enumerate([3, 1, 5, 2])]
+    write_dataset("read/mixed-v0", episodes, spec)
+    return mm.load_dataset("read/mixed-v0"), episodes
+
+
+def _assert_arrays_match(arrays: Any, episodes: list, indices: list[int]) -> None:
+    assert arrays.episode_ids.tolist() == indices
+    for position, index in enumerate(indices):
+        expected = episodes[index]
+        assert_episode_equal(arrays.episode(position), expected)
+
+
+def test_to_arrays_equals_per_episode_reads(written: tuple) -> None:
+    dataset, episodes = written
+    arrays = dataset.to_arrays()
+    _assert_arrays_match(arrays, episodes, [0, 1, 2, 3])
+    for i in range(4):
+        assert_episode_equal(dataset.episode(i), arrays.episode(i))
+    assert [e.id for e in dataset] == [0, 1, 2, 3]
+    assert len(dataset) == 4 and dataset[2].total_steps == 5
+
+
+def test_to_arrays_of_a_subset_in_any_order(written: tuple) -> None:
+    dataset, episodes = written
+    _assert_arrays_match(dataset.to_arrays([2, 0]), episodes, [2, 0])
+    _assert_arrays_match(dataset.to_arrays([3]), episodes, [3])
+    with pytest.raises(ValueError, match="at least one episode"):
+        dataset.to_arrays([])
+
+
+def test_bulk_arrays_are_concatenated_with_boundaries(written: tuple) -> None:
+    dataset, episodes = written
+    arrays = dataset.to_arrays()
+    lengths = [e.total_steps for e in episodes]
+    assert arrays.episode_lengths.tolist() == lengths
+    assert arrays.step_starts.tolist() == [0, 3, 4, 9]
+    assert arrays.obs_starts.tolist() == [0, 4, 6, 12]
+    assert arrays.rewards.shape == (11, 3) and arrays.active.shape == (15, 3)
+    assert arrays.observations["p"].shape == (15, 4)
+    assert arrays.state is not None and arrays.state.shape == (15, 5)
+    # obs_rows/next_obs_rows pair each step with its observations
+    np.testing.assert_array_equal(arrays.observations["p"][arrays.obs_rows[3:4]],
+                                  episodes[1].observations["p"][:1])
+    np.testing.assert_array_equal(arrays.observations["p"][arrays.next_obs_rows[3:4]],
+                                  episodes[1].observations["p"][1:2])
+    np.testing.assert_allclose(arrays.returns(),
+                               [[e.returns[a] for a in AGENTS] for e in episodes])
+
+
+def test_iterate_episodes_in_small_batches(written: tuple) -> None:
+    dataset, episodes = written
+    read = list(dataset.iterate_episodes([3, 1, 2], batch_size=2))
+    assert [e.id for e in read] == [3, 1, 2]
+    for episode in read:
+        assert_episode_equal(episode, episodes[episode.id])
+        assert episode.seed == episodes[episode.id].seed
+        assert episode.options == episodes[episode.id].options
+
+
+def test_episode_out_of_range(written: tuple) -> None:
+    dataset, _ = written
+    for index in (-1, 4):
+        with pytest.raises(IndexError, match="out of range"):
+            dataset.episode(index)
+
+
+def test_text_and_tuple_leaves_come_back_as_written(written: tuple) -> None:
+    dataset, episodes = written
+    text = dataset.episode(2).observations["q"][1]
+    assert text.dtype == object
+    assert text.tolist() == episodes[2].observations["q"][1].tolist()
+    infos = dataset.episode(0).agent_infos
+    assert infos is not None
+    assert infos["r"]["nested"]["label"].tolist() == ["r0", "r1", "r2", "r3"]
+
+
+def test_load_dataset_errors(datasets_root: Path) -> None:
+    with pytest.raises(DatasetNotFoundError, match="no local dataset"):
+        mm.load_dataset("read/missing-v0")
+    # a single-agent Minari dataset is not in the layout
+    import gymnasium as gym
+    from minari import DataCollector
+
+    env = DataCollector(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    env.create_dataset("read/cartpole-v0", algorithm_name="random", author="t",
+                       author_email="t@example.com", code_permalink="https://example.com",
+                       description="single agent")
+    with pytest.raises(LayoutError, match="not a multi-agent dataset"):
+        mm.load_dataset("read/cartpole-v0")
+
+
+# --- damaged files -----------------------------------------------------------------------------
+
+
+def _main(dataset: Any) -> Path:
+    return dataset.data_path / layout.MAIN_FILE_NAME
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99, 0.01])
+def test_truncated_data_file_gives_a_clear_error(written: tuple, keep: float) -> None:
+    dataset, _ = written
+    path = _main(dataset)
+    with open(path, "r+b") as handle:
+        handle.truncate(int(path.stat().st_size * keep))
+    reloaded = mm.load_dataset("read/mixed-v0")
+    with pytest.raises(CorruptedDataError, match="main_data.hdf5 is damaged"):
+        reloaded.to_arrays()
+    with pytest.raises(CorruptedDataError, match="damaged"):
+        reloaded.episode(0)
+    with pytest.raises(CorruptedDataError, match="damaged"):
+        reloaded.episode_seeds()
+
+
+def test_overwritten_file_header_gives_a_clear_error(written: tuple) -> None:
+    dataset, _ = written
+    with open(_main(dataset), "r+b") as handle:
+        handle.write(b"\0" * 64)
+    with pytest.raises(CorruptedDataError, match="damaged"):
+        dataset.to_arrays()
+
+
+def test_missing_dataset_in_an_episode_is_named(written: tuple) -> None:
+    dataset, _ = written
+    with h5py.File(_main(dataset), "a") as file:
+        del file["episode_3/actions/p"]
+    with pytest.raises(CorruptedDataError, match="episode_3 lacks dataset actions/p"):
+        dataset.to_arrays()
+
+
+def test_metadata_claiming_more_episodes_than_stored(written: tuple) -> None:
+    dataset, _ = written
+    meta_path = dataset.data_path / "metadata.json"
+    metadata = json.loads(meta_path.read_text())
+    metadata["total_episodes"] = 6
+    meta_path.write_text(json.dumps(metadata))
+    reloaded = mm.load_dataset("read/mixed-v0")
+    with pytest.raises(CorruptedDataError, match="episode_4 is missing"):
+        reloaded.to_arrays()
+
+
+def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
+    dataset, _ = written
+    (dataset.data_path / "metadata.json").write_text("{not json")
+    with pytest.raises(CorruptedDataError, match="not valid JSON"):
+        dataset.metadata  # noqa: B018
+
+
+# --- the offset index --------------------------------------------------------------------------
+
+
+def _index_used(dataset: Any) -> bool:
+    meta = dataset.metadata
+    with h5py.File(_main(dataset), "r") as file:
+        return _load_index(dataset.data_path, file, int(meta["total_episodes"]),
+                           int(meta["total_steps"])) is not None
+
+
+def _edit_index(dataset: Any, edit: Any) -> None:
+    path = dataset.data_path / layout.INDEX_FILE_NAME
+    with np.load(path) as stored:
+        arrays = {key: stored[key].copy() for key in stored.files}
+    edit(arrays)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def _header(arrays: dict, **changes: Any) -> None:
+    header = json.loads(arrays["header"].tobytes())
+    header.update(changes)
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+
+
+def _shift_first(arrays: dict) -> None:
+    for key in arrays:
+        if key.startswith("o") and arrays[key][0] >= 0:
+            arrays[key][0] += 16
+
+
+def _shift_last(arrays: dict) -> None:
+    for key in arrays:
+        if key.startswith("o") and arrays[key][-1] >= 0:
+            arrays[key][-1] -= 16
+
+
+def _steps_first(arrays: dict) -> None:
+    arrays["steps"][0] += 1
+    arrays["steps"][2] -= 1
+
+
+def _steps_middle(arrays: dict) -> None:
+    arrays["steps"][1] += 1
+
+
+def _file_size(arrays: dict) -> None:
+    _header(arrays, file_size=12345)
+
+
+def _reversed_paths(arrays: dict) -> None:
+    header = json.loads(arrays["header"].tobytes())
+    _header(arrays, paths=header["paths"][::-1])
+
+
+def _fewer_episodes(arrays: dict) -> None:
+    for key in list(arrays):
+        if key != "header":
+            arrays[key] = arrays[key][:-1]
+
+
+@pytest.mark.parametrize("edit", [_shift_first, _shift_last, _steps_first, _steps_middle,
+                                  _file_size, _reversed_paths, _fewer_episodes])
+def test_tampered_index_is_ignored_and_reads_stay_correct(written: tuple, edit: Any) -> None:
+    dataset, episodes = written
+    assert _index_used(dataset)
+    _edit_index(dataset, edit)
+    assert not _index_used(dataset)
+    _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_damaged_index_file_is_ignored(written: tuple, damage: str) -> None:
+    dataset, episodes = written
+    path = dataset.data_path / layout.INDEX_FILE_NAME
+    content = path.read_bytes()
+    path.write_bytes({"garbage": b"PK\x03\x04 not a zip", "truncated": content[:len(content) // 2],
+                      "empty": b""}[damage])
+    assert not _index_used(dataset)
+    _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
+
+
+def test_stale_index_of_another_dataset_is_ignored(written: tuple) -> None:
+    dataset, episodes = written
+    spec = dataset.spec
+    other = [random_episode(AGENTS, OBS, ACT, steps, seed, state_space=STATE, with_infos=True)
+             for seed, steps in enumerate([2, 2, 2, 2], start=50)]
+    write_dataset("read/other-v0", other, spec)
+    other_data = mm.load_dataset("read/other-v0").data_path
+    shutil.copyfile(other_data / layout.INDEX_FILE_NAME, dataset.data_path / layout.INDEX_FILE_NAME)
+    assert not _index_used(dataset)
+    _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
+
+
+def test_index_goes_stale_when_minari_appends(written: tuple) -> None:
+    dataset, episodes = written
+    # Minari's own storage appends an episode of the same layout behind the writer's back.
+    with h5py.File(_main(dataset), "a") as file:
+        file.copy(file["episode_1"], "episode_4")
+        file["episode_4"].attrs["id"] = 4
+    metadata = json.loads((dataset.data_path / "metadata.json").read_text())
+    metadata.update(total_episodes=5, total_steps=metadata["total_steps"] + 1)
+    (dataset.data_path / "metadata.json").write_text(json.dumps(metadata))
+    reloaded = mm.load_dataset("read/mixed-v0")
+    assert not _index_used(reloaded)
+    arrays = reloaded.to_arrays()
+    _assert_arrays_match(reloaded.to_arrays([0, 1, 2, 3]), episodes, [0, 1, 2, 3])
+    assert_tree_equal(arrays.episode(4).observations, episodes[1].observations)
+    assert minari.load_dataset("read/mixed-v0").total_episodes == 5
+
+
+def test_reads_without_any_index_match(written: tuple) -> None:
+    dataset, episodes = written
+    (dataset.data_path / layout.INDEX_FILE_NAME).unlink()
+    _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
+    _assert_arrays_match(dataset.to_arrays([1, 3]), episodes, [1, 3])
