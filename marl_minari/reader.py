@@ -184,7 +184,12 @@ class MultiAgentDataset:
     def __init__(self, dataset: MinariDataset) -> None:
         self._minari = dataset
         self._data_path = Path(dataset.storage.data_path)
-        self._spec = read_spec(self._data_path)
+        # Read once: the metadata of image datasets holds megabytes of space bounds.
+        self._metadata = _read_metadata(self._data_path)
+        self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
+                                                  dataset.action_space)
+        # A filtered or split Minari dataset sees only some of the stored episodes.
+        self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
 
     @property
     def minari(self) -> MinariDataset:
@@ -231,19 +236,28 @@ class MultiAgentDataset:
         return self.iterate_episodes()
 
     def episode(self, index: int, *, with_seed: bool = True) -> MultiAgentEpisode:
-        """Episode ``index`` with per-agent arrays, seed and options."""
+        """The ``index``-th episode of this dataset with per-agent arrays, seed and options.
+
+        As ``MinariDataset[index]``: of a filtered or split dataset, the ``index``-th episode
+        it holds (its ``id`` is the stored episode's).
+        """
         if not 0 <= index < self.total_episodes:
             raise IndexError(f"episode {index} out of range (0..{self.total_episodes - 1})")
-        episode = self.to_arrays([index]).episode(0)
+        episode_id = int(self._ids[index])
+        episode = self.to_arrays([episode_id]).episode(0)
         if not with_seed:
             return episode
-        seed, options = self._seed_and_options(index)
+        seed, options = self._seed_and_options(episode_id)
         return _replace(episode, seed=seed, options=options)
 
     def iterate_episodes(self, episode_indices: Iterable[int] | None = None,
                          *, batch_size: int = 256) -> Iterator[MultiAgentEpisode]:
-        """Yield episodes in order, reading ``batch_size`` episodes at a time."""
-        indices = list(range(self.total_episodes) if episode_indices is None else episode_indices)
+        """Yield episodes in order, reading ``batch_size`` episodes at a time.
+
+        ``episode_indices`` are stored episode ids, as for ``MinariDataset.iterate_episodes``;
+        by default every episode of this dataset.
+        """
+        indices = [int(i) for i in (self._ids if episode_indices is None else episode_indices)]
         for start in range(0, len(indices), batch_size):
             chunk = indices[start:start + batch_size]
             arrays = self.to_arrays(chunk)
@@ -252,17 +266,17 @@ class MultiAgentDataset:
                 yield _replace(arrays.episode(position), seed=seed, options=options)
 
     def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
-        """Read episodes into contiguous per-agent arrays (all episodes by default)."""
-        indices = np.arange(self.total_episodes) if episode_indices is None else np.asarray(
+        """Read episodes (stored ids; every episode of this dataset by default) into arrays."""
+        indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
-        with _EpisodeReader(self._data_path, self._spec, self.metadata) as reader:
+        with _EpisodeReader(self._data_path, self._spec, self._metadata) as reader:
             return reader.read(indices)
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""
         with open_data_file(self._data_path / layout.MAIN_FILE_NAME) as file:
             return [_int_or_none(file[f"episode_{i}"].attrs.get("seed"))
-                    for i in range(self.total_episodes)]
+                    for i in self._ids.tolist()]
 
     def recover_environment(self, api: str | None = None, **overrides: Any) -> Any:
         """Re-create the PettingZoo environment the data was recorded from.
