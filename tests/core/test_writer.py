@@ -251,7 +251,15 @@ def test_minari_loads_iterates_samples_and_filters(spread: tuple) -> None:
     assert len(sampled) == 3 and len({int(e.id) for e in sampled}) == 3
     filtered = plain.filter_episodes(lambda e: int(e.id) % 2 == 1)
     assert [int(e.id) for e in filtered.iterate_episodes()] == [1, 3]
-    assert mm.load_dataset(filtered).total_episodes == 2
+    wrapped = mm.load_dataset(filtered)  # the multi-agent view keeps Minari's selection
+    assert wrapped.total_episodes == 2
+    assert [e.id for e in wrapped] == [1, 3]
+    assert wrapped.to_arrays().episode_ids.tolist() == [1, 3]
+    assert wrapped.episode_seeds() == [1, 3]
+    assert wrapped.episode(1).id == 3
+    assert_episode_equal(wrapped.episode(0), dataset.episode(1))
+    with pytest.raises(IndexError):
+        wrapped.episode(2)
 
 
 def test_minari_split_and_combine(spread: tuple) -> None:
@@ -259,6 +267,10 @@ def test_minari_split_and_combine(spread: tuple) -> None:
     first, second = minari.split_dataset(plain, [3, 1], seed=1)
     ids = sorted(int(e.id) for d in (first, second) for e in d.iterate_episodes())
     assert ids == [0, 1, 2, 3]
+    views = [mm.load_dataset(part) for part in (first, second)]
+    assert sorted(e.id for view in views for e in view) == [0, 1, 2, 3]
+    assert [e.id for e in views[1]] == [int(i) for i in second.episode_indices]
+    assert views[0].total_steps == 18
     combined = minari.combine_datasets([plain, plain], "mpe2/spread/combined-v0")
     assert combined.total_episodes == 8 and combined.total_steps == 48
     rewards = [e.rewards.sum() for e in combined.iterate_episodes()]
