@@ -1,0 +1,77 @@
+"""``JointEnv``: the Gymnasium view that ``minari ... recover_environment()`` returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import minari
+import numpy as np
+import pytest
+from gymnasium import spaces
+from marl_strategies import RandomSpacesEnv
+
+import marl_minari as mm
+from marl_minari.joint import JointEnv
+
+
+def test_dead_agents_get_fill_values_and_actions_for_them_are_ignored() -> None:
+    env = mm.make_env("butterfly/knights_archers_zombies_v11", max_cycles=150, spawn_delay=1,
+                      line_death=True)
+    joint = JointEnv(env)
+    assert list(joint.observation_space.spaces) == sorted(env.possible_agents)
+    observation, info = joint.reset(seed=0)
+    assert set(observation) == set(env.possible_agents) and "agents" in info
+    saw_dead, done = False, False
+    while not done:
+        observation, reward, terminated, truncated, info = joint.step(
+            joint.action_space.sample())  # actions for dead agents too
+        assert joint.observation_space.contains(observation)
+        for agent in env.possible_agents:
+            if agent not in env.agents and agent not in info["terminations"]:
+                saw_dead = True
+                assert not observation[agent].any()
+        done = terminated or truncated
+    assert saw_dead
+    joint.close()
+
+
+@pytest.mark.parametrize("aggregation", ["sum", "mean", "max", "min"])
+def test_reward_is_the_dataset_aggregate(aggregation: str) -> None:
+    agents = ["a", "b", "c"]
+    env = RandomSpacesEnv(agents, {a: spaces.Discrete(2) for a in agents},
+                          {a: spaces.Discrete(2) for a in agents}, max_steps=3)
+    joint = JointEnv(env, reward_aggregation=aggregation)
+    joint.reset(seed=1)
+    reduce = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[aggregation]
+    for _ in range(3):
+        _, reward, terminated, truncated, info = joint.step({a: 0 for a in agents})
+        assert reward == pytest.approx(reduce(list(info["rewards"].values())))
+    assert truncated and not terminated
+
+
+def test_agent_order_is_taken_from_the_dataset() -> None:
+    env = mm.make_env("mpe2/simple_speaker_listener_v4")
+    joint = JointEnv(env, possible_agents=["speaker_0", "listener_0"])
+    assert joint.agents_order == ["speaker_0", "listener_0"]
+    assert joint.observation_space["speaker_0"].shape == (3,)
+
+
+def test_recovered_from_a_dataset_through_minari(record_parallel: Any) -> None:
+    record_parallel("mpe2/simple_speaker_listener_v4", episodes=1, max_cycles=4)
+    plain = minari.load_dataset("tests/recorded-v0")
+    env = plain.recover_environment()
+    assert isinstance(env.unwrapped, JointEnv)
+    assert env.observation_space == plain.observation_space
+    assert env.action_space == plain.action_space
+    assert isinstance(env, gym.Env)
+    env.reset(seed=0)
+    steps = 0
+    while True:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        steps += 1
+        if terminated or truncated:
+            break
+    assert steps == 4
+    with pytest.raises(ValueError, match="needs an env or a descriptor"):
+        JointEnv()
