@@ -78,8 +78,8 @@ class Recording:
         self.jpeg_encoding = jpeg_encoding
         _atomic_write(self.path / SPEC_NAME, json.dumps({
             "spec": spec.to_json(), "jpeg_encoding": jpeg_encoding, "created": time.time()}))
+        self.episodes = _trim_journal(self.path / JOURNAL_NAME)
         self._journal = open(self.path / JOURNAL_NAME, "ab", buffering=0)  # noqa: SIM115
-        self.episodes = 0
 
     @classmethod
     def open(cls, path: Path) -> Recording:
@@ -93,10 +93,8 @@ class Recording:
             meta = json.loads((path / SPEC_NAME).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise DatasetNotFoundError(f"{path} is not a recording folder ({exc})") from exc
-        recording = cls(MultiAgentSpec.from_json(meta["spec"]),
-                        jpeg_encoding=meta["jpeg_encoding"], path=path)
-        recording.episodes = sum(1 for _ in recording.read())
-        return recording
+        return cls(MultiAgentSpec.from_json(meta["spec"]), jpeg_encoding=meta["jpeg_encoding"],
+                   path=path)
 
     def append(self, episode: MultiAgentEpisode) -> None:
         """Append one finished episode; it is in the file when this returns."""
@@ -151,6 +149,45 @@ def encode_record(episode: MultiAgentEpisode) -> bytes:
     payload = b"".join(chunks)
     crc = zlib.crc32(header + payload)
     return _FRAME.pack(MAGIC, len(header), len(payload), crc) + header + payload
+
+
+def _complete_records(path: Path) -> tuple[int, int]:
+    """``(bytes, records)`` of the complete, intact records at the start of a journal."""
+    length = count = 0
+    with open(path, "rb") as handle:
+        while True:
+            frame = handle.read(_FRAME.size)
+            if len(frame) < _FRAME.size:
+                break
+            magic, header_len, payload_len, crc = _FRAME.unpack(frame)
+            if magic != MAGIC:
+                break
+            body = handle.read(header_len + payload_len)
+            if len(body) < header_len + payload_len or zlib.crc32(body) != crc:
+                break
+            length += _FRAME.size + header_len + payload_len
+            count += 1
+    return length, count
+
+
+def _trim_journal(path: Path) -> int:
+    """Cut a damaged tail off an existing journal before appending to it.
+
+    Records appended after a torn one would be unreadable (reading stops at the first damaged
+    record), so the tail is moved to ``episodes.journal.damaged`` and the journal cut back to
+    its last complete record. Returns the number of complete records.
+    """
+    if not path.exists():
+        return 0
+    length, count = _complete_records(path)
+    if path.stat().st_size > length:
+        with open(path, "rb") as handle:
+            handle.seek(length)
+            tail = handle.read()
+        with open(path.with_name(path.name + ".damaged"), "ab") as damaged:
+            damaged.write(tail)
+        os.truncate(path, length)
+    return count
 
 
 def read_journal(path: Path) -> Iterator[LeafEpisode]:

@@ -89,6 +89,44 @@ def test_damaged_last_record_fails_its_checksum(tmp_path: Path) -> None:
     assert [e.total_steps for e in read_journal(journal)] == [2, 3]
 
 
+def test_appending_after_a_torn_tail_keeps_the_new_records(tmp_path: Path) -> None:
+    episodes = _episodes(4)
+    _record(tmp_path / "rec", episodes[:2]).close(keep=True)
+    journal = tmp_path / "rec" / JOURNAL_NAME
+    size = journal.stat().st_size
+    with open(journal, "r+b") as handle:
+        handle.truncate(size - 7)  # killed while writing the second record
+    torn = journal.read_bytes()[len(encode_record(episodes[0])):]
+    resumed = _record(tmp_path / "rec", episodes[2:])
+    assert resumed.episodes == 3
+    resumed.close(keep=True)
+    assert [e.total_steps for e in read_journal(journal)] == [2, 4, 2]
+    assert (tmp_path / "rec" / (JOURNAL_NAME + ".damaged")).read_bytes() == torn
+    recover_recording(tmp_path / "rec", "rec/resumed-v0")
+    dataset = mm.load_dataset("rec/resumed-v0")
+    for i, episode in enumerate([episodes[0], *episodes[2:]]):
+        assert_episode_equal(dataset.episode(i), episode)
+
+
+def test_reopening_a_recording_counts_and_keeps_its_episodes(tmp_path: Path) -> None:
+    _record(tmp_path / "rec", _episodes(2)).close(keep=True)
+    reopened = Recording(SPEC, path=tmp_path / "rec")
+    assert reopened.episodes == 2
+    reopened.close(keep=False)  # holds episodes: not removed
+    assert len(list(read_journal(tmp_path / "rec" / JOURNAL_NAME))) == 2
+    collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=2),
+                                         recording_path=tmp_path / "spread")
+    collector.reset(seed=0)
+    while collector.agents:
+        collector.step({a: 0 for a in collector.agents})
+    collector.close()
+    again = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=2),
+                                     recording_path=tmp_path / "spread")
+    assert again.recording_path == tmp_path / "spread"
+    again.close()  # nothing new recorded: the earlier episode stays
+    assert len(list(read_journal(tmp_path / "spread" / JOURNAL_NAME))) == 1
+
+
 def test_recovery_errors_keep_the_recording(tmp_path: Path) -> None:
     with pytest.raises(DatasetNotFoundError, match="not a recording folder"):
         recover_recording(tmp_path / "nothing", "rec/none-v0")
