@@ -15,6 +15,7 @@ from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import InfoStructureError, StepDataError
 from marl_minari.spaces import leaves, stack
 from marl_minari.spec import MultiAgentSpec
+from marl_minari.writer import check_options
 
 _AGGREGATE = {
     "sum": lambda r, m: np.where(m, r, 0.0).sum(axis=1),
@@ -72,8 +73,13 @@ class EpisodeBuilder:
     def start(self, observations: Mapping[str, Any], infos: Mapping[str, Any], *,
               state: Any = None, extras: Mapping[str, Any] | None = None,
               seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Begin an episode with what ``reset`` returned."""
+        """Begin an episode with what ``reset`` returned.
+
+        Raises:
+            StepDataError: ``options`` cannot be stored in a Minari dataset.
+        """
         self.clear()
+        check_options(options)
         self.seed, self.options = seed, options
         self._row(observations, infos, state, extras)
 

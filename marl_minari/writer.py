@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import DatasetExistsError, DatasetNotFoundError
+from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 from marl_minari.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
@@ -219,6 +219,31 @@ def _encode_jpeg(frame: np.ndarray) -> np.ndarray:
     buffer = io.BytesIO()
     Image.fromarray(frame).save(buffer, format="JPEG")
     return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+
+
+def check_options(options: Any, where: str = "options") -> None:
+    """Raise :class:`StepDataError` unless ``options`` can be stored as Minari stores them.
+
+    Minari keeps reset options as (flattened) HDF5 attributes: nested dicts with string keys
+    of numbers, booleans, strings, or lists/arrays of numbers. ``None``, lists of strings and
+    arbitrary objects cannot be stored, and would make writing the dataset fail later.
+    """
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise StepDataError(f"reset {where} must be a dict, got {type(options).__name__}")
+    for key, value in options.items():
+        name = f"{where}[{key!r}]"
+        if not isinstance(key, str) or not key or "/" in key:
+            raise StepDataError(f"reset {name}: option keys must be non-empty strings without '/'")
+        if isinstance(value, dict):
+            check_options(value, name)
+        elif not isinstance(value, (str, bytes)) and (
+                value is None or np.asarray(value).dtype.kind not in "biufc"):
+            raise StepDataError(
+                f"reset {name} = {value!r} cannot be stored: Minari keeps reset options as HDF5 "
+                "attributes (numbers, booleans, strings, lists of numbers, nested dicts)."
+            )
 
 
 def _flatten_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from marl_minari.errors import (
     DatasetExistsError,
     InfoStructureError,
     InvalidDatasetIdError,
+    StepDataError,
     UnsupportedSpaceError,
 )
 
@@ -449,6 +450,20 @@ def test_seeds_and_options_round_trip() -> None:
     assert dataset.episode(2).options == {"level": 2, "cfg": {"name": "n2", "hard": True}}
     metadata = list(minari.load_dataset("tests/seeds-v0").storage.get_episode_metadata([2]))
     assert metadata[0]["seed"] == 42 and metadata[0]["options"]["cfg"]["name"] == "n2"
+
+
+def test_options_minari_cannot_store_are_refused_before_recording() -> None:
+    collector = _spread()
+    play_logged(collector, 1, seed=0)
+    with pytest.raises(StepDataError, match=r"options\['level'\] = None cannot be stored"):
+        collector.reset(seed=1, options={"level": None})
+    for _ in range(2):  # not recorded: the episode never started
+        collector.step({a: 0 for a in collector.agents})
+    play_logged(collector, 1, seed=2, options={"level": 3})
+    dataset = collector.create_dataset("tests/options-v0", **PROVENANCE)
+    collector.close()
+    assert dataset.episode_seeds() == [0, 2]
+    assert dataset.episode(1).options == {"level": 3}
 
 
 def test_reset_mid_episode_saves_the_cut_episode_as_truncated() -> None:

@@ -188,3 +188,20 @@ def test_no_infos_at_all_gives_none() -> None:
     builder = _builder(record_infos=True)
     _play(builder, [{"a": 0.0}])
     assert builder.finish(cut=False).agent_infos is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"x": None}, r"options\['x'\] = None cannot be stored"),
+     ({"cfg": {"names": ["a", "b"]}}, r"options\['cfg'\]\['names'\]"),
+     ({"x": object()}, "cannot be stored"),
+     ({"a/b": 1}, "without '/'"),
+     ([1, 2], "must be a dict")],
+)
+def test_options_minari_cannot_store_are_refused_at_reset(options: Any, message: str) -> None:
+    builder = _builder()
+    with pytest.raises(StepDataError, match=message):
+        builder.start(_obs("abc", 0), {}, options=options)
+    assert not builder.started  # nothing half-recorded
+    builder.start(_obs("abc", 0), {}, options={"n": 1, "s": "x", "v": [1.5, 2], "d": {"b": True}})
+    assert builder.started
