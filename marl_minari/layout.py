@@ -50,6 +50,10 @@ EXTRAS: Final = "extras"
 AGENT_SELECTION: Final = "agent_selection"
 """AEC only, under extras: index into possible_agents of the agent to act at row k (-1: none)."""
 
+OBSERVED: Final = "observed"
+"""AEC only, under extras, only when recorded with ``observe_every_agent=False``: ``(T + 1, N)``
+bool, the agent was observed at row k (False: its latest observation is repeated)."""
+
 # Keys of the multi-agent metadata dict (metadata.json -> "marl_minari").
 META_LAYOUT_VERSION: Final = "layout_version"
 META_API: Final = "api"
