@@ -76,9 +76,15 @@ class RecorderCore:
 
     def commit(self, *, cut: bool,
                metadata_callback: EpisodeMetadataCallback | None = None) -> MultiAgentEpisode:
-        """Finish the episode in progress and append it to the journal."""
-        episode = self.builder.finish(cut=cut)
-        self.builder.clear()
+        """Finish the episode in progress and append it to the journal.
+
+        An episode that cannot be stored (e.g. its infos changed structure) is dropped when
+        the error is raised, so that the next ``reset`` records normally.
+        """
+        try:
+            episode = self.builder.finish(cut=cut)
+        finally:
+            self.builder.clear()
         self.recording.append(episode)
         if metadata_callback is not None:
             self.episode_metadata.append(metadata_callback(episode))

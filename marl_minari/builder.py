@@ -222,6 +222,12 @@ def _nested(flat: dict[str, Any]) -> Any:
 def stack_info(template: Any, rows: list[Any], where: str) -> Any:
     """Stack info values shaped like ``template``; missing rows get zeros of its dtype."""
     if isinstance(template, Mapping):
+        for key in template:
+            if str(key) in ("", ".", "..") or "/" in str(key):
+                raise InfoStructureError(
+                    f"{where}: key {key!r} cannot name an HDF5 dataset; info keys must be "
+                    "non-empty and without '/' to be recorded (record_infos=True)."
+                )
         return {
             str(key): stack_info(value, [None if r is None else _get(r, key, where, i)
                                          for i, r in enumerate(rows)], f"{where}[{key!r}]")

@@ -623,3 +623,47 @@ def test_dataset_metadata_names_the_env_and_provenance() -> None:
     env = metadata[layout.METADATA_KEY][layout.META_ENV]
     assert env["env_id"] == "mpe2/simple_spread_v3" and env["kwargs"] == {"max_cycles": 5}
     assert env["kwargs_known"] is True
+
+
+class _DriftingInfos(RandomSpacesEnv):
+    """Infos whose value turns from int to float in the second episode."""
+
+    episodes = 0
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict, dict]:
+        self.episodes += 1
+        return super().reset(seed, options)
+
+    def _infos(self, present: list[str]) -> dict[str, Any]:
+        value = self._t + 0.5 if self.episodes == 2 else self._t
+        return {a: {"score": value, "ok": "yes"} for a in present}
+
+
+def test_an_episode_that_cannot_be_stored_is_refused_once_and_recording_goes_on() -> None:
+    env = _DriftingInfos(["a"], {"a": spaces.Discrete(2)}, {"a": spaces.Discrete(2)},
+                         max_steps=2)
+    collector = mm.ParallelDataCollector(env, record_infos=True)
+    play_logged(collector, 1, seed=0)
+    collector.reset(seed=1)
+    collector.step({"a": 0})
+    with pytest.raises(InfoStructureError, match=r"agent 'a' has leaves .*score: float64"):
+        collector.step({"a": 0})  # the episode ends here and cannot be stored
+    logs = play_logged(collector, 1, seed=2)  # resets and records normally
+    dataset = collector.create_dataset("tests/drift-v0", **PROVENANCE)
+    collector.close()
+    assert dataset.episode_seeds() == [0, 2]
+    assert_episode_matches_log(dataset.episode(1), logs[0], dataset.spec, record_infos=True)
+
+
+@pytest.mark.parametrize("key", ["a/b", "", "."])
+def test_info_keys_that_cannot_name_a_dataset_are_refused(key: str) -> None:
+    class BadKeys(RandomSpacesEnv):
+        def _infos(self, present: list[str]) -> dict[str, Any]:
+            return {a: {"fine": 1, "nested": {key: 1.0}} for a in present}
+
+    collector = mm.ParallelDataCollector(
+        BadKeys(["a"], {"a": spaces.Discrete(2)}, {"a": spaces.Discrete(2)}, max_steps=1),
+        record_infos=True)
+    collector.reset(seed=0)
+    with pytest.raises(InfoStructureError, match=rf"info of 'a'\['nested'\]: key {key!r}"):
+        collector.step({"a": 0})
