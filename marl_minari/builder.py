@@ -228,6 +228,13 @@ def stack_info(template: Any, rows: list[Any], where: str) -> Any:
                     f"{where}: key {key!r} cannot name an HDF5 dataset; info keys must be "
                     "non-empty and without '/' to be recorded (record_infos=True)."
                 )
+        for index, row in enumerate(rows):
+            if isinstance(row, Mapping) and row.keys() != template.keys():
+                raise InfoStructureError(
+                    f"{where}, row {index}: keys {sorted(map(str, row))} differ from "
+                    f"{sorted(map(str, template))} of earlier rows; info dicts must keep the "
+                    "same keys through a dataset."
+                )
         return {
             str(key): stack_info(value, [None if r is None else _get(r, key, where, i)
                                          for i, r in enumerate(rows)], f"{where}[{key!r}]")

@@ -205,3 +205,11 @@ def test_options_minari_cannot_store_are_refused_at_reset(options: Any, message:
     assert not builder.started  # nothing half-recorded
     builder.start(_obs("abc", 0), {}, options={"n": 1, "s": "x", "v": [1.5, 2], "d": {"b": True}})
     assert builder.started
+
+
+def test_nested_info_keys_changing_are_refused_naming_the_row() -> None:
+    builder = _builder(record_infos=True)
+    _play(builder, [{"a": 0.0}, {"a": 0.0}],
+          infos=[{"a": {"z": {"p": 0}}}, {"a": {"z": {"p": 1}}}, {"a": {"z": {"p": 2, "q": 3}}}])
+    with pytest.raises(InfoStructureError, match=r"info of 'a'\['z'\], row 2: keys \['p', 'q'\]"):
+        builder.finish(cut=False)
