@@ -31,6 +31,7 @@ from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, ma
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
+_AGENT_INFOS = f"{_MARL}/{layout.AGENT_INFOS}"
 
 
 def read_spec(data_path: Path) -> MultiAgentSpec:
@@ -359,7 +360,7 @@ class _EpisodeReader:
         if len(indices) == 0:
             raise ValueError("to_arrays needs at least one episode index")
         by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
-                   for leaf in self._leaves(int(indices[0]))}
+                   for leaf in self._leaves(indices)}
         return self._assemble(by_path, indices, lengths)
 
     def _steps(self, index: int) -> int:
@@ -371,7 +372,8 @@ class _EpisodeReader:
             raise CorruptedDataError(
                 f"{self._path}: episode_{index} is missing or lacks total_steps") from exc
 
-    def _leaves(self, first: int) -> list[_Leaf]:
+    def _leaves(self, indices: np.ndarray) -> list[_Leaf]:
+        first = int(indices[0])
         spec = self._spec
         found: list[_Leaf] = []
         for field_name, by_agent, per_obs in (("observations", spec.observation_spaces, True),
@@ -390,14 +392,52 @@ class _EpisodeReader:
         if not isinstance(group, h5py.Group):
             raise LayoutError(f"{self._path}: episode_{first} has no {_MARL} group")
 
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                text = h5py.check_string_dtype(obj.dtype) is not None
-                found.append(_Leaf(f"{_MARL}/{name}", np.dtype(object) if text else obj.dtype,
-                                   obj.shape[1:], True, text=text))
+        def visitor(prefix: str) -> Any:
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    text = h5py.check_string_dtype(obj.dtype) is not None
+                    found.append(_Leaf(f"{prefix}/{name}", np.dtype(object) if text
+                                       else obj.dtype, obj.shape[1:], True, text=text))
+            return visit
 
-        group.visititems(visit)
+        group.visititems(visitor(_MARL))
+        first_infos = group.get(layout.AGENT_INFOS)
+        seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
+        for agent, index in self._late_info_agents(indices, seen).items():
+            self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"].visititems(
+                visitor(f"{_AGENT_INFOS}/{agent}"))
         return found
+
+    def _late_info_agents(self, indices: np.ndarray, seen: set[str]) -> dict[str, int]:
+        """Agents with info columns in some requested episode but not the first one.
+
+        An agent that hands out no info in the first episodes of a recording (it joined
+        later) has no info datasets there; ``{agent: an episode that has them}``.
+        """
+        late: dict[str, int] = {}
+        if self._index is not None:
+            prefix = _AGENT_INFOS + "/"
+            for path, offsets in self._index["paths"].items():
+                agent = path[len(prefix):].split("/")[0] if path.startswith(prefix) else None
+                if agent is None or agent in seen or agent in late:
+                    continue
+                having = np.flatnonzero(offsets[indices] >= 0)
+                if having.size:
+                    late[agent] = int(indices[having[0]])
+            candidates = {p[len(prefix):].split("/")[0] for p in self._index["paths"]
+                          if p.startswith(prefix)} - seen - set(late)
+            if not candidates:  # only text leaves left to look for (not indexed)
+                return late
+        else:
+            candidates = None
+        for index in indices[1:].tolist():
+            group = self._file.get(f"episode_{index}/{_AGENT_INFOS}")
+            if isinstance(group, h5py.Group):
+                for agent in group:
+                    if agent not in seen and agent not in late and (
+                            candidates is None or agent in candidates):
+                        late[agent] = index
+        return late
 
     def _read_leaf(self, leaf: _Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         rows = lengths + 1 if leaf.per_obs else lengths
@@ -428,6 +468,9 @@ class _EpisodeReader:
 
     def _read_h5(self, leaf: _Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
+        if not isinstance(dataset, h5py.Dataset) and self._agent_had_no_infos(leaf, index):
+            target[...] = "" if leaf.text else 0  # fill values, as for an absent agent
+            return
         if not isinstance(dataset, h5py.Dataset):
             raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
         if leaf.jpeg:
@@ -443,6 +486,13 @@ class _EpisodeReader:
                 f"expected {target.shape}")
         elif target.size:
             dataset.read_direct(target)
+
+    def _agent_had_no_infos(self, leaf: _Leaf, index: int) -> bool:
+        prefix = _AGENT_INFOS + "/"
+        if not leaf.path.startswith(prefix):
+            return False
+        agent = leaf.path[len(prefix):].split("/")[0]
+        return f"episode_{index}/{_AGENT_INFOS}/{agent}" not in self._file
 
     def _assemble(self, by_path: dict[str, np.ndarray], indices: np.ndarray,
                   lengths: np.ndarray) -> MultiAgentArrays:

@@ -667,3 +667,20 @@ def test_info_keys_that_cannot_name_a_dataset_are_refused(key: str) -> None:
     collector.reset(seed=0)
     with pytest.raises(InfoStructureError, match=rf"info of 'a'\['nested'\]: key {key!r}"):
         collector.step({"a": 0})
+
+
+def test_agent_joining_only_in_a_later_episode_keeps_its_infos() -> None:
+    env = RandomSpacesEnv(["a", "b"], {a: spaces.Discrete(2) for a in "ab"},
+                          {a: spaces.Discrete(2) for a in "ab"}, max_steps=3, joins={"b": 5})
+    collector = mm.ParallelDataCollector(env, record_infos=True)
+    logs = play_logged(collector, 1, seed=0)  # b never shows up
+    env.joins = {"b": 1}
+    logs += play_logged(collector, 1, seed=1)
+    dataset = collector.create_dataset("tests/late-v0", **PROVENANCE)
+    collector.close()
+    arrays = dataset.to_arrays()
+    for i, log in enumerate(logs):
+        assert_episode_matches_log(arrays.episode(i), {**log, "seed": None}, dataset.spec,
+                                   record_infos=True)
+        assert_episode_matches_log(dataset.episode(i), log, dataset.spec, record_infos=True)
+    assert not arrays.episode(0).agent_infos["b"]["t"].any()

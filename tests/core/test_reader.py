@@ -301,3 +301,37 @@ def test_reads_without_any_index_match(written: tuple) -> None:
     (dataset.data_path / layout.INDEX_FILE_NAME).unlink()
     _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
     _assert_arrays_match(dataset.to_arrays([1, 3]), episodes, [1, 3])
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+def test_info_columns_of_an_agent_that_appears_later_are_read_in_bulk(with_index: bool) -> None:
+    spec = MultiAgentSpec(api="parallel", possible_agents=tuple(AGENTS), observation_spaces=OBS,
+                          action_spaces=ACT)
+    from dataclasses import replace
+
+    episodes = [random_episode(AGENTS, OBS, ACT, steps, seed, with_infos=True)
+                for seed, steps in enumerate([2, 3, 2])]
+    # agent r hands out no info in the first two episodes (it joined later)
+    episodes[:2] = [replace(e, agent_infos={a: t for a, t in e.agent_infos.items() if a != "r"})
+                    for e in episodes[:2]]
+    write_dataset("read/late-v0", episodes, spec)
+    dataset = mm.load_dataset("read/late-v0")
+    if not with_index:
+        (dataset.data_path / layout.INDEX_FILE_NAME).unlink()
+    for order in ([0, 1, 2], [2, 0], [1, 2]):
+        arrays = dataset.to_arrays(order)
+        assert arrays.agent_infos is not None and set(arrays.agent_infos) == set(AGENTS)
+        for position, index in enumerate(order):
+            read = arrays.episode(position).agent_infos
+            written = episodes[index].agent_infos
+            assert read is not None and written is not None
+            for agent in AGENTS:
+                if agent in written:
+                    assert_tree_equal(read[agent], written[agent], f"{index} {agent}")
+                else:  # fill values where the agent gave no info
+                    assert not read[agent]["score"].any()
+                    assert read[agent]["nested"]["label"].tolist() == [""] * (
+                        episodes[index].total_steps + 1)
+    assert set(dataset.episode(0).agent_infos) == {"p", "q"}
+    assert_tree_equal(dataset.episode(2).agent_infos, episodes[2].agent_infos)
+    assert dataset.to_arrays([0, 1]).agent_infos.keys() == {"p", "q"}
