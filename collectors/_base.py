@@ -100,8 +100,10 @@ class RecorderCore:
         return target
 
     def add_to_dataset(self, dataset_id: str) -> Path:
-        """Append every recorded episode to an existing dataset."""
-        return self.recording.add_to_dataset(dataset_id)
+        """Append every recorded episode (and their episode metadata) to an existing dataset."""
+        target = self.recording.add_to_dataset(dataset_id, self.episode_metadata or None)
+        self.episode_metadata = []
+        return target
 
     def close(self) -> None:
         """Close the journal; keep it (with a warning) if it holds unsaved episodes."""

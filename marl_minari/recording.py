@@ -112,9 +112,11 @@ class Recording:
         self._restart_journal()
         return target
 
-    def add_to_dataset(self, dataset_id: str) -> Path:
+    def add_to_dataset(self, dataset_id: str,
+                       episode_metadata: list[dict[str, Any]] | None = None) -> Path:
         """Append the journal's episodes to an existing dataset, then empty the journal."""
-        target = append_to_dataset(dataset_id, self.read(), self.spec)
+        target = append_to_dataset(dataset_id, self.read(), self.spec,
+                                   episode_metadata=episode_metadata)
         self._restart_journal()
         return target
 

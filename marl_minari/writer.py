@@ -389,8 +389,12 @@ def append_to_dataset(
     spec: MultiAgentSpec,
     *,
     progress: bool = False,
+    episode_metadata: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Append ``episodes`` to an existing dataset, all or nothing.
+
+    ``episode_metadata`` (one dict per new episode, from an episode-metadata callback) is
+    appended to the dataset's ``episode_metadata`` list.
 
     The data file is copied, appended to and swapped in with ``rename`` after the metadata is
     ready, so a crash leaves the dataset as it was.
@@ -421,6 +425,11 @@ def append_to_dataset(
                 writer.write(episode)
                 steps += episode.total_steps
             count = writer.total_episodes
+        if episode_metadata:
+            before = metadata.get("episode_metadata")
+            if not isinstance(before, list):
+                before = [None] * int(metadata["total_episodes"])
+            metadata["episode_metadata"] = before + list(episode_metadata)
         metadata.update(total_episodes=count, total_steps=metadata["total_steps"] + steps)
         (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         os.replace(scratch, data / layout.MAIN_FILE_NAME)

@@ -684,3 +684,16 @@ def test_agent_joining_only_in_a_later_episode_keeps_its_infos() -> None:
                                    record_infos=True)
         assert_episode_matches_log(dataset.episode(i), log, dataset.spec, record_infos=True)
     assert not arrays.episode(0).agent_infos["b"]["t"].any()
+
+
+def test_episode_metadata_follows_episodes_into_the_dataset_they_join() -> None:
+    collector = _spread(episode_metadata_callback=lambda e: {"seed": e.seed})
+    play_logged(collector, 2, seed=0)
+    collector.create_dataset("tests/meta-v0", **PROVENANCE)
+    play_logged(collector, 2, seed=10)
+    grown = collector.add_to_dataset("tests/meta-v0")
+    play_logged(collector, 1, seed=20)
+    other = collector.create_dataset("tests/meta-v1", **PROVENANCE)
+    collector.close()
+    assert grown.metadata["episode_metadata"] == [{"seed": s} for s in (0, 1, 10, 11)]
+    assert other.metadata["episode_metadata"] == [{"seed": 20}]
