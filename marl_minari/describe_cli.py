@@ -1,0 +1,59 @@
+"""The ``marl-minari describe`` command (registered by :func:`register`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``describe`` command to ``app``."""
+    app.command("describe")(describe_command)
+
+
+def describe_command(
+    source: Annotated[str, typer.Argument(
+        metavar="ID_OR_VAULT",
+        help="Dataset id (multi-agent or plain Minari) or Flashbax vault folder "
+             "(rel_dir/vault_name/vault_uid).")],
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="FILE",
+        help="Write a PNG of the statistics (all datasets side by side with --compare).")] = None,
+    card: Annotated[Path | None, typer.Option(
+        "--card", metavar="FILE",
+        help="Write a dataset card (Markdown) with a statistics.png next to it; "
+             "<dataset folder>/README.md is published with the dataset.")] = None,
+    compare: Annotated[list[str] | None, typer.Option(
+        "--compare", metavar="OTHER",
+        help="Another dataset or vault to describe and plot alongside (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the statistics as JSON (a list with --compare).")] = False,
+    chunk_steps: Annotated[int, typer.Option(
+        help="Steps read at a time (memory is proportional to it).", min=1)] = 262_144,
+) -> None:
+    """Statistics of a dataset or vault: episodes, returns, actions, inactive agents."""
+    import warnings
+
+    from marl_minari.describe import dataset_card, describe, plot_descriptions
+
+    sources = [source, *(compare or [])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        descriptions = [describe(item, chunk_steps=chunk_steps, progress=not as_json)
+                        for item in sources]
+    if as_json:
+        payload = [d.to_dict() for d in descriptions]
+        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    else:
+        typer.echo("\n\n".join(d.to_text() for d in descriptions))
+    if plot is not None:
+        written = plot_descriptions(descriptions, plot)
+        if not as_json:
+            typer.echo(f"plot written to {written}")
+    if card is not None:
+        written = dataset_card(descriptions[0], card)
+        if not as_json:
+            typer.echo(f"dataset card written to {written}")
