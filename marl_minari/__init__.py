@@ -11,6 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import EnvDescriptor, make_env
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import (
@@ -37,6 +38,7 @@ from marl_minari.writer import write_dataset
 __all__ = [
     "LAYOUT_VERSION",
     "CorruptedDataError",
+    "DatasetDescription",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "EnvDescriptor",
@@ -56,6 +58,9 @@ __all__ = [
     "UnsupportedSpaceError",
     "ParallelDataCollector",
     "__version__",
+    "dataset_card",
+    "describe",
+    "plot_descriptions",
     "list_recordings",
     "load_dataset",
     "make_env",
