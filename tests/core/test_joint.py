@@ -75,3 +75,24 @@ def test_recovered_from_a_dataset_through_minari(record_parallel: Any) -> None:
     assert steps == 4
     with pytest.raises(ValueError, match="needs an env or a descriptor"):
         JointEnv()
+
+
+def test_minari_recovers_a_turn_based_joint_view_that_replays_the_data() -> None:
+    """AEC-only games: Minari's own recover_environment() gives a working turn-based view."""
+    from marl_minari.collect import collect
+
+    dataset = collect("classic/tictactoe_v3", 2, dataset_id="classic/ttt/joint-v0")
+    env = minari.load_dataset("classic/ttt/joint-v0").recover_environment()
+    assert env.observation_space == dataset.spec.observation_space
+    episode = dataset.episode(1)
+    observation, info = env.reset(seed=episode.seed)
+    assert info["agent_selection"] == "player_1"
+    for t in range(episode.total_steps):
+        for agent in dataset.possible_agents:
+            np.testing.assert_array_equal(observation[agent]["observation"],
+                                          episode.observations[agent]["observation"][t])
+        observation, reward, terminated, truncated, info = env.step(
+            {a: int(episode.actions[a][t]) for a in dataset.possible_agents})
+        assert reward == episode.team_rewards[t]
+    assert terminated and not truncated
+    assert info["agent_selection"] is None
