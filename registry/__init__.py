@@ -1,1 +1,54 @@
-"""Publishing, listing and downloading datasets on remotes Minari can use."""
+"""Publishing, listing and downloading datasets on remotes Minari can use.
+
+Importing this package registers the remote kinds ``file://``, ``s3://``, ``http://`` and
+``https://`` in Minari's remote registry, next to Minari's own ``hf://`` and ``gcp://``, so
+``minari.list_remote_datasets``, ``minari.download_dataset``, ``minari.upload_dataset`` and
+``minari.load_dataset(..., download=True)`` work with them (``MINARI_REMOTE=<remote>``).
+
+:func:`publish` and :func:`download` add what Minari's functions do not: validation before
+publishing, immutable versions, per-file SHA-256 manifests, verified atomic downloads. See
+``docs/registry.md`` for the remote layout and the guarantees.
+"""
+
+from __future__ import annotations
+
+from .api import (
+    DEFAULT_REGISTRY_PATH,
+    REGISTRY_ENV_VAR,
+    PublishResult,
+    RemoteDataset,
+    default_registry,
+    download,
+    list_datasets,
+    open_remote,
+    publish,
+    register_remote_kinds,
+    reindex,
+    resolve_remote,
+    validate_local_dataset,
+)
+from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest
+from .storage import INDEX_FILE_NAME, RegistryStorage
+
+register_remote_kinds()
+
+__all__ = [
+    "DEFAULT_REGISTRY_PATH",
+    "INDEX_FILE_NAME",
+    "MANIFEST_FILE_NAME",
+    "REGISTRY_ENV_VAR",
+    "FileEntry",
+    "Manifest",
+    "PublishResult",
+    "RegistryStorage",
+    "RemoteDataset",
+    "default_registry",
+    "download",
+    "list_datasets",
+    "open_remote",
+    "publish",
+    "register_remote_kinds",
+    "reindex",
+    "resolve_remote",
+    "validate_local_dataset",
+]

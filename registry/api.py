@@ -1,0 +1,383 @@
+"""Public registry functions: publish, download, list, reindex, and remote resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minari.storage.remotes.cloud_storage import CloudStorage
+
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidDatasetIdError,
+    LayoutError,
+    MarlMinariError,
+    RemoteError,
+)
+from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+
+from .manifest import Manifest, Progress
+from .storage import METADATA_PATH, RegistryStorage, install, scrub, staging_area, tqdm_progress
+
+REGISTRY_ENV_VAR = "MARL_MINARI_REGISTRY"
+DEFAULT_REGISTRY_PATH = Path("~") / ".minari" / "registry"
+
+ProgressArg = bool | Callable[[int], None]
+"""``False``: silent; ``True``: tqdm bars; a callable: called with byte counts."""
+
+
+def default_registry() -> str:
+    """The registry used when no remote is given.
+
+    ``$MARL_MINARI_REGISTRY`` (a ``kind://`` remote or a plain directory path), else the
+    folder ``~/.minari/registry`` next to Minari's datasets, as ``file://``. Needs no setup:
+    the folder is created on the first publish.
+    """
+    value = os.environ.get(REGISTRY_ENV_VAR, "").strip()
+    if not value:
+        return f"file://{DEFAULT_REGISTRY_PATH.expanduser()}"
+    return resolve_remote(value)
+
+
+def resolve_remote(remote: str | None) -> str:
+    """Normalise a remote: ``None`` -> :func:`default_registry`; a bare path -> ``file://``."""
+    if remote is None:
+        return default_registry()
+    if not isinstance(remote, str) or not remote.strip():
+        raise RemoteError("a remote must be a non-empty string such as file:///srv/registry")
+    remote = remote.strip()
+    if "://" not in remote:
+        return f"file://{Path(remote).expanduser().absolute()}"
+    return remote
+
+
+def open_remote(remote: str | None = None, token: str | None = None) -> CloudStorage:
+    """The storage object Minari uses for ``remote`` (any registered kind, ``hf://`` too).
+
+    Raises:
+        RemoteError: unknown kind (the message lists the known ones) or a backend that cannot
+            be set up (missing package, malformed name).
+    """
+    from minari.storage.remotes import _registry
+
+    register_remote_kinds()
+    remote = resolve_remote(remote)
+    kind, name = remote.split("://", maxsplit=1)
+    factory = _registry.get(kind)
+    if factory is None:
+        raise RemoteError(f"unknown remote kind {kind!r} in {scrub(remote)}; known kinds: "
+                          f"{', '.join(sorted(_registry))}")
+    try:
+        return factory()(name, token)
+    except MarlMinariError:
+        raise
+    except ImportError as exc:
+        raise RemoteError(scrub(f"remote kind {kind!r} is not available: {exc}", [token])) from None
+
+
+def _registry_storage(remote: str | None) -> RegistryStorage:
+    from minari.storage.remotes import _registry
+
+    register_remote_kinds()
+    kind = resolve_remote(remote).split("://", 1)[0]
+    storage = open_remote(remote) if kind not in _registry or kind in KINDS else None
+    if not isinstance(storage, RegistryStorage):
+        raise RemoteError(
+            f"{kind}:// remotes are served by Minari's own backend, without manifests: use "
+            "minari.upload_dataset / minari.download_dataset for them"
+        )
+    return storage
+
+
+def _progress(progress: ProgressArg, total: int,
+              description: str) -> tuple[Progress | None, Callable[[], None]]:
+    if callable(progress):
+        return progress, lambda: None
+    if progress:
+        return tqdm_progress(total, description)
+    return None, lambda: None
+
+
+# ---------------------------------------------------------------------------- publish
+@dataclass(frozen=True)
+class PublishResult:
+    """What :func:`publish` did."""
+
+    dataset_id: str
+    remote: str
+    """The remote, without credentials."""
+    manifest: Manifest
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Per dataset id (the dataset and its combined datasets): ``published``, ``completed``
+    (finished an interrupted publish) or ``unchanged`` (already there, identical)."""
+
+
+def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False) -> list[str]:
+    """Check that a local dataset can be published; return its combined datasets' ids.
+
+    Opens it with ``minari.load_dataset``, checks the multi-agent layout with
+    ``marl_minari.load_dataset`` and that the HDF5 file holds the episodes the metadata counts.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetNotFoundError: no such local dataset.
+        LayoutError: not in the multi-agent layout (and ``allow_single_agent`` is off).
+        CorruptedDataError: Minari cannot open it, or its files disagree with its metadata.
+    """
+    import minari
+
+    from marl_minari.reader import MultiAgentDataset
+
+    parse_dataset_id(dataset_id)
+    folder = dataset_dir(dataset_id)
+    if not (folder / METADATA_PATH).exists():
+        raise DatasetNotFoundError(f"no local dataset {dataset_id!r} (looked in {folder})")
+    try:
+        dataset = minari.load_dataset(dataset_id)
+    except MarlMinariError:
+        raise
+    except Exception as exc:
+        raise CorruptedDataError(f"Minari cannot open {dataset_id!r}: {exc}") from exc
+    try:
+        MultiAgentDataset(dataset)
+    except LayoutError as exc:
+        if not allow_single_agent:
+            raise LayoutError(f"{exc} Publish it anyway as a plain Minari dataset with "
+                              "allow_single_agent=True (--allow-single-agent).") from exc
+    metadata = json.loads((folder / METADATA_PATH).read_text())
+    if metadata.get("data_format", "hdf5") == "hdf5":
+        _check_hdf5(folder / "data" / "main_data.hdf5", int(dataset.total_episodes), dataset_id)
+    combined = list(dataset.spec.combined_datasets or [])
+    for sub in combined:
+        parse_dataset_id(sub)
+    return combined
+
+
+def _check_hdf5(path: Path, total_episodes: int, dataset_id: str) -> None:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as handle:
+            episodes = sum(1 for name in handle if name.startswith("episode_"))
+    except OSError as exc:
+        raise CorruptedDataError(f"{dataset_id!r}: cannot open {path}: {exc}") from exc
+    if episodes != total_episodes:
+        raise CorruptedDataError(f"{dataset_id!r}: {path} holds {episodes} episodes, the "
+                                 f"metadata counts {total_episodes}")
+
+
+def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: bool = False,
+            progress: ProgressArg = False) -> PublishResult:
+    """Publish a local dataset (and the datasets it combines) to a registry.
+
+    Validates first (:func:`validate_local_dataset`), then for every dataset, combined ones
+    first: publishes missing parent namespaces, uploads every file, writes the manifest (size
+    and SHA-256 of each file) only after all files, then adds the index entry. A publish
+    interrupted before its manifest leaves no visible dataset; run it again. A ``README.md``
+    dataset card in the dataset folder is published with it.
+
+    Args:
+        dataset_id: local dataset id, ``(namespace/)name-vN``.
+        remote: ``file://``, ``s3://`` or a directory path; default :func:`default_registry`.
+        allow_single_agent: also publish plain (single-agent) Minari datasets.
+        progress: ``True`` for progress bars, or a callable receiving byte counts.
+
+    Raises:
+        DatasetExistsError: this version is already published (versions are immutable: bump
+            ``-vN``), or a combined dataset is published with different files.
+        LayoutError, CorruptedDataError, DatasetNotFoundError: validation failed.
+        RemoteError: the remote failed or is read-only.
+    """
+    parse_dataset_id(dataset_id)
+    storage = _registry_storage(remote)
+    storage._require_writable()
+    order: list[str] = []
+    _plan(dataset_id, allow_single_agent, order, set())
+    results: dict[str, str] = {}
+    manifest = None
+    for current in order:
+        local = dataset_dir(current)
+        total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+        update, close = _progress(progress, total, f"publish {current}")
+        try:
+            manifest, outcome = storage.publish_dataset(
+                current, local, progress=update, identical_ok=current != dataset_id)
+        finally:
+            close()
+        results[current] = outcome
+    assert manifest is not None
+    return PublishResult(dataset_id, storage.location, manifest, results)
+
+
+def _plan(dataset_id: str, allow_single_agent: bool, order: list[str], seen: set[str]) -> None:
+    """Post-order over combined datasets: parts are published before what combines them."""
+    if dataset_id in seen:
+        return
+    seen.add(dataset_id)
+    for sub in validate_local_dataset(dataset_id, allow_single_agent=allow_single_agent):
+        _plan(sub, allow_single_agent, order, seen)
+    order.append(dataset_id)
+
+
+# ---------------------------------------------------------------------------- download
+def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
+             progress: ProgressArg = False) -> Path:
+    """Download a published dataset (and the datasets it combines) into the datasets root.
+
+    Every file goes to a hidden staging folder under the datasets root and is checked against
+    the manifest (size and SHA-256); only then is the dataset moved into place with one
+    rename. On any error the staging folder is removed and no partial dataset is left.
+    Missing parent namespace metadata is fetched too, as Minari does.
+
+    Args:
+        dataset_id: ``(namespace/)name-vN``.
+        remote: a registry; default :func:`default_registry`.
+        force: replace an existing local dataset with that id (after the new copy is verified).
+        progress: ``True`` for progress bars, or a callable receiving byte counts.
+
+    Returns:
+        The local dataset folder.
+
+    Raises:
+        InvalidDatasetIdError: malformed id (``..``, absolute paths, ...).
+        DatasetExistsError: a local dataset with that id exists and ``force`` is off.
+        DatasetNotFoundError: not published on the remote.
+        CorruptedDataError: a file is truncated or tampered with, or the manifest is unsafe.
+        RemoteError: the remote failed (dropped connection, permissions, ...).
+    """
+    parse_dataset_id(dataset_id)
+    storage = _registry_storage(remote)
+    if dataset_dir(dataset_id).exists() and not force:
+        raise DatasetExistsError(
+            f"dataset {dataset_id!r} already exists locally at {dataset_dir(dataset_id)}; pass "
+            "force=True (--force) to replace it with the published copy"
+        )
+    return _download_tree(storage, dataset_id, force, progress, set())
+
+
+def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
+                   progress: ProgressArg, seen: set[str]) -> Path:
+    from minari import supported_dataset_versions
+
+    seen.add(dataset_id)
+    root = datasets_root()
+    manifest = storage.manifest(dataset_id)
+    update, close = _progress(progress, manifest.total_size, f"download {dataset_id}")
+    try:
+        with staging_area(root) as work:
+            staged = storage.fetch_into(dataset_id, work, manifest=manifest, progress=update)
+            close()
+            metadata = json.loads((staged / METADATA_PATH).read_text())
+            if metadata.get("minari_version") not in supported_dataset_versions:
+                warnings.warn(
+                    f"{dataset_id!r} was written for Minari {metadata.get('minari_version')}, "
+                    "which this Minari may not read", UserWarning, stacklevel=3)
+            for sub in metadata.get("combined_datasets") or []:
+                try:
+                    parse_dataset_id(sub)
+                except InvalidDatasetIdError as exc:
+                    raise CorruptedDataError(f"{dataset_id!r} combines a malformed id: {exc}"
+                                             ) from exc
+                if sub not in seen and not dataset_dir(sub).exists():
+                    _download_tree(storage, sub, False, progress, seen)
+            storage.ensure_local_namespaces(dataset_id, root)
+            return install(staged, root, dataset_id, replace=force, work=work)
+    finally:
+        close()
+
+
+# ---------------------------------------------------------------------------- listing
+@dataclass(frozen=True)
+class RemoteDataset:
+    """One dataset listed on a remote."""
+
+    dataset_id: str
+    metadata: dict[str, Any]
+    total_size: int | None = None
+    """Bytes of all files (from the manifest), when the remote records it."""
+    published: str | None = None
+    """UTC time of publishing, when the remote records it."""
+
+
+def list_datasets(remote: str | None = None, prefix: str | None = None) -> list[RemoteDataset]:
+    """Datasets published on a remote, sorted by id (one index read on marl-minari remotes).
+
+    Other kinds (``hf://``) are listed through ``minari.list_remote_datasets``.
+    """
+    storage = open_remote(remote)
+    if not isinstance(storage, RegistryStorage):
+        import minari
+
+        found = minari.list_remote_datasets(remote_path=resolve_remote(remote), prefix=prefix)
+        return [RemoteDataset(k, dict(v)) for k, v in sorted(found.items())]
+    index = storage.read_index()
+    listed = []
+    for dataset_id in storage.dataset_ids(prefix):
+        entry = index["datasets"][dataset_id]
+        entry = entry if isinstance(entry, dict) else {}
+        metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+        size = entry.get("total_size")
+        listed.append(RemoteDataset(dataset_id, dict(metadata or {}),
+                                    size if isinstance(size, int) else None,
+                                    str(entry["published"]) if entry.get("published") else None))
+    return listed
+
+
+def reindex(remote: str | None = None) -> int:
+    """Rebuild a writable registry's index from its manifests; return the dataset count."""
+    storage = _registry_storage(remote)
+    return len(storage.reindex()["datasets"])
+
+
+# ---------------------------------------------------------------------------- registration
+def _file_kind() -> type[CloudStorage]:
+    from .file import FileStorage
+
+    return FileStorage
+
+
+def _s3_kind() -> type[CloudStorage]:
+    from .s3 import S3Storage
+
+    return S3Storage
+
+
+def _http_kind() -> type[CloudStorage]:
+    from .http import HttpStorage
+
+    return HttpStorage
+
+
+def _https_kind() -> type[CloudStorage]:
+    from .http import HttpsStorage
+
+    return HttpsStorage
+
+
+KINDS: dict[str, Callable[[], type[CloudStorage]]] = {
+    "file": _file_kind, "s3": _s3_kind, "http": _http_kind, "https": _https_kind,
+}
+
+
+def register_remote_kinds() -> None:
+    """Add ``file``, ``s3``, ``http`` and ``https`` to ``minari.storage.remotes._registry``.
+
+    Minari's own kinds (``hf``, ``gcp``) are left as they are; a kind another package has
+    already registered is not replaced (a warning says so).
+    """
+    from minari.storage.remotes import _registry
+
+    for kind, factory in KINDS.items():
+        current = _registry.get(kind)
+        if current is None or current in KINDS.values():
+            _registry[kind] = factory
+        else:
+            warnings.warn(f"remote kind {kind!r} is registered by another package; "
+                          "marl-minari leaves it alone", UserWarning, stacklevel=2)

@@ -1,0 +1,103 @@
+"""Command-line functions of the registry: ``publish``, ``remote list`` and ``download``.
+
+Plain functions with typer-annotated parameters; :func:`register` adds them to the
+``marl-minari`` app (``marl-minari publish``, ``marl-minari remote list``,
+``marl-minari download``). Transfers show tqdm progress bars on a terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from marl_minari.errors import MarlMinariError
+
+RemoteOption = Annotated[str | None, typer.Option(
+    "--remote", "-r",
+    help="Registry: file:///dir, a directory path, s3://bucket[/prefix], http(s)://host/path "
+         "(read-only). Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
+
+
+def _fail(exc: MarlMinariError) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code=1)
+
+
+def publish(
+    dataset_id: Annotated[str, typer.Argument(help="Local dataset id, (namespace/)name-vN.")],
+    remote: RemoteOption = None,
+    allow_single_agent: Annotated[bool, typer.Option(
+        "--allow-single-agent", help="Also publish plain single-agent Minari datasets.")] = False,
+) -> None:
+    """Validate a local dataset and publish it (with its combined datasets) to a registry."""
+    from marl_minari.registry import publish as run_publish
+
+    try:
+        result = run_publish(dataset_id, remote, allow_single_agent=allow_single_agent,
+                             progress=True)
+    except MarlMinariError as exc:
+        raise _fail(exc) from None
+    for current, outcome in result.outcomes.items():
+        typer.echo(f"{outcome:<10} {current}")
+    typer.echo(f"{dataset_id}: {len(result.manifest.files)} files, "
+               f"{result.manifest.total_size} bytes on {result.remote}")
+
+
+def remote_list(
+    remote: RemoteOption = None,
+    prefix: Annotated[str | None, typer.Option(help="Only ids starting with this.")] = None,
+) -> None:
+    """List the datasets published on a registry."""
+    from marl_minari.registry import list_datasets, resolve_remote
+    from marl_minari.registry.storage import scrub
+
+    try:
+        found = list_datasets(remote, prefix=prefix)
+    except MarlMinariError as exc:
+        raise _fail(exc) from None
+    if not found:
+        typer.echo(f"no datasets on {scrub(resolve_remote(remote))}")
+        return
+    typer.echo(f"{'dataset':<48} {'episodes':>9} {'steps':>10} {'size':>10}  published")
+    for item in found:
+        size = "" if item.total_size is None else _human(item.total_size)
+        typer.echo(f"{item.dataset_id:<48} {item.metadata.get('total_episodes', ''):>9} "
+                   f"{item.metadata.get('total_steps', ''):>10} {size:>10}  "
+                   f"{item.published or ''}")
+
+
+def download(
+    dataset_id: Annotated[str, typer.Argument(help="Published dataset id.")],
+    remote: RemoteOption = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing local dataset with the published copy.")] = False,
+) -> None:
+    """Download a dataset, verify every file against its manifest, install it atomically."""
+    from marl_minari.registry import download as run_download
+
+    try:
+        path = run_download(dataset_id, remote, force=force, progress=True)
+    except MarlMinariError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"downloaded {dataset_id} to {path}")
+    typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``publish``, ``download`` and the ``remote list`` group to a typer app."""
+    app.command("publish")(publish)
+    app.command("download")(download)
+    remote_app = typer.Typer(name="remote", help="Dataset registries (remotes).",
+                             no_args_is_help=True)
+    remote_app.command("list")(remote_list)
+    app.add_typer(remote_app, name="remote")
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

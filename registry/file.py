@@ -1,0 +1,193 @@
+"""``file://`` remotes: a registry in a directory (local disk, a shared disk, NFS).
+
+``file:///abs/path`` names an absolute directory, ``file://relative/path`` one relative to the
+current directory (Minari's ``download_dataset("file://name/ns/x-v0")`` passes only the first
+path component, so that form works with a registry folder ``./name``). A ``~`` is expanded.
+
+Every file is written to a hidden temporary name and renamed into place, so a reader (or a web
+server serving the directory) never sees a partial file. Data files are flushed to disk before
+the manifest is created (set ``MARL_MINARI_REGISTRY_FSYNC=0`` to skip the flushes, e.g. on
+scratch disks), and the manifest is created with a hard link, which fails if another publisher
+created it first. Index updates hold an advisory ``flock`` on ``.index.lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+from marl_minari.errors import CorruptedDataError
+
+from .manifest import Progress, copy_file_and_hash
+from .storage import RegistryStorage
+
+LOCK_FILE_NAME = ".index.lock"
+
+
+def _durable() -> bool:
+    return os.environ.get("MARL_MINARI_REGISTRY_FSYNC", "1") != "0"
+
+
+class FileStorage(RegistryStorage):
+    """A registry in a directory. ``name`` is the path after ``file://``."""
+
+    kind = "file"
+    writable = True
+
+    def __init__(self, name: str, token: str | None = None) -> None:
+        super().__init__(name, token)
+        path = Path(unquote(name)).expanduser() if name else Path(".")
+        self.root = path if path.is_absolute() else Path.cwd() / path
+
+    @property
+    def location(self) -> str:
+        """``file://`` and the absolute directory."""
+        return f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def _read(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise self._fail(f"cannot read {key} from {self.location}", exc) from None
+
+    def _write(self, key: str, data: bytes) -> None:
+        target = self._path(key)
+        temporary = self._temporary(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._write_file(temporary, data)
+            os.replace(temporary, target)
+        except OSError as exc:
+            raise self._fail(f"cannot write {key} to {self.location}", exc) from None
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def _write_if(self, key: str, data: bytes, version: str | None) -> bool:
+        self._write(key, data)  # the index lock serialises writers
+        return True
+
+    def _write_new(self, key: str, data: bytes) -> bool:
+        target = self._path(key)
+        temporary = self._temporary(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if _durable():
+                self._sync_tree(target.parent)
+            self._write_file(temporary, data)
+            try:
+                os.link(temporary, target)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                return self._create_exclusive(target, data)
+            if _durable():
+                self._sync_dir(target.parent)
+            return True
+        except OSError as exc:
+            raise self._fail(f"cannot create {key} on {self.location}", exc) from None
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def _create_exclusive(self, target: Path, data: bytes) -> bool:
+        """Fallback for file systems without hard links."""
+        try:
+            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if _durable():
+                os.fsync(handle.fileno())
+        return True
+
+    def _put_file(self, key: str, source: Path, progress: Progress | None) -> tuple[int, str]:
+        target = self._path(key)
+        temporary = self._temporary(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            result = copy_file_and_hash(source, temporary, progress=progress, sync=_durable())
+            os.replace(temporary, target)
+            return result
+        except OSError as exc:
+            raise self._fail(f"cannot upload {source} to {self.location}/{key}", exc) from None
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def _get_file(self, key: str, target: Path, size: int,
+                  progress: Progress | None) -> tuple[int, str]:
+        source = self._path(key)
+        if not source.is_file():
+            raise CorruptedDataError(
+                f"{self.location}/{key} is missing although the manifest lists it: the remote "
+                "dataset was damaged after publishing"
+            )
+        try:
+            return copy_file_and_hash(source, target, limit=size, progress=progress)
+        except OSError as exc:
+            raise self._fail(f"cannot copy {self.location}/{key}", exc) from None
+
+    def _list_keys(self, prefix: str) -> Iterator[str]:
+        for current, dirs, names in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            base = Path(current).relative_to(self.root).as_posix()
+            for name in sorted(names):
+                if name.startswith("."):
+                    continue
+                key = name if base == "." else f"{base}/{name}"
+                if key.startswith(prefix):
+                    yield key
+
+    @contextlib.contextmanager
+    def _index_lock(self) -> Iterator[None]:  # type: ignore[override]
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            handle = open(self.root / LOCK_FILE_NAME, "a+b")  # noqa: SIM115
+        except OSError as exc:
+            raise self._fail(f"cannot lock the index of {self.location}", exc) from None
+        with handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    @staticmethod
+    def _temporary(target: Path) -> Path:
+        return target.with_name(f".{target.name}.{uuid.uuid4().hex}.part")
+
+    @staticmethod
+    def _write_file(path: Path, data: bytes) -> None:
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if _durable():
+                os.fsync(handle.fileno())
+
+    @staticmethod
+    def _sync_dir(folder: Path) -> None:
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        except OSError:
+            pass  # some file systems cannot fsync directories
+        finally:
+            os.close(descriptor)
+
+    def _sync_tree(self, folder: Path) -> None:
+        for current, dirs, _ in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            self._sync_dir(Path(current))

@@ -1,0 +1,377 @@
+"""Per-version manifests: the size and SHA-256 of every file of a published dataset.
+
+A manifest is the commit record of a published dataset version: it is written after every
+file it names, and a download trusts nothing that does not match it. Paths in a manifest are
+checked strictly (relative POSIX paths inside the dataset folder, no ``..``, no hidden parts),
+so a damaged or hostile manifest can never make a download write outside its dataset.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, Final
+
+from marl_minari.errors import CorruptedDataError, LayoutError
+
+MANIFEST_FILE_NAME: Final = "manifest.json"
+"""File next to ``data/`` on a remote: the manifest of that dataset version."""
+
+MANIFEST_FORMAT: Final = "marl-minari-manifest"
+MANIFEST_FORMAT_VERSION: Final = 1
+
+CHUNK_SIZE: Final = 8 << 20
+"""Bytes per read/hash/write step of a transfer."""
+
+MAX_FILES: Final = 100_000
+MAX_PATH_LENGTH: Final = 1024
+MAX_FILE_SIZE: Final = 1 << 50
+
+_PART_RE = re.compile(r"^[A-Za-z0-9_][\w.+=@,-]*$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+Progress = Callable[[int], None]
+"""Called with the number of bytes just transferred."""
+
+
+def check_relative_path(path: str) -> str:
+    """Check that ``path`` is a safe relative POSIX path of a file inside a dataset folder.
+
+    Raises:
+        ValueError: absolute, empty, ``.``/``..`` or hidden parts, backslashes, odd characters.
+    """
+    if not isinstance(path, str) or not path:
+        raise ValueError("a file path must be a non-empty string")
+    if len(path) > MAX_PATH_LENGTH:
+        raise ValueError(f"file path longer than {MAX_PATH_LENGTH} characters")
+    if path.startswith("/") or "\\" in path or "\x00" in path:
+        raise ValueError(f"file path {path!r} is absolute or not a POSIX path")
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError(f"file path {path!r} has an empty, '.' or '..' part")
+        if not _PART_RE.match(part):
+            raise ValueError(
+                f"file path {path!r}: part {part!r} must start with a letter, digit or '_' and "
+                "hold only letters, digits and _ . + = @ , -"
+            )
+    if path == MANIFEST_FILE_NAME:
+        raise ValueError(f"{MANIFEST_FILE_NAME!r} is reserved for the registry's manifest")
+    return path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a dataset version: path relative to the dataset folder, size, SHA-256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every file of one published dataset version, with sizes and SHA-256 digests."""
+
+    dataset_id: str
+    files: tuple[FileEntry, ...]
+    created: str = ""
+    tool: str = ""
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of all files together."""
+        return sum(entry.size for entry in self.files)
+
+    def same_content(self, other: Manifest) -> bool:
+        """True when both name the same dataset and the same files with the same bytes."""
+        return self.dataset_id == other.dataset_id and sorted(self.files,
+                                                              key=lambda e: e.path) == sorted(
+            other.files, key=lambda e: e.path)
+
+    def to_json(self) -> bytes:
+        """The manifest as UTF-8 JSON bytes (what the remote stores)."""
+        document = {
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "dataset_id": self.dataset_id,
+            "created": self.created,
+            "tool": self.tool,
+            "total_size": self.total_size,
+            "files": [{"path": e.path, "size": e.size, "sha256": e.sha256}
+                      for e in sorted(self.files, key=lambda e: e.path)],
+        }
+        return (json.dumps(document, indent=1) + "\n").encode()
+
+    def digest(self) -> str:
+        """SHA-256 of :meth:`to_json` (recorded in the registry index)."""
+        return hashlib.sha256(self.to_json()).hexdigest()
+
+    @classmethod
+    def from_json(cls, raw: bytes, expected_id: str, where: str) -> Manifest:
+        """Parse and check a stored manifest.
+
+        Args:
+            raw: the stored bytes.
+            expected_id: the dataset id the manifest must describe.
+            where: where the manifest came from, for error messages (no credentials).
+
+        Raises:
+            CorruptedDataError: not a manifest, a newer format, another dataset's, or any
+                entry with an unsafe path, a bad size or a bad digest.
+        """
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptedDataError(f"manifest {where} is not valid JSON: {exc}") from exc
+        if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
+            raise CorruptedDataError(f"{where} is not a marl-minari manifest")
+        version = document.get("format_version")
+        if not isinstance(version, int) or version > MANIFEST_FORMAT_VERSION:
+            raise CorruptedDataError(
+                f"manifest {where} has format version {version!r}; this marl-minari reads "
+                f"version {MANIFEST_FORMAT_VERSION}: upgrade marl-minari"
+            )
+        if document.get("dataset_id") != expected_id:
+            raise CorruptedDataError(
+                f"manifest {where} describes {document.get('dataset_id')!r}, not {expected_id!r}"
+            )
+        files = document.get("files")
+        if not isinstance(files, list) or not files or len(files) > MAX_FILES:
+            raise CorruptedDataError(f"manifest {where} has no valid 'files' list")
+        entries = []
+        for item in files:
+            entries.append(_entry(item, where))
+        _check_entries(entries, where)
+        return cls(expected_id, tuple(entries), str(document.get("created", "")),
+                   str(document.get("tool", "")))
+
+
+def _entry(item: Any, where: str) -> FileEntry:
+    if not isinstance(item, dict):
+        raise CorruptedDataError(f"manifest {where}: a file entry is not an object")
+    path, size, sha = item.get("path"), item.get("size"), item.get("sha256")
+    try:
+        check_relative_path(path)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise CorruptedDataError(
+            f"manifest {where} names an unsafe path: {exc}; refusing to download it"
+        ) from exc
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
+        raise CorruptedDataError(f"manifest {where}: bad size {size!r} for {path!r}")
+    if not isinstance(sha, str) or not _SHA_RE.match(sha):
+        raise CorruptedDataError(f"manifest {where}: bad SHA-256 {sha!r} for {path!r}")
+    return FileEntry(path, size, sha)  # type: ignore[arg-type]
+
+
+def _check_entries(entries: Iterable[FileEntry], where: str) -> None:
+    paths = [e.path for e in entries]
+    if len(set(paths)) != len(paths):
+        raise CorruptedDataError(f"manifest {where} lists a file twice")
+    folders = {str(parent) for p in paths for parent in PurePosixPath(p).parents}
+    clash = folders.intersection(paths)
+    if clash:
+        raise CorruptedDataError(f"manifest {where}: {sorted(clash)[0]!r} is both file and folder")
+    if "data/metadata.json" not in paths:
+        raise CorruptedDataError(f"manifest {where} has no data/metadata.json")
+
+
+def new_manifest(dataset_id: str, entries: Iterable[FileEntry]) -> Manifest:
+    """A manifest stamped with the current UTC time and this library's version."""
+    from marl_minari import __version__
+
+    files = tuple(sorted(entries, key=lambda e: e.path))
+    _check_entries(files, dataset_id)
+    return Manifest(dataset_id, files,
+                    datetime.now(UTC).replace(microsecond=0).isoformat(),
+                    f"marl-minari {__version__}")
+
+
+def dataset_files(folder: Path) -> list[str]:
+    """Relative paths of the files of a local dataset folder, sorted.
+
+    Every regular file is included (``data/*``, a ``README.md`` dataset card, ...) except
+    hidden ones (any path part starting with ``.``).
+
+    Raises:
+        LayoutError: a symlink or special file, or a file name a manifest cannot hold.
+    """
+    found = []
+    for current, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        base = Path(current)
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            path = base / name
+            relative = path.relative_to(folder).as_posix()
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise LayoutError(
+                    f"{path} is a symlink or special file: publish copies regular files only"
+                )
+            try:
+                check_relative_path(relative)
+            except ValueError as exc:
+                raise LayoutError(f"cannot publish {path}: {exc}") from exc
+            found.append(relative)
+        for name in dirs:
+            if os.path.islink(base / name):
+                raise LayoutError(f"{base / name} is a symlink: publish copies regular files only")
+    return found
+
+
+def hash_file(path: Path, progress: Progress | None = None) -> tuple[int, str]:
+    """``(size, sha256 hex)`` of a local file, read in chunks into one reusable buffer."""
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray(CHUNK_SIZE)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while count := handle.readinto(buffer):
+            digest.update(view[:count])
+            size += count
+            if progress is not None:
+                progress(count)
+    return size, digest.hexdigest()
+
+
+def copy_and_hash(source: Any, target: Path, *, limit: int | None = None,
+                  progress: Progress | None = None) -> tuple[int, str]:
+    """Copy a binary stream into ``target`` while hashing it; ``(size, sha256 hex)``.
+
+    For streams (HTTP responses, ...). Each chunk is read into a reusable buffer, then hashed
+    on a second thread while it is written (both release the GIL), so a chunk costs about
+    ``max(write, hash)``. The digest is of exactly the bytes written.
+
+    Args:
+        source: object with ``readinto(buffer)`` or ``read(n)``.
+        target: file to create (truncated if it exists).
+        limit: stop with :class:`CorruptedDataError` as soon as more bytes than this arrive.
+        progress: called with each chunk's length.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray(CHUNK_SIZE)
+    reader = getattr(source, "readinto", None)
+    with ThreadPoolExecutor(max_workers=1) as hasher, open(target, "wb", buffering=0) as out:
+        while True:
+            if reader is not None:
+                count = reader(buffer) or 0
+                chunk = memoryview(buffer)[:count]
+            else:
+                data = source.read(CHUNK_SIZE)
+                count, chunk = len(data), memoryview(data)
+            if not count:
+                break
+            size += count
+            if limit is not None and size > limit:
+                raise CorruptedDataError(
+                    f"more than the {limit} bytes the manifest records arrived for {target.name}"
+                )
+            pending = hasher.submit(digest.update, chunk)
+            _write_all(out, chunk)
+            pending.result()
+            if progress is not None:
+                progress(count)
+    return size, digest.hexdigest()
+
+
+def copy_file_and_hash(source: Path, target: Path, *, limit: int | None = None,
+                       progress: Progress | None = None, sync: bool = False) -> tuple[int, str]:
+    """Copy a local file into ``target`` and hash it; ``(size, sha256 hex)``.
+
+    The kernel copies the data (``copy_file_range``/``sendfile``: no trip through Python)
+    while a second thread hashes the source through its own descriptor, so the copy costs
+    about ``max(copy, hash)``. The source's size, mtime and ctime are checked before and after:
+    a file changed during the copy raises :class:`CorruptedDataError`, so the digest always
+    describes the bytes written.
+
+    Args:
+        source: file to copy.
+        target: file to create (truncated if it exists).
+        limit: a source larger than this is refused before anything is copied.
+        progress: called with each chunk's length.
+        sync: flush ``target`` to disk (``fsync``) before returning; the flush overlaps with
+            the end of the hashing.
+    """
+    with open(source, "rb", buffering=0) as src, open(source, "rb", buffering=0) as hashed:
+        before = os.fstat(src.fileno())
+        size = before.st_size
+        if limit is not None and size > limit:
+            raise CorruptedDataError(
+                f"{source.name} has more than the {limit} bytes the manifest records"
+            )
+        stop = threading.Event()
+
+        def digest() -> str:
+            state = hashlib.sha256()
+            buffer = bytearray(CHUNK_SIZE)
+            view = memoryview(buffer)
+            while not stop.is_set() and (count := hashed.readinto(buffer)):
+                state.update(view[:count])
+            return state.hexdigest()
+
+        with ThreadPoolExecutor(max_workers=1) as hasher:
+            pending = hasher.submit(digest)
+            try:
+                with open(target, "wb", buffering=0) as out:
+                    copied = 0
+                    while copied < size:
+                        count = _kernel_copy(src, out, copied, min(CHUNK_SIZE, size - copied))
+                        if not count:
+                            break
+                        copied += count
+                        if progress is not None:
+                            progress(count)
+                    written = os.fstat(out.fileno()).st_size
+                    if sync:
+                        os.fsync(out.fileno())
+            except BaseException:
+                stop.set()
+                raise
+            sha = pending.result()
+        after = os.fstat(src.fileno())
+    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+            before.st_size, before.st_mtime_ns, before.st_ctime_ns) or written != copied:
+        raise CorruptedDataError(f"{source} changed while it was being copied")
+    return copied, sha
+
+
+def _kernel_copy(source: Any, target: Any, offset: int, count: int) -> int:
+    """Copy ``count`` bytes at ``offset`` of ``source`` to the end of ``target``."""
+    global _COPY_FILE_RANGE
+    if _COPY_FILE_RANGE:
+        try:
+            return os.copy_file_range(source.fileno(), target.fileno(), count, offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
+                                 errno.ENOTSUP, errno.EBADF):
+                raise
+            _COPY_FILE_RANGE = False
+    try:
+        return os.sendfile(target.fileno(), source.fileno(), offset, count)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+    data = os.pread(source.fileno(), count, offset)
+    _write_all(target, memoryview(data))
+    return len(data)
+
+
+_COPY_FILE_RANGE = hasattr(os, "copy_file_range")
+
+
+def _write_all(out: Any, chunk: memoryview) -> None:
+    while chunk:
+        written = out.write(chunk)
+        chunk = chunk[written:]

@@ -1,0 +1,234 @@
+"""``s3://bucket[/prefix]`` remotes: any S3-compatible object store, through boto3.
+
+Endpoint, region and credentials come from boto3's usual sources: ``AWS_ENDPOINT_URL_S3`` or
+``AWS_ENDPOINT_URL`` (MinIO, Ceph, R2, a local test server, ...), ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and ``~/.aws/config``,
+instance roles, and ``AWS_MAX_ATTEMPTS`` / ``AWS_RETRY_MODE`` for retries. Nothing of that is
+stored in the registry or printed: error messages go through
+:func:`marl_minari.registry.storage.scrub`.
+
+Concurrency: the manifest is created with ``If-None-Match: *`` (fails if another publisher
+created it first) and the index is replaced with ``If-Match: <etag>`` (retried on conflict).
+Stores without conditional writes get a check-then-write fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from marl_minari.errors import CorruptedDataError, RemoteError
+
+from .manifest import Progress, hash_file
+from .storage import RegistryStorage
+
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+_CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+_UNSUPPORTED = {"NotImplemented", "501"}
+
+
+def _boto() -> Any:
+    try:
+        import boto3
+    except ImportError:
+        raise RemoteError(
+            's3:// remotes need boto3: pip install "marl-minari[s3]" (or pip install boto3)'
+        ) from None
+    return boto3
+
+
+class S3Storage(RegistryStorage):
+    """A registry in an S3 bucket, below an optional key prefix. ``name``: ``bucket[/prefix]``."""
+
+    kind = "s3"
+    writable = True
+
+    def __init__(self, name: str, token: str | None = None) -> None:
+        super().__init__(name, token)
+        bucket, _, prefix = unquote(name).partition("/")
+        if not _BUCKET_RE.match(bucket):
+            raise RemoteError(f"malformed S3 bucket name {bucket!r} in s3://{name}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        self._conditional = True
+
+    @property
+    def location(self) -> str:
+        """``s3://bucket[/prefix]``."""
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client (created on first use from the environment's configuration)."""
+        with self._client_lock:
+            if self._client is None:
+                from botocore.config import Config
+
+                self._client = _boto().session.Session().client(
+                    "s3", config=Config(max_pool_connections=32))
+            return self._client
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        from boto3.exceptions import Boto3Error
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        return (ClientError, BotoCoreError, Boto3Error)
+
+    def _code(self, exc: BaseException) -> str:
+        response = getattr(exc, "response", None) or {}
+        error = response.get("Error", {}) if isinstance(response, dict) else {}
+        code = str(error.get("Code", ""))
+        if not code:
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = str(status or "")
+        return code
+
+    def _explain(self, message: str, exc: BaseException) -> RemoteError:
+        from botocore.exceptions import NoCredentialsError
+
+        if isinstance(exc, NoCredentialsError):
+            return self._fail(f"{message}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or another source boto3 reads")
+        if self._code(exc) == "NoSuchBucket":
+            return self._fail(f"{message}: bucket {self.bucket!r} does not exist")
+        return self._fail(message, exc)
+
+    def _read_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return response["Body"].read(), response.get("ETag")
+        except self._errors() as exc:
+            if self._code(exc) in _MISSING:
+                return None, None
+            raise self._explain(f"cannot read {self.location}/{key}", exc) from None
+
+    def _read(self, key: str) -> bytes | None:
+        return self._read_versioned(key)[0]
+
+    def _write(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except self._errors() as exc:
+            raise self._explain(f"cannot write {self.location}/{key}", exc) from None
+
+    def _conditional_put(self, key: str, data: bytes, condition: dict[str, str]) -> bool | None:
+        """True written, False condition failed, None: the store ignores conditions."""
+        if not self._conditional:
+            return None
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                   **condition)
+            return True
+        except self._errors() as exc:
+            code = self._code(exc)
+            if code in _CONFLICT:
+                return False
+            if code in _UNSUPPORTED:
+                self._conditional = False
+                return None
+            raise self._explain(f"cannot write {self.location}/{key}", exc) from None
+
+    def _write_if(self, key: str, data: bytes, version: str | None) -> bool:
+        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
+        done = self._conditional_put(key, data, condition)
+        if done is None:
+            self._write(key, data)
+            return True
+        return done
+
+    def _write_new(self, key: str, data: bytes) -> bool:
+        done = self._conditional_put(key, data, {"IfNoneMatch": "*"})
+        if done is None:
+            if self._read(key) is not None:
+                return False
+            self._write(key, data)
+            return True
+        return done
+
+    def _put_file(self, key: str, source: Path, progress: Progress | None) -> tuple[int, str]:
+        # Hash the file on a second thread while boto3 uploads it (hashlib releases the GIL).
+        # boto3 also sends a CRC checksum per part, which the store verifies on arrival.
+        try:
+            with ThreadPoolExecutor(max_workers=1) as hasher:
+                digest = hasher.submit(hash_file, source)
+                self.client.upload_file(str(source), self.bucket, self._key(key),
+                                        Callback=progress)
+                size, sha = digest.result()
+        except self._errors() as exc:
+            raise self._explain(f"cannot upload {source.name} to {self.location}/{key}",
+                                exc) from None
+        if source.stat().st_size != size:
+            raise RemoteError(f"{source} changed while it was uploaded; publish again")
+        return size, sha
+
+    def _get_file(self, key: str, target: Path, size: int,
+                  progress: Progress | None) -> tuple[int, str]:
+        where = f"{self.location}/{key}"
+        try:
+            with open(target, "wb") as handle:
+                sink = _HashingSink(handle, size, where)
+                # A sink that cannot seek makes boto3 fetch ranges in parallel but hand them
+                # over in order, so every byte is hashed once, as it arrives.
+                self.client.download_fileobj(self.bucket, self._key(key), sink,
+                                             Callback=progress)
+        except self._errors() as exc:
+            if self._code(exc) in _MISSING:
+                raise CorruptedDataError(
+                    f"{where} is missing although the manifest lists it: the remote dataset "
+                    "was damaged after publishing") from None
+            raise self._explain(f"download of {where} failed", exc) from None
+        except OSError as exc:
+            raise self._fail(f"download of {where} failed", exc) from None
+        if sink.size != size:
+            raise CorruptedDataError(
+                f"{where} has {sink.size} bytes, the manifest records {size}: the remote file "
+                "is truncated or was replaced after publishing"
+            )
+        return sink.size, sink.digest.hexdigest()
+
+    def _list_keys(self, prefix: str) -> Iterator[str]:
+        start = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=start)
+            for page in pages:
+                for item in page.get("Contents", []):
+                    key = item["Key"]
+                    yield key[len(self.prefix) + 1:] if self.prefix else key
+        except self._errors() as exc:
+            raise self._explain(f"cannot list {self.location}", exc) from None
+
+
+class _HashingSink:
+    """Write-only, non-seekable file object that hashes, counts and limits what it writes."""
+
+    def __init__(self, handle: Any, limit: int, where: str) -> None:
+        self._handle = handle
+        self._limit = limit
+        self._where = where
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self._limit:
+            raise CorruptedDataError(f"{self._where} has more than the {self._limit} bytes the "
+                                     "manifest records")
+        self.digest.update(data)
+        self._handle.write(data)
+        return len(data)
+
+    def seekable(self) -> bool:
+        return False

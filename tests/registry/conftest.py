@@ -1,0 +1,120 @@
+"""Real servers on 127.0.0.1 for the registry tests: a static HTTP server process, a
+misbehaving HTTP server that drops connections, and moto's standalone S3 server.
+
+Also makes ``registry_helpers`` importable in any import mode.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from registry_helpers import (  # noqa: E402
+    LOOPBACK,
+    DroppingHandler,
+    free_port,
+    new_bucket,
+    start_moto,
+    stop,
+    use_s3_endpoint,
+    wait_for_port,
+)
+
+
+@pytest.fixture
+def registry_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty folder set as the default registry (``MARL_MINARI_REGISTRY``)."""
+    path = tmp_path / "registry"
+    monkeypatch.setenv("MARL_MINARI_REGISTRY", str(path))
+    monkeypatch.delenv("MINARI_REMOTE", raising=False)
+    return path
+
+
+@pytest.fixture
+def small_dataset(record_parallel: Callable[..., Any]) -> Callable[..., str]:
+    """Record a small real mpe2 dataset: ``small_dataset(dataset_id="...")`` -> its id."""
+
+    def make(dataset_id: str = "mpe2/spread/random-v0", episodes: int = 2) -> str:
+        record_parallel("mpe2/simple_spread_v3", episodes, max_cycles=10, dataset_id=dataset_id)
+        return dataset_id
+
+    return make
+
+
+@pytest.fixture
+def http_server() -> Iterator[Callable[[Path], str]]:
+    """``serve(directory)`` -> ``http://127.0.0.1:<port>``: ``python -m http.server`` process."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def serve(directory: Path) -> str:
+        directory.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "http.server", "--bind", LOOPBACK, "--directory",
+             str(directory), str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        processes.append(process)
+        wait_for_port(port, process)
+        return f"http://{LOOPBACK}:{port}"
+
+    yield serve
+    for process in processes:
+        stop(process)
+
+
+@pytest.fixture
+def dropping_http_server() -> Iterator[Callable[[Path, tuple[str, ...]], str]]:
+    """``serve(directory, names)``: a real HTTP server whose responses for files ending in
+    ``names`` are cut off halfway (the connection drops)."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(directory: Path, names: tuple[str, ...]) -> str:
+        handler = type("Handler", (DroppingHandler,), {"drop": names})
+        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://{LOOPBACK}:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A moto S3 server process on loopback for the whole session (stopped at the end)."""
+    pytest.importorskip("boto3")
+    pytest.importorskip("moto")
+    process, endpoint = start_moto()
+    try:
+        yield endpoint
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def s3_remote(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://<fresh bucket>/registry`` on the session's moto server."""
+    use_s3_endpoint(monkeypatch, moto_endpoint)
+    return f"s3://{new_bucket()}/registry"
+
+
+@pytest.fixture
+def s3_client(s3_remote: str) -> Any:
+    import boto3
+
+    return boto3.session.Session().client("s3")

@@ -1,0 +1,139 @@
+"""Helpers of the registry tests: loopback servers, interruptions, leftover checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import minari
+import pytest
+
+from marl_minari.ids import dataset_dir, datasets_root
+
+LOOPBACK = "127.0.0.1"
+S3_SECRET = "registry-tests-secret-key-9f8e7d"
+S3_KEY_ID = "registrytestskeyid"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None,
+                  timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {LOOPBACK}:{port}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class DroppingHandler(SimpleHTTPRequestHandler):
+    """Serves files, but for names in ``drop`` announces the full length, sends half, hangs up."""
+
+    drop: tuple[str, ...] = ()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def send_head(self) -> Any:
+        if not self.path.endswith(self.drop):
+            return super().send_head()
+        path = Path(self.translate_path(self.path))
+        data = path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.close_connection = True
+        return None
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``moto_server`` on a free loopback port; ``(process, endpoint)``."""
+    executable = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or "moto_server"
+    for _ in range(3):
+        port = free_port()
+        process = subprocess.Popen([executable, "-H", LOOPBACK, "-p", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(port, process)
+        except RuntimeError:
+            stop(process)
+            continue
+        return process, f"http://{LOOPBACK}:{port}"
+    raise RuntimeError("moto_server did not start")
+
+
+def use_s3_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Point boto3 at ``endpoint`` with test credentials, through the usual AWS variables."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", S3_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+
+
+def new_bucket() -> str:
+    import boto3
+
+    name = f"registry-{uuid.uuid4().hex[:12]}"
+    boto3.session.Session().client("s3").create_bucket(Bucket=name)
+    return name
+
+
+class Interrupted(Exception):
+    """Stands in for Ctrl-C or a killed process in the middle of a transfer."""
+
+
+def interrupt_after(calls: int) -> Callable[[int], None]:
+    seen = [0]
+
+    def progress(count: int) -> None:
+        seen[0] += 1
+        if seen[0] >= calls:
+            raise Interrupted
+
+    return progress
+
+
+def no_partial_dataset(dataset_id: str) -> None:
+    """Nothing of ``dataset_id`` where Minari looks, and no staging leftovers."""
+    assert not dataset_dir(dataset_id).exists()
+    staging = datasets_root() / ".marl_minari"
+    leftovers = [p for p in staging.glob("download-*")] if staging.exists() else []
+    assert leftovers == []
+    assert dataset_id not in minari.list_local_datasets()

@@ -1,0 +1,271 @@
+"""Every safety guard of the registry has a test here that fails if the guard is removed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import minari
+import pytest
+from marl_minari.registry.manifest import Manifest
+from registry_helpers import Interrupted, interrupt_after, no_partial_dataset
+
+from marl_minari import registry
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidDatasetIdError,
+    RemoteError,
+)
+from marl_minari.ids import dataset_dir, datasets_root
+
+
+@pytest.fixture
+def published(registry_dir: Path, small_dataset: Callable[..., str]) -> str:
+    """A dataset published to the default registry, with its local copy removed."""
+    dataset_id = small_dataset()
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    return dataset_id
+
+
+def _remote_file(registry_dir: Path, dataset_id: str, name: str = "main_data.hdf5") -> Path:
+    return registry_dir / dataset_id / "data" / name
+
+
+def test_tampered_file_is_refused(published: str, registry_dir: Path) -> None:
+    target = _remote_file(registry_dir, published)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
+    target.write_bytes(bytes(data))
+    with pytest.raises(CorruptedDataError, match="SHA-256"):
+        registry.download(published)
+    no_partial_dataset(published)
+
+
+def test_tampered_file_is_refused_through_minari(published: str, registry_dir: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINARI_REMOTE", f"file://{registry_dir}")
+    target = _remote_file(registry_dir, published, "metadata.json")
+    target.write_text(target.read_text().replace('"total_episodes": 2', '"total_episodes": 1'))
+    with pytest.raises(CorruptedDataError):
+        minari.load_dataset(published, download=True)
+    no_partial_dataset(published)
+
+
+def test_truncated_file_is_refused(published: str, registry_dir: Path) -> None:
+    target = _remote_file(registry_dir, published)
+    target.write_bytes(target.read_bytes()[:-100])
+    with pytest.raises(CorruptedDataError, match="bytes"):
+        registry.download(published)
+    no_partial_dataset(published)
+
+
+def test_missing_file_is_refused(published: str, registry_dir: Path) -> None:
+    _remote_file(registry_dir, published, "marl_minari_index.npz").unlink()
+    with pytest.raises(CorruptedDataError, match="missing"):
+        registry.download(published)
+    no_partial_dataset(published)
+
+
+def test_grown_file_is_cut_off(published: str, registry_dir: Path) -> None:
+    target = _remote_file(registry_dir, published)
+    with open(target, "ab") as handle:
+        handle.write(b"\0" * (20 << 20))
+    with pytest.raises(CorruptedDataError, match="more than"):
+        registry.download(published)
+    no_partial_dataset(published)
+
+
+@pytest.mark.parametrize("bad_path", ["../../escaped.txt", "data/../../escaped.txt",
+                                      "/tmp/escaped.txt", "data\\..\\x", ".hidden/x"])
+def test_manifest_with_path_outside_dataset_is_refused(published: str, registry_dir: Path,
+                                                       bad_path: str) -> None:
+    manifest_path = registry_dir / published / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    digest = hashlib.sha256(b"test").hexdigest()
+    manifest["files"].append({"path": bad_path, "size": 4, "sha256": digest})
+    (registry_dir / "escaped.txt").write_text("test")
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptedDataError, match="unsafe path"):
+        registry.download(published)
+    no_partial_dataset(published)
+    assert not (datasets_root().parent / "escaped.txt").exists()
+    assert not (datasets_root() / "escaped.txt").exists()
+
+
+def test_manifest_of_another_dataset_is_refused(published: str, registry_dir: Path) -> None:
+    manifest_path = registry_dir / published / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["dataset_id"] = "other/dataset-v0"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptedDataError, match="describes"):
+        registry.download(published)
+    no_partial_dataset(published)
+
+
+@pytest.mark.parametrize("bad_id", ["../escape-v0", "mpe2/../../escape-v0", "/abs/x-v0",
+                                    "mpe2/spread/../random-v0", "a\\b-v0", "no-version"])
+def test_ids_with_path_traversal_are_refused(registry_dir: Path, bad_id: str) -> None:
+    with pytest.raises(InvalidDatasetIdError):
+        registry.download(bad_id)
+    with pytest.raises(InvalidDatasetIdError):
+        registry.publish(bad_id)
+    storage = registry.open_remote()
+    with pytest.raises(InvalidDatasetIdError):
+        storage.download_dataset(bad_id, datasets_root())
+    with pytest.raises(InvalidDatasetIdError):
+        storage.get_dataset_metadata(bad_id)
+
+
+def test_index_with_traversal_ids_is_not_trusted(published: str, registry_dir: Path) -> None:
+    index_path = registry_dir / "_index.json"
+    index = json.loads(index_path.read_text())
+    index["datasets"]["../../evil-v0"] = index["datasets"][published]
+    index["namespaces"]["../.."] = {}
+    index_path.write_text(json.dumps(index))
+    with pytest.warns(UserWarning, match="malformed"):
+        ids = [d.dataset_id for d in registry.list_datasets()]
+    assert ids == [published]
+    assert "../.." not in registry.open_remote().list_namespaces()
+
+
+def test_published_version_is_never_overwritten(registry_dir: Path,
+                                                record_parallel: Callable[..., object]) -> None:
+    dataset_id = "mpe2/spread/random-v0"
+    record_parallel("mpe2/simple_spread_v3", 2, max_cycles=10, dataset_id=dataset_id)
+    first = registry.publish(dataset_id).manifest
+    remote_bytes = _remote_file(registry_dir, dataset_id).read_bytes()
+
+    with pytest.raises(DatasetExistsError, match=r"-vN\+1"):
+        registry.publish(dataset_id)  # identical content: still refused
+
+    minari.delete_dataset(dataset_id)  # different episodes under the same id
+    record_parallel("mpe2/simple_spread_v3", 3, max_cycles=10, dataset_id=dataset_id)
+    with pytest.raises(DatasetExistsError, match="different files"):
+        registry.publish(dataset_id)
+    assert _remote_file(registry_dir, dataset_id).read_bytes() == remote_bytes
+    storage = registry.open_remote()
+    assert storage.manifest(dataset_id).same_content(first)  # type: ignore[attr-defined]
+
+    with pytest.raises(DatasetExistsError):  # Minari's upload entry point refuses too
+        storage.upload_dataset(dataset_id)
+    assert _remote_file(registry_dir, dataset_id).read_bytes() == remote_bytes
+
+    # Bumping the version is the way out.
+    record_parallel("mpe2/simple_spread_v3", 3, max_cycles=10, dataset_id="mpe2/spread/random-v1")
+    registry.publish("mpe2/spread/random-v1")
+    assert [d.dataset_id for d in registry.list_datasets()] == [dataset_id,
+                                                                "mpe2/spread/random-v1"]
+
+
+def test_concurrent_manifest_creation_loses_cleanly(registry_dir: Path,
+                                                    small_dataset: Callable[..., str]) -> None:
+    dataset_id = small_dataset()
+    storage = registry.open_remote()
+    assert storage._write_new("x/manifest.json", b"first")  # type: ignore[attr-defined]
+    assert not storage._write_new("x/manifest.json", b"second")  # type: ignore[attr-defined]
+    assert (registry_dir / "x" / "manifest.json").read_bytes() == b"first"
+    registry.publish(dataset_id)
+
+
+def test_interrupted_publish_never_shows_up(registry_dir: Path,
+                                            small_dataset: Callable[..., str]) -> None:
+    dataset_id = small_dataset()
+    remote = f"file://{registry_dir}"
+    with pytest.raises(Interrupted):
+        registry.publish(dataset_id, progress=interrupt_after(2))  # during the 2nd file
+    assert not (registry_dir / dataset_id / "manifest.json").exists()
+    assert registry.list_datasets() == []
+    assert minari.list_remote_datasets(remote_path=remote) == {}
+    with pytest.raises(DatasetNotFoundError):
+        registry.open_remote().manifest(dataset_id)  # type: ignore[attr-defined]
+    assert not list(registry_dir.rglob("*.part"))
+
+    result = registry.publish(dataset_id)  # simply run it again
+    assert result.outcomes == {dataset_id: "published"}
+    assert [d.dataset_id for d in registry.list_datasets()] == [dataset_id]
+
+
+def test_publish_interrupted_after_manifest_is_completed(
+        registry_dir: Path, small_dataset: Callable[..., str]) -> None:
+    dataset_id = small_dataset()
+    registry.publish(dataset_id)
+    index_path = registry_dir / "_index.json"
+    index = json.loads(index_path.read_text())
+    del index["datasets"][dataset_id]  # as if the publish stopped before its index entry
+    index_path.write_text(json.dumps(index))
+    assert registry.list_datasets() == []
+    assert registry.publish(dataset_id).outcomes == {dataset_id: "completed"}
+    assert [d.dataset_id for d in registry.list_datasets()] == [dataset_id]
+    (registry_dir / dataset_id / "data" / "namespace_metadata.json").write_text("{}")
+    index_path.unlink()
+    assert registry.list_datasets() == []
+    assert registry.reindex() == 1
+    assert [d.dataset_id for d in registry.list_datasets()] == [dataset_id]
+    assert registry.open_remote().list_namespaces() == ["mpe2", "mpe2/spread"]
+
+
+def test_interrupted_download_leaves_nothing(published: str) -> None:
+    with pytest.raises(Interrupted):
+        registry.download(published, progress=interrupt_after(2))
+    no_partial_dataset(published)
+    registry.download(published)
+    assert minari.load_dataset(published).total_episodes == 2
+
+
+def test_interrupted_forced_download_keeps_the_old_copy(published: str) -> None:
+    registry.download(published)
+    marker = dataset_dir(published) / "data" / "local-note.txt"
+    marker.write_text("still here")
+    with pytest.raises(Interrupted):
+        registry.download(published, force=True, progress=interrupt_after(1))
+    assert marker.read_text() == "still here"
+
+
+def test_dropped_connection_leaves_nothing(published: str, registry_dir: Path,
+                                           dropping_http_server: Callable[..., str]) -> None:
+    url = dropping_http_server(registry_dir, ("main_data.hdf5",))
+    with pytest.raises(RemoteError, match="dropped"):
+        registry.download(published, remote=url)
+    no_partial_dataset(published)
+
+
+def test_credentials_never_appear(published: str, registry_dir: Path,
+                                  dropping_http_server: Callable[..., str],
+                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = dropping_http_server(registry_dir, ("main_data.hdf5",))
+    secret_url = url.replace("http://", "http://alice:hunter2-secret@")
+    errors = []
+    for dataset_id in (published, "missing/dataset-v0"):
+        with pytest.raises((RemoteError, DatasetNotFoundError)) as info:
+            registry.download(dataset_id, remote=secret_url)
+        errors.append(str(info.value))
+    closed = secret_url.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
+    with pytest.raises(RemoteError) as info:
+        registry.list_datasets(closed)
+    errors.append(str(info.value))
+    storage = registry.open_remote(secret_url, token=None)
+    errors.append(storage.location)  # type: ignore[attr-defined]
+    for text in [*errors, caplog.text]:
+        assert "hunter2-secret" not in text
+        assert "alice" not in text
+    assert "***@" not in errors[0] and url in errors[0]
+
+
+def test_manifest_round_trip_rejects_bad_digests() -> None:
+    entry = {"path": "data/metadata.json", "size": 1, "sha256": "0" * 64}
+    good = {"format": "marl-minari-manifest", "format_version": 1, "dataset_id": "a-v0",
+            "files": [entry]}
+    assert Manifest.from_json(json.dumps(good).encode(), "a-v0", "test").total_size == 1
+    for bad in ({**entry, "sha256": "xyz"}, {**entry, "size": -1}, {**entry, "size": True}):
+        with pytest.raises(CorruptedDataError):
+            Manifest.from_json(json.dumps({**good, "files": [bad]}).encode(), "a-v0", "test")
+    with pytest.raises(CorruptedDataError, match="version"):
+        Manifest.from_json(json.dumps({**good, "format_version": 99}).encode(), "a-v0", "t")

@@ -1,0 +1,77 @@
+"""http:// registries: a published file:// directory served by ``python -m http.server``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import minari
+import pytest
+
+import marl_minari as mm
+from marl_minari import registry
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, RemoteError
+from marl_minari.ids import dataset_dir
+
+
+@pytest.fixture
+def served(registry_dir: Path, small_dataset: Callable[..., str],
+           http_server: Callable[[Path], str]) -> tuple[str, list[str]]:
+    """Two datasets published to a directory that a real HTTP server process serves."""
+    ids = [small_dataset("mpe2/spread/random-v0"), small_dataset("flat-v0")]
+    (dataset_dir(ids[0]) / "README.md").write_text("# card\n")
+    for dataset_id in ids:
+        registry.publish(dataset_id)
+        shutil.rmtree(dataset_dir(dataset_id))
+    return http_server(registry_dir), ids
+
+
+def test_list_and_download_over_http(served: tuple[str, list[str]]) -> None:
+    url, ids = served
+    assert [d.dataset_id for d in registry.list_datasets(url)] == sorted(ids)
+    for dataset_id in ids:
+        registry.download(dataset_id, remote=url)
+        assert mm.load_dataset(dataset_id).total_episodes == 2
+    assert (dataset_dir(ids[0]) / "README.md").read_text() == "# card\n"
+    assert (dataset_dir(ids[0]).parent / "namespace_metadata.json").exists()
+
+
+def test_minari_functions_over_http(served: tuple[str, list[str]],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ids = served
+    assert set(minari.list_remote_datasets(remote_path=url)) == set(ids)
+    minari.download_dataset(f"{url}/flat-v0")  # the full remote path form
+    assert minari.load_dataset("flat-v0").total_steps == 20
+    monkeypatch.setenv("MINARI_REMOTE", url)
+    dataset = minari.load_dataset("mpe2/spread/random-v0", download=True)
+    assert dataset.total_episodes == 2
+
+
+def test_http_is_read_only(served: tuple[str, list[str]],
+                           small_dataset: Callable[..., str]) -> None:
+    url, _ = served
+    dataset_id = small_dataset("mpe2/spread/random-v5")
+    with pytest.raises(RemoteError, match="read-only"):
+        registry.publish(dataset_id, remote=url)
+    with pytest.raises(RemoteError, match="read-only"):
+        registry.open_remote(url).upload_dataset(dataset_id)
+
+
+def test_http_tampering_and_missing(served: tuple[str, list[str]], registry_dir: Path) -> None:
+    url, ids = served
+    with pytest.raises(DatasetNotFoundError):
+        registry.download("mpe2/spread/random-v9", remote=url)
+    target = registry_dir / ids[1] / "data" / "main_data.hdf5"
+    target.write_bytes(target.read_bytes()[:-1] + b"X")
+    with pytest.raises(CorruptedDataError, match="SHA-256"):
+        registry.download(ids[1], remote=url)
+    target.write_bytes(target.read_bytes()[:100])
+    with pytest.raises(CorruptedDataError, match="truncated"):
+        registry.download(ids[1], remote=url)
+    assert not dataset_dir(ids[1]).exists()
+
+
+def test_unreachable_server_is_a_remote_error(registry_dir: Path) -> None:
+    with pytest.raises(RemoteError, match="127.0.0.1:1"):
+        registry.list_datasets("http://127.0.0.1:1/registry")
