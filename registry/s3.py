@@ -26,7 +26,7 @@ from urllib.parse import unquote
 from marl_minari.errors import CorruptedDataError, RemoteError
 
 from .manifest import Progress, hash_file
-from .storage import RegistryStorage
+from .storage import RegistryStorage, logger
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -125,12 +125,20 @@ class S3Storage(RegistryStorage):
 
     def _conditional_put(self, key: str, data: bytes, condition: dict[str, str]) -> bool | None:
         """True written, False condition failed, None: the store ignores conditions."""
+        from botocore.exceptions import ParamValidationError
+
         if not self._conditional:
             return None
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
                                    **condition)
             return True
+        except ParamValidationError:
+            # boto3 older than 1.36 does not know IfMatch/IfNoneMatch on PutObject.
+            logger.warning("boto3 is too old for conditional writes; upgrade it (>= 1.36) so "
+                           "concurrent publishers cannot overwrite each other's index entries")
+            self._conditional = False
+            return None
         except self._errors() as exc:
             code = self._code(exc)
             if code in _CONFLICT:
