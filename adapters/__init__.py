@@ -1,1 +1,66 @@
-"""Adapters between Minari datasets and Flashbax vaults and buffers."""
+"""Adapters between Minari datasets and Flashbax vaults and device-resident buffers.
+
+* :func:`to_vault`: a Minari dataset (multi-agent, or plain single-agent as ``agent_0``) to a
+  Flashbax vault in OG-MARL's conventions, with everything needed to rebuild it exactly.
+* :func:`from_vault`: any vault in OG-MARL's conventions to a multi-agent Minari dataset (or,
+  for a vault written by :func:`to_vault`, the original dataset back).
+* :func:`make_buffer`: datasets and vaults combined into one Flashbax trajectory buffer on the
+  default JAX device.
+
+Names are imported on first use, so ``import marl_minari.adapters`` (and the command line)
+does not import JAX. See ``docs/adapters.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._store import is_vault
+    from ._view import PAD_VALUE
+    from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
+    from .minari_to_vault import DEFAULT_CHUNK_STEPS, to_vault
+    from .sources import SINGLE_AGENT
+    from .vault_to_minari import EXTRA_PREFIX, from_vault, vault_path_parts
+
+_EXPORTS = {
+    "DEFAULT_CHUNK_STEPS": "minari_to_vault",
+    "EXTRA_PREFIX": "vault_to_minari",
+    "PAD_VALUE": "_view",
+    "SINGLE_AGENT": "sources",
+    "SOURCE_KEY": "buffer",
+    "MultiSourceBufferState": "buffer",
+    "from_vault": "vault_to_minari",
+    "is_vault": "_store",
+    "make_buffer": "buffer",
+    "to_vault": "minari_to_vault",
+    "vault_path_parts": "vault_to_minari",
+}
+
+__all__ = [
+    "DEFAULT_CHUNK_STEPS",
+    "EXTRA_PREFIX",
+    "PAD_VALUE",
+    "SINGLE_AGENT",
+    "SOURCE_KEY",
+    "MultiSourceBufferState",
+    "from_vault",
+    "is_vault",
+    "make_buffer",
+    "to_vault",
+    "vault_path_parts",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'marl_minari.adapters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

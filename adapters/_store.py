@@ -1,0 +1,347 @@
+"""Flashbax vaults on disk, driven through tensorstore directly.
+
+A Flashbax vault (``flashbax.vault.Vault``, version 1.2) is a folder
+``rel_dir/vault_name/vault_uid`` holding ``metadata.json`` and one OCDBT key-value store
+(``manifest.ocdbt`` + ``d/``). Every leaf of the experience tree is a zarr v2 array in that
+store, named by its tree path joined with ``"."`` plus a trailing ``"."`` (``infos.legals.``),
+of shape ``(B, 10**13, ...)``; the number of time steps written is the int32 array
+``vault_index``. This module writes and reads exactly that, in chunk-aligned windows, so a
+vault written here reads back bit-exact through ``Vault``, and any vault Flashbax wrote reads
+here.
+
+Arrays that are not listed in ``metadata.json["structure_shape"]`` (our exact-restoration
+arrays, ``marl_minari.<i>.``) live in the same store; ``Vault`` never opens them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from marl_minari.errors import CorruptedDataError, DatasetExistsError, DatasetNotFoundError
+
+VAULT_VERSION = 1.2
+"""The Flashbax vault format version written (``flashbax.vault.vault.VERSION``)."""
+TIME_AXIS_MAX_LENGTH = int(10e12)
+"""Flashbax's fixed length of the time axis of every vault array."""
+METADATA_FILE = "metadata.json"
+INDEX_NAME = "vault_index"
+DEFAULT_COMPRESSION: dict[str, Any] = {"id": "gzip", "level": 5}
+"""Flashbax's default zarr compressor."""
+RESTORATION_COMPRESSION: dict[str, Any] = {"id": "zstd", "level": 1}
+"""Compressor of the restoration arrays (only marl-minari reads them: fast beats small)."""
+TARGET_CHUNK_BYTES = 1 << 22
+"""Uncompressed bytes per zarr chunk of the widest array (tensorstore's own default, 4 MiB)."""
+
+
+def leaf_name(path: tuple[str, ...]) -> str:
+    """The store name of an experience leaf, as Flashbax spells it (``("infos", "legals")``
+    -> ``"infos.legals."``)."""
+    return "".join(f"{part}." for part in path)
+
+
+def flatten_structure(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
+                      ) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Yield ``(path, leaf)`` of a nested dict (``structure_shape``/``structure_dtype``)."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            yield from flatten_structure(value, (*prefix, str(key)))
+        else:
+            yield (*prefix, str(key)), value
+
+
+def nest_structure(items: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    """Inverse of :func:`flatten_structure`."""
+    out: dict[str, Any] = {}
+    for path, value in items.items():
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"(1, 200, 3)"`` -> ``(1, 200, 3)`` (how Flashbax stores shapes)."""
+    cleaned = text.strip().strip("()[]").replace(" ", "")
+    return tuple(int(part) for part in cleaned.split(",") if part)
+
+
+def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) -> Path:
+    """``rel_dir/vault_name/vault_uid`` resolved as Flashbax does (relative to the cwd)."""
+    return Path(os.path.normpath(Path.cwd() / rel_dir / vault_name / vault_uid))
+
+
+def default_uid() -> str:
+    """Flashbax's default vault uid: the current time as ``%Y%m%d%H%M%S``."""
+    return datetime.now().strftime("%Y%m%d%H%M%S")
+
+
+def is_vault(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a vault folder (``metadata.json`` with a ``structure_shape``)."""
+    meta = Path(path) / METADATA_FILE
+    if not meta.is_file():
+        return False
+    try:
+        return "structure_shape" in json.loads(meta.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+@dataclass(frozen=True)
+class LeafInfo:
+    """One experience leaf of a vault.
+
+    Attributes:
+        path: tree path (``("infos", "legals")``).
+        shape: ``(B, T_struct, ...)`` as recorded in ``structure_shape`` (``T_struct`` is the
+            writing buffer's time axis, not the vault's length).
+        dtype: numpy dtype name.
+    """
+
+    path: tuple[str, ...]
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        """Store name (``infos.legals.``)."""
+        return leaf_name(self.path)
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one time step of one stream."""
+        return self.shape[2:]
+
+
+def _spec(base: Path, name: str) -> dict[str, Any]:
+    return {"driver": "zarr",
+            "kvstore": {"driver": "ocdbt", "base": f"file://{base}", "path": name}}
+
+
+def time_chunk(row_bytes: int, target: int = TARGET_CHUNK_BYTES) -> int:
+    """Rows per zarr chunk so that a chunk of rows of ``row_bytes`` is about ``target``."""
+    return max(1, target // max(1, row_bytes))
+
+
+class VaultReader:
+    """Read access to a vault folder: its metadata, leaves and time windows.
+
+    Args:
+        path: the vault folder (``rel_dir/vault_name/vault_uid``).
+
+    Raises:
+        DatasetNotFoundError: no vault there.
+        CorruptedDataError: its metadata is unreadable or lists no leaves.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).resolve()
+        meta_path = self.path / METADATA_FILE
+        if not meta_path.is_file():
+            raise DatasetNotFoundError(
+                f"no vault at {self.path}: expected {METADATA_FILE} there (a vault folder is "
+                "rel_dir/vault_name/vault_uid)")
+        try:
+            self.metadata: dict[str, Any] = json.loads(meta_path.read_text())
+            shapes = dict(flatten_structure(self.metadata["structure_shape"]))
+            dtypes = dict(flatten_structure(self.metadata["structure_dtype"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: {exc}") \
+                from exc
+        if not shapes:
+            raise CorruptedDataError(f"{meta_path}: structure_shape lists no arrays")
+        self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
+                            for path in shapes)
+        self._context = ts.Context({"cache_pool": {"total_bytes_limit": 64 << 20}})
+        self._stores: dict[str, ts.TensorStore] = {}
+        index = self._open(INDEX_NAME).read().result()
+        self.length = int(np.asarray(index).reshape(-1)[0])
+        self.num_streams = self.leaves[0].shape[0]
+
+    def leaf(self, path: tuple[str, ...]) -> LeafInfo | None:
+        """The leaf at ``path``, or ``None``."""
+        return next((leaf for leaf in self.leaves if leaf.path == path), None)
+
+    def _open(self, name: str) -> ts.TensorStore:
+        if name not in self._stores:
+            try:
+                self._stores[name] = ts.open(_spec(self.path, name), open=True,
+                                             context=self._context).result()
+            except ValueError as exc:
+                raise CorruptedDataError(f"vault {self.path}: cannot open array {name!r}: {exc}") \
+                    from exc
+        return self._stores[name]
+
+    def store(self, name: str) -> ts.TensorStore:
+        """The tensorstore of the array named ``name`` (opened once)."""
+        return self._open(name)
+
+    def read_async(self, name: str, index: tuple[Any, ...]) -> Any:
+        """Start reading ``store[index]``; ``.result()`` gives the numpy array."""
+        return self._open(name)[index].read()
+
+
+class VaultWriter:
+    """Creates a vault with the names and metadata Flashbax uses; data goes in chunk-aligned.
+
+    The vault is built in a hidden sibling folder and renamed into place by :meth:`commit`, so
+    an interrupted conversion never leaves a partial vault at the target path.
+
+    Args:
+        path: the final vault folder; it must not exist.
+        compression: zarr compressor dict (``{"id": "gzip", "level": 5}``, Flashbax's default;
+            ``{"id": "zstd", "level": 3}``...), or ``None`` for none.
+
+    Raises:
+        DatasetExistsError: ``path`` exists.
+    """
+
+    def __init__(self, path: Path, compression: dict[str, Any] | None) -> None:
+        self.path = Path(path)
+        if self.path.exists():
+            raise DatasetExistsError(
+                f"a vault already exists at {self.path}; vaults are not overwritten here: pick "
+                "another vault_uid or delete it")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.work = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}"
+        self.work.mkdir()
+        self._compression = compression
+        # Files are synced once, in commit(), before the vault is moved into place.
+        self._context = ts.Context({"file_io_sync": False})
+        self._stores: list[ts.TensorStore] = []
+
+    def create(self, name: str, shape: tuple[int, ...], dtype: np.dtype | str,
+               chunks: tuple[int, ...], compression: dict[str, Any] | None | str = "vault"
+               ) -> ts.TensorStore:
+        """Create a zarr array ``name`` in the vault's OCDBT store (with the vault's
+        compressor unless ``compression`` is given)."""
+        spec = _spec(self.work, name)
+        spec["metadata"] = {"compressor": self._compression if compression == "vault"
+                            else compression, "chunks": list(chunks)}
+        store = ts.open(spec, shape=shape, dtype=ts.dtype(np.dtype(dtype).name), create=True,
+                        context=self._context).result()
+        self._stores.append(store)
+        return store
+
+    def commit(self, length: int, metadata: dict[str, Any]) -> Path:
+        """Write ``vault_index`` and ``metadata.json``, close, and move the vault into place."""
+        index = ts.open(_spec(self.work, INDEX_NAME), dtype=ts.int32, shape=(1,), create=True,
+                        context=self._context).result()
+        index.write(np.asarray([length], dtype=np.int32)).result()
+        del index
+        self._stores.clear()
+        temporary = self.work / (METADATA_FILE + ".tmp")
+        temporary.write_text(json.dumps(metadata, default=_json_default))
+        os.replace(temporary, self.work / METADATA_FILE)
+        self._context = ts.Context()
+        _sync_tree(self.work)
+        try:
+            os.rename(self.work, self.path)
+        except OSError as exc:
+            if self.path.exists():
+                raise DatasetExistsError(f"a vault appeared at {self.path} while writing") \
+                    from exc
+            raise
+        _sync(self.path.parent)
+        return self.path
+
+    def abort(self) -> None:
+        """Remove the partial vault."""
+        self._stores.clear()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _sync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _sync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` to disk (tensorstore wrote them unsynced)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _sync(Path(folder) / name)
+        _sync(Path(folder))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    return str(value)
+
+
+class Appender:
+    """Appends rows along one axis of a zarr array, writing whole chunks only.
+
+    Rows are buffered until a full chunk (``chunk`` rows) is there; :meth:`close` writes the
+    last partial chunk. With ``streams`` set, the array is ``(B, T, ...)`` and rows arrive as
+    ``(B, n, ...)`` blocks; otherwise it is ``(R, ...)`` and rows arrive as ``(n, ...)``.
+
+    Args:
+        store: the array.
+        chunk: rows per zarr chunk along the appended axis.
+        streams: ``True`` for a vault leaf (time axis 1), ``False`` for a row array (axis 0).
+    """
+
+    def __init__(self, store: ts.TensorStore, chunk: int, streams: bool) -> None:
+        self._store = store
+        self._chunk = chunk
+        self._axis = 1 if streams else 0
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
+        self.written = 0
+
+    def append(self, rows: np.ndarray) -> list[Any]:
+        """Buffer ``rows``; return the write futures of the full chunks now written."""
+        count = rows.shape[self._axis]
+        if count == 0:
+            return []
+        self._pending.append(rows)
+        self._pending_rows += count
+        full = (self._pending_rows // self._chunk) * self._chunk
+        if full == 0:
+            return []
+        block = self._take(full)
+        return [self._write(block)]
+
+    def close(self) -> list[Any]:
+        """Write what is buffered (the last, partial chunk)."""
+        if self._pending_rows == 0:
+            return []
+        return [self._write(self._take(self._pending_rows))]
+
+    def _take(self, count: int) -> np.ndarray:
+        data = self._pending[0] if len(self._pending) == 1 else np.concatenate(
+            self._pending, axis=self._axis)
+        taken, rest = np.split(data, [count], axis=self._axis)
+        self._pending = [rest.copy()] if rest.shape[self._axis] else []
+        self._pending_rows -= count
+        return taken
+
+    def _write(self, block: np.ndarray) -> Any:
+        start, stop = self.written, self.written + block.shape[self._axis]
+        self.written = stop
+        index = (slice(None), slice(start, stop)) if self._axis == 1 else (slice(start, stop),)
+        return self._store[index].write(np.ascontiguousarray(block))
+
+
+def wait(futures: list[Any]) -> None:
+    """Block until every write future in ``futures`` is committed."""
+    for future in futures:
+        future.result()

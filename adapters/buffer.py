@@ -1,0 +1,366 @@
+"""Combined, device-resident Flashbax trajectory buffers built from datasets and vaults.
+
+:func:`make_buffer` lays every source's OG-MARL view (the arrays :func:`to_vault` writes, plus
+``source``, the index of the source of each step) end to end along the time axis of one
+stream (``B = 1``) and returns a Flashbax :class:`~flashbax.buffers.trajectory_buffer.
+TrajectoryBuffer` whose ``sample`` draws sequences from a table of valid start positions:
+sequences never cross from one source (or vault stream) into the next, optionally never cross
+an episode boundary, and sources can be weighted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flashbax.buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    TrajectoryBufferState,
+)
+from gymnasium import spaces
+
+from marl_minari.errors import IncompatibleSourcesError
+from marl_minari.spaces import leaves
+
+from ._store import VaultReader, is_vault, leaf_name
+from ._view import (
+    TERMINALS,
+    TRUNCATIONS,
+    VAULT_SOURCE_KEY,
+    ViewPlan,
+    build_rows,
+    plan_from_spec,
+    plan_from_vault_record,
+)
+from .minari_to_vault import DEFAULT_CHUNK_STEPS, METADATA_KEY
+from .sources import DatasetSource, open_dataset, require_layout, spec_of
+
+SOURCE_KEY = "source"
+"""Experience leaf holding, for every step, the index of its source in ``sources``."""
+
+
+@chex.dataclass(frozen=True)
+class MultiSourceBufferState(TrajectoryBufferState):
+    """A :class:`TrajectoryBufferState` plus the table that sampling draws from.
+
+    Attributes:
+        experience: ``{key: (1, L, ...)}`` every source's steps end to end, plus ``source``.
+        current_index: ``L`` (the buffer is full).
+        is_full: ``True``.
+        starts: ``(K,)`` int32, valid sequence start positions, grouped by source.
+        source_offsets: ``(S + 1,)`` int32, source ``s``'s starts are
+            ``starts[source_offsets[s]:source_offsets[s + 1]]``.
+        source_weights: ``(S,)`` float32, probability of drawing a sequence from each source.
+    """
+
+    starts: chex.Array
+    source_offsets: chex.Array
+    source_weights: chex.Array
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One source's view: its name, arrays and how to fill them."""
+
+    name: str
+    keys: dict[tuple[str, ...], tuple[tuple[int, ...], str]]
+    agents: tuple[str, ...] | None
+    spaces: tuple[dict[str, spaces.Space], dict[str, spaces.Space]] | None
+    length: int
+    fill: Callable[[dict[tuple[str, ...], np.ndarray], int], list[np.ndarray]] = field(
+        repr=False)
+
+
+def make_buffer(
+    sources: Sequence[Any],
+    *,
+    sample_batch_size: int,
+    sample_sequence_length: int,
+    period: int = 1,
+    weights: Sequence[float] | None = None,
+    respect_episode_boundaries: bool = True,
+    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+) -> tuple[TrajectoryBuffer, MultiSourceBufferState]:
+    """Build a Flashbax trajectory buffer and its state on the default JAX device.
+
+    Args:
+        sources: datasets (local ids, ids fetched with ``minari.load_dataset(id,
+            download=True)``, ``MinariDataset`` or ``MultiAgentDataset`` objects) and vault
+            folders (``rel_dir/vault_name/vault_uid``). All must have the same agents, spaces,
+            keys, shapes and dtypes.
+        sample_batch_size: sequences per ``sample`` call.
+        sample_sequence_length: steps per sequence.
+        period: sequences start every ``period`` steps, counted from the start of each episode
+            (or of each source/stream without ``respect_episode_boundaries``), as Flashbax's
+            ``period``.
+        weights: relative probability of drawing a sequence from each source; by default
+            every valid sequence is equally likely (a source's weight is its sequence count).
+        respect_episode_boundaries: only sample sequences inside one episode. Sequences never
+            cross from one source or vault stream into the next either way.
+        chunk_steps: steps read and converted at a time while loading.
+
+    Returns:
+        ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
+        ``(sample_batch_size, sample_sequence_length, ...)`` arrays: ``observations``
+        ``(.., N, O)``, ``actions``, ``rewards``, ``terminals``, ``truncations`` ``(.., N)``,
+        ``infos.legals`` ``(.., N, A)``, ``infos.state`` ``(.., S)`` (when the sources have
+        them), and ``source`` ``(..)`` int32. The buffer is read-only (``add`` raises).
+
+    Raises:
+        IncompatibleSourcesError: two sources differ; the message names the first mismatch.
+        ValueError: bad sizes or weights, or a weighted source without a single sequence.
+    """
+    if not sources:
+        raise ValueError("make_buffer needs at least one source")
+    if sample_batch_size < 1 or sample_sequence_length < 1 or period < 1:
+        raise ValueError("sample_batch_size, sample_sequence_length and period must be >= 1 "
+                         f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
+    if weights is not None and (len(weights) != len(sources) or any(
+            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
+        raise ValueError(f"weights must be {len(sources)} finite non-negative numbers with a "
+                         f"positive sum, got {list(weights)}")
+    views = [_open_source(s, chunk_steps) for s in sources]
+    _check_compatible(views)
+    total = sum(v.length for v in views)
+    keys = views[0].keys
+    experience_np = {path: np.zeros((1, total, *shape), dtype=dtype)
+                     for path, (shape, dtype) in keys.items()}
+    source_ids = np.zeros((1, total), dtype=np.int32)
+    segments: list[tuple[int, list[np.ndarray]]] = []
+    offset = 0
+    for index, view in enumerate(views):
+        window = {path: array[0, offset:offset + view.length]
+                  for path, array in experience_np.items()}
+        episode_lengths = view.fill(window, offset)
+        source_ids[0, offset:offset + view.length] = index
+        segments.append((offset, episode_lengths))
+        offset += view.length
+    starts, offsets = _start_table(segments, sample_sequence_length, period,
+                                   respect_episode_boundaries)
+    counts = np.diff(offsets)
+    probabilities = _source_probabilities(counts, weights, views, sample_sequence_length)
+    experience: dict[str, Any] = {}
+    for path in list(experience_np):
+        _nest(experience, path, jax.device_put(experience_np.pop(path)))
+    experience[SOURCE_KEY] = jax.device_put(source_ids)
+    state = MultiSourceBufferState(
+        experience=experience,
+        current_index=jnp.asarray(total, dtype=jnp.int32),
+        is_full=jnp.asarray(True),
+        starts=jax.device_put(starts),
+        source_offsets=jax.device_put(offsets),
+        source_weights=jax.device_put(probabilities),
+    )
+    buffer = TrajectoryBuffer(
+        init=_read_only("init"),
+        add=_read_only("add"),
+        sample=partial(sample, batch_size=sample_batch_size,
+                       sequence_length=sample_sequence_length),
+        can_sample=can_sample,
+    )
+    return buffer, state
+
+
+def sample(state: MultiSourceBufferState, rng_key: chex.PRNGKey, *, batch_size: int,
+           sequence_length: int) -> TrajectoryBufferSample:
+    """Draw ``batch_size`` sequences: a source by its weight, then a valid start uniformly."""
+    source_key, item_key = jax.random.split(rng_key)
+    logits = jnp.log(state.source_weights)
+    chosen = jax.random.categorical(source_key, logits, shape=(batch_size,))
+    low = state.source_offsets[chosen]
+    high = state.source_offsets[chosen + 1]
+    item = jax.random.randint(item_key, (batch_size,), low, high)
+    start = state.starts[item]
+    index = start[:, None] + jnp.arange(sequence_length, dtype=start.dtype)
+    experience = jax.tree.map(lambda x: x[0, index], state.experience)
+    return TrajectoryBufferSample(experience=experience)
+
+
+def can_sample(state: MultiSourceBufferState) -> chex.Array:
+    """Whether any valid sequence exists."""
+    return state.starts.shape[0] > 0
+
+
+def _read_only(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"the buffer from make_buffer is read-only offline data: {name}() is not "
+            "available; build a new buffer from the sources to change its contents")
+
+    return refuse
+
+
+def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _open_source(source: Any, chunk_steps: int) -> _Source:
+    if isinstance(source, (str, os.PathLike)) and is_vault(source):
+        return _vault_source(VaultReader(source), chunk_steps)
+    dataset = open_dataset(source)
+    require_layout(dataset)
+    return _dataset_source(dataset, chunk_steps)
+
+
+def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
+    record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
+    chunks = dataset.array_chunks(chunk_steps)
+    first = next(chunks)
+    if record is not None:
+        plan = plan_from_vault_record(dataset.spec, record)
+    else:
+        infos = first.agent_infos or {}
+        plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)} for a, t in
+                                             infos.items()})
+    length = int(dataset.total_steps) if len(dataset.episode_indices) == int(
+        dataset.metadata.get("total_episodes", -1)) else _count_steps(dataset)
+
+    def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
+        lengths = []
+        cursor = 0
+        for arrays in _chain(first, chunks):
+            rows = build_rows(plan, arrays)
+            count = int(arrays.episode_lengths.sum())
+            for path, values in rows.items():
+                out[path][cursor:cursor + count] = values
+            lengths.append(arrays.episode_lengths)
+            cursor += count
+        return [np.concatenate(lengths)]
+
+    return _Source(name=f"dataset {dataset.name!r}", keys=plan.keys(),
+                   agents=dataset.spec.possible_agents,
+                   spaces=(dataset.spec.observation_spaces, dataset.spec.action_spaces),
+                   length=length, fill=fill)
+
+
+def _count_steps(dataset: DatasetSource) -> int:
+    metas = dataset.storage.get_episode_metadata(dataset.episode_indices.tolist())
+    return sum(int(m["total_steps"]) for m in metas)
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
+    keys = {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
+    ours = reader.metadata.get(METADATA_KEY)
+    agents = None
+    spaces_ = None
+    if isinstance(ours, dict) and "view" in ours:
+        agents = ViewPlan.from_dict(ours["view"]).agents
+        spec = spec_of(ours["minari_metadata"], bool(ours["multi_agent"]))
+        spaces_ = (spec.observation_spaces, spec.action_spaces)
+    streams, length = reader.num_streams, reader.length
+    window = max(1, chunk_steps // max(1, streams))
+
+    def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
+        for t0 in range(0, length, window):
+            t1 = min(length, t0 + window)
+            futures = {p: reader.read_async(leaf_name(p), (slice(None), slice(t0, t1)))
+                       for p in keys}
+            for path, future in futures.items():
+                block = np.asarray(future.result())
+                for stream in range(streams):
+                    base = stream * length
+                    out[path][base + t0:base + t1] = block[stream]
+        lengths = []
+        for stream in range(streams):
+            rows = slice(stream * length, (stream + 1) * length)
+            done = out[TERMINALS][rows] != 0
+            if TRUNCATIONS in out:
+                done = done | (out[TRUNCATIONS][rows] != 0)
+            ends = np.flatnonzero(done.reshape(length, -1).any(axis=1))
+            stream_lengths = np.diff(np.concatenate([[0], ends + 1]))
+            if length - (ends[-1] + 1 if len(ends) else 0):
+                stream_lengths = np.append(stream_lengths, length - (ends[-1] + 1 if len(
+                    ends) else 0))
+            lengths.append(stream_lengths.astype(np.int64))
+        return lengths
+
+    if TERMINALS not in keys:
+        raise IncompatibleSourcesError(f"vault {reader.path} has no 'terminals' array: "
+                                       "episode boundaries cannot be found")
+    return _Source(name=f"vault {str(reader.path)!r}", keys=keys, agents=agents,
+                   spaces=spaces_, length=streams * length, fill=fill)
+
+
+def _check_compatible(views: list[_Source]) -> None:
+    """Raise :class:`IncompatibleSourcesError` at the first difference from source 0."""
+    base = views[0]
+    for index, view in enumerate(views[1:], start=1):
+        where = f"source {index} ({view.name}) and source 0 ({base.name})"
+        if base.agents is not None and view.agents is not None and base.agents != view.agents:
+            raise IncompatibleSourcesError(
+                f"{where} have different agents: {list(view.agents)} vs {list(base.agents)}")
+        missing = sorted(leaf_name(p)[:-1] for p in set(base.keys) ^ set(view.keys))
+        if missing:
+            raise IncompatibleSourcesError(
+                f"{where} have different arrays: {missing} is in only one of them")
+        for path, (shape, dtype) in base.keys.items():
+            other_shape, other_dtype = view.keys[path]
+            if (tuple(shape), str(dtype)) != (tuple(other_shape), str(other_dtype)):
+                raise IncompatibleSourcesError(
+                    f"{where} differ in '{leaf_name(path)[:-1]}': per-step shape "
+                    f"{tuple(other_shape)} {other_dtype} vs {tuple(shape)} {dtype}")
+        if base.spaces is not None and view.spaces is not None and base.agents is not None:
+            for kind, a, b in (("observation", view.spaces[0], base.spaces[0]),
+                               ("action", view.spaces[1], base.spaces[1])):
+                for agent in base.agents:
+                    if a[agent] != b[agent]:
+                        raise IncompatibleSourcesError(
+                            f"{where} differ in the {kind} space of {agent!r}: {a[agent]} vs "
+                            f"{b[agent]}")
+
+
+def _start_table(segments: list[tuple[int, list[np.ndarray]]], length: int, period: int,
+                 respect_episodes: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Valid start positions grouped by source, and each source's offset into them."""
+    starts = []
+    offsets = [0]
+    for base, streams in segments:
+        found = []
+        cursor = base
+        for episode_lengths in streams:
+            pieces = episode_lengths if respect_episodes else np.asarray(
+                [int(episode_lengths.sum())])
+            piece_starts = cursor + np.concatenate([[0], np.cumsum(pieces)[:-1]])
+            for start, size in zip(piece_starts.tolist(), pieces.tolist(), strict=True):
+                if size >= length:
+                    found.append(np.arange(start, start + size - length + 1, period))
+            cursor += int(episode_lengths.sum())
+        table = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        starts.append(table)
+        offsets.append(offsets[-1] + len(table))
+    return (np.concatenate(starts).astype(np.int32),
+            np.asarray(offsets, dtype=np.int32))
+
+
+def _source_probabilities(counts: np.ndarray, weights: Sequence[float] | None,
+                          views: list[_Source], length: int) -> np.ndarray:
+    if weights is None:
+        if counts.sum() == 0:
+            raise ValueError(f"no source has a sequence of {length} steps"
+                             " inside one episode" if length > 1 else "the sources are empty")
+        return (counts / counts.sum()).astype(np.float32)
+    chosen = np.asarray(weights, dtype=np.float64)
+    for index, (weight, count) in enumerate(zip(chosen, counts, strict=True)):
+        if weight > 0 and count == 0:
+            raise ValueError(f"source {index} ({views[index].name}) has weight {weight} but no "
+                             f"sequence of {length} steps to sample")
+    return (chosen / chosen.sum()).astype(np.float32)

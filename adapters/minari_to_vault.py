@@ -1,0 +1,299 @@
+"""Minari dataset -> Flashbax vault, streaming in chunks of whole episodes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from marl_minari.errors import LayoutError
+from marl_minari.spaces import leaves
+
+from ._exact import ExactSink, columns
+from ._store import (
+    DEFAULT_COMPRESSION,
+    VAULT_VERSION,
+    Appender,
+    VaultWriter,
+    default_uid,
+    nest_structure,
+    time_chunk,
+    vault_dir,
+    wait,
+)
+from ._view import (
+    VAULT_SOURCE_KEY,
+    Dones,
+    StateMode,
+    ViewPlan,
+    build_rows,
+    plan_from_spec,
+    plan_from_vault_record,
+)
+from .sources import Chunk, DatasetSource, open_dataset, require_layout
+
+DEFAULT_CHUNK_STEPS: Final = 65_536
+"""Steps converted per chunk by default (memory is proportional to it, see docs)."""
+FORMAT: Final = "marl_minari/vault"
+FORMAT_VERSION: Final = 1
+METADATA_KEY: Final = "marl_minari"
+"""Key of the vault's ``metadata.json`` holding what is needed to rebuild the dataset."""
+
+
+def to_vault(
+    dataset_or_id: Any,
+    rel_dir: str | os.PathLike[str] = "vaults",
+    vault_name: str | None = None,
+    vault_uid: str | None = None,
+    *,
+    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    compression: dict[str, Any] | None | str = "default",
+    dones: Dones | None = None,
+    state: StateMode = "auto",
+    progress: bool = False,
+) -> Path:
+    """Convert a Minari dataset into a Flashbax vault in OG-MARL's conventions.
+
+    The vault holds one stream (``B = 1``; a dataset converted from a ``B > 1`` vault gets its
+    streams back) with ``observations`` f32 ``(B, T, N, O)``, ``actions`` int32 ``(B, T, N)``
+    (float32 ``(B, T, N, A)`` for other action spaces), ``rewards`` / ``terminals`` /
+    ``truncations`` f32 ``(B, T, N)``, ``infos.legals`` f32 ``(B, T, N, A)`` (discrete actions)
+    and ``infos.state`` f32 ``(B, T, S)``. Everything else needed to rebuild the dataset exactly
+    (final observations, per-agent flags, infos, seeds, spaces, metadata) goes into restoration
+    arrays and the ``marl_minari`` metadata key, which ``Vault`` and OG-MARL ignore.
+
+    Args:
+        dataset_or_id: a dataset id (local, or fetched with ``minari.load_dataset(...,
+            download=True)``), a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
+            single-agent dataset becomes one agent, ``agent_0``.
+        rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
+        vault_name: the vault's name; the dataset id with ``/`` replaced by ``.`` by default.
+        vault_uid: the vault's uid; the current time by default (as Flashbax does).
+        chunk_steps: steps read, converted and written at a time; peak memory is about
+            ``2 * chunk_steps`` steps of data plus one episode.
+        compression: zarr compressor (``{"id": "gzip", "level": 5}`` is Flashbax's default and
+            ours; ``{"id": "zstd", "level": 3}`` writes about 3x faster; ``None`` for none).
+        dones: ``"team"`` (default) copies the episode's termination/truncation to every agent,
+            as OG-MARL does; ``"agent"`` writes each agent's own flags.
+        state: ``infos.state`` from the recorded global state (``"auto"``, ``"env"``), from all
+            agents' observation rows concatenated (``"auto"`` without a recorded state,
+            ``"observations"``), or none (``"none"``).
+        progress: show a progress bar.
+
+    Returns:
+        The vault's folder, ``rel_dir/vault_name/vault_uid``.
+
+    Raises:
+        DatasetNotFoundError: no such dataset.
+        DatasetExistsError: the vault exists.
+        LayoutError: the dataset cannot be laid out as asked (empty, no state for
+            ``state="env"``...).
+        ValueError: ``chunk_steps`` < 1.
+    """
+    if chunk_steps < 1:
+        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    source = open_dataset(dataset_or_id)
+    require_layout(source)
+    if vault_name is None:
+        vault_name = source.name.replace("/", ".")
+    path = vault_dir(rel_dir, vault_name, vault_uid or default_uid())
+    writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
+                         else compression)  # type: ignore[arg-type]
+    try:
+        _convert(source, writer, chunk_steps=chunk_steps, dones=dones, state=state,
+                 progress=progress)
+    except BaseException:
+        writer.abort()
+        raise
+    return path
+
+
+def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
+             dones: Dones | None, state: StateMode, progress: bool) -> None:
+    record = source.spec.extra.get(VAULT_SOURCE_KEY)
+    streams = 1 if record is None else int(record["streams"])
+    chunks = source.chunks(chunk_steps, None if record is None else _expand_runs(
+        record["episode_streams"]))
+    first = next(chunks)
+    plan = _plan(source, first, record, dones, state)
+    keys = plan.keys()
+    widest = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                 for shape, dtype in keys.values())
+    rows_per_chunk = max(1, min(time_chunk(widest * streams), chunk_steps // streams))
+    appenders = {path: Appender(writer.create(_name(path), (streams, int(10e12), *shape), dtype,
+                                              (streams, rows_per_chunk, *shape)),
+                                rows_per_chunk, streams=True)
+                 for path, (shape, dtype) in keys.items()}
+    sink = ExactSink(writer, rows_per_chunk)
+    assembler = StreamAssembler(streams, keys)
+    pending: list[Any] = []
+    episodes = steps = 0
+    bar = tqdm(total=source.total_steps or None, unit="step", disable=not progress,
+               desc=f"{source.name} -> vault")
+    for chunk in _chain(first, chunks):
+        rows = build_rows(plan, chunk.arrays)
+        assembler.push(chunk.info.streams, chunk.arrays.episode_lengths, rows)
+        futures = sink.append(columns(plan, chunk.arrays, chunk.info))
+        for path, block in assembler.pop().items():
+            futures += appenders[path].append(block)
+        wait(pending)
+        pending = futures
+        count = int(chunk.arrays.episode_lengths.sum())
+        episodes += len(chunk.arrays.episode_lengths)
+        steps += count
+        bar.update(count)
+    bar.close()
+    futures = sink.close()
+    for path, block in assembler.pop(final=True).items():
+        futures += appenders[path].append(block)
+    for appender in appenders.values():
+        futures += appender.close()
+    wait(pending)
+    wait(futures)
+    length = assembler.length
+    metadata = _metadata(source, plan, sink, record, streams, length, assembler.lengths,
+                         episodes, steps)
+    writer.commit(length, metadata)
+
+
+def _plan(source: DatasetSource, first: Chunk, record: dict[str, Any] | None,
+          dones: Dones | None, state: StateMode) -> ViewPlan:
+    if record is not None:
+        if dones == "team":
+            raise LayoutError("this dataset came from a vault: its per-agent dones are the "
+                              "vault's; dones='team' would not reproduce them")
+        return plan_from_vault_record(source.spec, record)
+    infos = first.arrays.agent_infos or {}
+    info_paths = {agent: {path for path, _ in leaves(tree)} for agent, tree in infos.items()}
+    return plan_from_spec(source.spec, info_paths, dones=dones or "team", state=state)
+
+
+def _chain(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
+    yield first
+    yield from rest
+
+
+def _name(path: tuple[str, ...]) -> str:
+    return "".join(f"{part}." for part in path)
+
+
+def _expand_runs(runs: list[list[int]]) -> Iterator[int]:
+    for stream, count in runs:
+        for _ in range(int(count)):
+            yield int(stream)
+
+
+class StreamAssembler:
+    """Groups the view rows of episodes by stream and releases ``(B, n, ...)`` blocks.
+
+    Episodes arrive in dataset order, each tagged with its stream; a block holds the rows
+    that every stream has (the shortest stream's count). At the end, shorter streams are
+    padded with zero rows (only datasets whose trailing vault steps were dropped have
+    streams of different lengths).
+
+    Args:
+        streams: ``B``.
+        keys: ``{leaf path: (per-step shape, dtype)}`` of the rows.
+    """
+
+    def __init__(self, streams: int,
+                 keys: dict[tuple[str, ...], tuple[tuple[int, ...], str]]) -> None:
+        self._streams = streams
+        self._keys = keys
+        self._pending: list[list[dict[tuple[str, ...], np.ndarray]]] = [
+            [] for _ in range(streams)]
+        self._counts = [0] * streams
+        self.lengths = [0] * streams
+        self.length = 0
+
+    def push(self, streams: np.ndarray, lengths: np.ndarray,
+             rows: dict[tuple[str, ...], np.ndarray]) -> None:
+        """Add the rows of a chunk's episodes (``streams``: each episode's stream)."""
+        if self._streams == 1:
+            self._add(0, rows)
+            return
+        step_streams = np.repeat(streams, lengths)
+        for stream in np.unique(streams).tolist():
+            if not 0 <= stream < self._streams:
+                raise LayoutError(f"episode stream {stream} out of range "
+                                  f"(0..{self._streams - 1})")
+            mask = step_streams == stream
+            self._add(stream, {k: v[mask] for k, v in rows.items()})
+
+    def _add(self, stream: int, rows: dict[tuple[str, ...], np.ndarray]) -> None:
+        count = len(next(iter(rows.values())))
+        self._pending[stream].append(rows)
+        self._counts[stream] += count
+        self.lengths[stream] += count
+
+    def pop(self, final: bool = False) -> dict[tuple[str, ...], np.ndarray]:
+        """The ``(B, n, ...)`` block every stream can fill (all, padded, if ``final``)."""
+        n = max(self._counts) if final else min(self._counts)
+        if n == 0:
+            return {}
+        per_stream = [self._take(stream, n) for stream in range(self._streams)]
+        self.length += n
+        if self._streams == 1:
+            return {key: values[None] for key, values in per_stream[0].items()}
+        return {key: np.stack([rows[key] for rows in per_stream]) for key in self._keys}
+
+    def _take(self, stream: int, n: int) -> dict[tuple[str, ...], np.ndarray]:
+        parts = self._pending[stream]
+        taken, rest = {}, {}
+        for key, (shape, dtype) in self._keys.items():
+            if not parts:
+                values = np.zeros((0, *shape), dtype=dtype)
+            elif len(parts) == 1:
+                values = parts[0][key]
+            else:
+                values = np.concatenate([p[key] for p in parts])
+            if len(values) < n:
+                pad = np.zeros((n - len(values), *shape), dtype=dtype)
+                values = np.concatenate([values, pad])
+            taken[key], rest[key] = values[:n], values[n:].copy()
+        remaining = self._counts[stream] - min(n, self._counts[stream])
+        self._pending[stream] = [rest] if remaining else []
+        self._counts[stream] = remaining
+        return taken
+
+
+def _metadata(source: DatasetSource, plan: ViewPlan, sink: ExactSink,
+              record: dict[str, Any] | None, streams: int, length: int,
+              stream_lengths: list[int], episodes: int, steps: int) -> dict[str, Any]:
+    from marl_minari import __version__
+
+    keys = plan.keys()
+    if record is not None:
+        shapes = {tuple(k.split(".")): v for k, v in record["shapes"].items()}
+        dtypes = {tuple(k.split(".")): v for k, v in record["dtypes"].items()}
+        user = dict(record.get("user_metadata") or {})
+    else:
+        shapes = {path: str((streams, length, *shape)) for path, (shape, _) in keys.items()}
+        dtypes = {path: dtype for path, (_, dtype) in keys.items()}
+        user = {}
+    user.pop(METADATA_KEY, None)
+    ours = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_version": __version__,
+        "dataset_id": source.name,
+        "episodes": episodes,
+        "steps": steps,
+        "streams": streams,
+        "stream_lengths": stream_lengths,
+        "view": plan.to_dict(),
+        "multi_agent": source.multi_agent,
+        "minari_metadata": source.metadata,
+        "exact": [field.to_dict() for field in sink.fields],
+    }
+    return {
+        "version": VAULT_VERSION,
+        "structure_shape": nest_structure({p: shapes[p] for p in sorted(keys)}),
+        "structure_dtype": nest_structure({p: dtypes[p] for p in sorted(keys)}),
+        **user,
+        METADATA_KEY: ours,
+    }

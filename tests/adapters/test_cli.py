@@ -1,0 +1,57 @@
+"""The ``convert`` and ``vault-info`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from adapter_helpers import assert_same_episodes, write_vault
+from marl_minari.adapters.cli import register
+from typer.testing import CliRunner
+
+import marl_minari as mm
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_convert_both_ways_and_vault_info(recorded, vaults: Path) -> None:
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
+    runner = CliRunner()
+    target = vaults / "spread" / "Good"
+    done = runner.invoke(_app(), ["convert", "tests/recorded-v0", str(target),
+                                  "--compression", "zstd", "--chunk-steps", "4"])
+    assert done.exit_code == 0, done.output
+    assert f"wrote vault {target}" in done.output
+
+    info = runner.invoke(_app(), ["vault-info", str(target)])
+    assert info.exit_code == 0, info.output
+    assert "streams (B)    1" in info.output
+    assert f"steps (T)      {dataset.total_steps} per stream" in info.output
+    assert "infos.legals" in info.output and '"zstd"' in info.output
+    assert "from dataset 'tests/recorded-v0'" in info.output
+
+    back = runner.invoke(_app(), ["convert", str(target), "tests/back-v0"])
+    assert back.exit_code == 0, back.output
+    assert_same_episodes(dataset, mm.load_dataset("tests/back-v0"))
+
+
+def test_foreign_vault_and_errors(vaults: Path) -> None:
+    write_vault(vaults, "og", "u", steps=10, max_cycles=4)
+    runner = CliRunner()
+    info = runner.invoke(_app(), ["vault-info", str(vaults / "og" / "u")])
+    assert info.exit_code == 0 and "not marl-minari" in info.output
+    done = runner.invoke(_app(), ["convert", str(vaults / "og" / "u"), "og/spread-v0",
+                                  "--agents", "a, b, c", "--trailing", "drop"])
+    assert done.exit_code == 0, done.output
+    assert mm.load_dataset("og/spread-v0").possible_agents == ("a", "b", "c")
+    failed = runner.invoke(_app(), ["convert", str(vaults / "og" / "u"), "og/spread-v1",
+                                    "--trailing", "error"])
+    assert failed.exit_code == 1 and "unfinished episode" in failed.output
+    bad = runner.invoke(_app(), ["convert", "og/spread-v0", "flat"])
+    assert bad.exit_code == 2 and "not a vault folder" in bad.output
+    missing = runner.invoke(_app(), ["vault-info", str(vaults / "nothing")])
+    assert missing.exit_code == 1 and "no vault" in missing.output
