@@ -121,6 +121,81 @@ class RecorderCore:
         self._recording = None
 
 
+class DatasetRecorderMixin:
+    """``create_dataset``/``add_to_dataset``/``close`` and the recording properties.
+
+    Shared by both collectors; they provide ``env``, ``_core`` (a :class:`RecorderCore`),
+    ``_episode_callback`` and ``_save_unfinished(restart)``.
+    """
+
+    env: Any
+    _core: RecorderCore
+
+    def _save_unfinished(self, restart: bool = False) -> None:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> Any:
+        """The :class:`~marl_minari.MultiAgentSpec` of the data being recorded."""
+        return self._core.spec
+
+    @property
+    def recording_path(self) -> Path:
+        """Folder of the durable episode journal."""
+        return self._core.recording.path
+
+    def create_dataset(
+        self,
+        dataset_id: str,
+        eval_env: Any = None,
+        algorithm_name: str | None = None,
+        author: str | Iterable[str] | None = None,
+        author_email: str | Iterable[str] | None = None,
+        code_permalink: str | None = None,
+        ref_min_score: float | None = None,
+        ref_max_score: float | None = None,
+        description: str | None = None,
+        requirements: list[str] | None = None,
+        extra_metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        """Create a Minari dataset from every episode recorded so far (Minari's signature).
+
+        An episode still in progress is saved as truncated at its last step (unless all its
+        agents are already done), as Minari's ``DataCollector`` does; recording then goes on
+        into a fresh journal, continuing that episode from where it is.
+
+        Returns:
+            The new :class:`~marl_minari.MultiAgentDataset` (``.minari`` is the plain
+            ``MinariDataset``).
+
+        Raises:
+            InvalidDatasetIdError: malformed id.
+            DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
+        """
+        from marl_minari.reader import load_dataset
+
+        del eval_env  # the recorded env is re-created from the dataset's env descriptor
+        self._save_unfinished(restart=True)
+        self._core.create_dataset(dataset_id, minari_metadata(
+            algorithm_name, author, author_email, code_permalink, description, requirements,
+            ref_min_score, ref_max_score, extra_metadata))
+        return load_dataset(dataset_id)
+
+    def add_to_dataset(self, dataset_id: str) -> Any:
+        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
+        from marl_minari.reader import load_dataset
+
+        self._save_unfinished(restart=True)
+        self._core.add_to_dataset(dataset_id)
+        return load_dataset(dataset_id)
+
+    def close(self) -> None:
+        """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
+        self._save_unfinished()
+        self._core.close()
+        self.env.close()
+
+
 def minari_metadata(
     algorithm_name: str | None,
     author: str | Iterable[str] | None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,12 @@ from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 
 from marl_minari import layout
 from marl_minari.descriptor import EnvDescriptor
-from marl_minari.reader import MultiAgentDataset, load_dataset
 
 from ._base import (
+    DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
     StepCallback,
-    minari_metadata,
     state_space_of,
 )
 
@@ -48,7 +47,7 @@ _STEP_ATTRIBUTES = ("agents", "agent_selection", "rewards", "terminations", "tru
 _FORWARDING = (BaseWrapper.__getattr__, OrderEnforcingWrapper.__getattr__)
 
 
-class AECDataCollector(BaseWrapper):
+class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     """Wraps a PettingZoo ``AECEnv`` and records every episode it plays.
 
     The wrapper is itself an ``AECEnv`` and behaves like the wrapped env (it passes
@@ -165,15 +164,7 @@ class AECDataCollector(BaseWrapper):
         owner = self._owners.get(name)
         return getattr(self.env if owner is None else owner, name)
 
-    @property
-    def spec(self) -> Any:
-        """The :class:`~marl_minari.MultiAgentSpec` of the data being recorded."""
-        return self._core.spec
 
-    @property
-    def recording_path(self) -> Path:
-        """Folder of the durable episode journal."""
-        return self._core.recording.path
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset the env; an unfinished episode in progress is saved first."""
@@ -234,52 +225,6 @@ class AECDataCollector(BaseWrapper):
                                infos, state=self._state(), extras=self._last_extras)
         if not self.agents:
             self._core.commit(cut=False, metadata_callback=self._episode_callback)
-
-    def create_dataset(
-        self,
-        dataset_id: str,
-        eval_env: Any = None,
-        algorithm_name: str | None = None,
-        author: str | Iterable[str] | None = None,
-        author_email: str | Iterable[str] | None = None,
-        code_permalink: str | None = None,
-        ref_min_score: float | None = None,
-        ref_max_score: float | None = None,
-        description: str | None = None,
-        requirements: list[str] | None = None,
-        extra_metadata: dict[str, Any] | None = None,
-    ) -> MultiAgentDataset:
-        """Create a Minari dataset from every episode recorded so far (Minari's signature).
-
-        An episode still in progress is saved as truncated at its last step (unless all its
-        agents are already done), as Minari's ``DataCollector`` does; recording then goes on
-        into a fresh journal, continuing the episode from its current turn.
-
-        Returns:
-            The new dataset (``.minari`` is the plain ``MinariDataset``).
-
-        Raises:
-            InvalidDatasetIdError: malformed id.
-            DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
-        """
-        del eval_env  # the recorded env itself is re-created from the dataset's descriptor
-        self._save_unfinished(restart=True)
-        self._core.create_dataset(dataset_id, minari_metadata(
-            algorithm_name, author, author_email, code_permalink, description, requirements,
-            ref_min_score, ref_max_score, extra_metadata))
-        return load_dataset(dataset_id)
-
-    def add_to_dataset(self, dataset_id: str) -> MultiAgentDataset:
-        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
-        self._save_unfinished(restart=True)
-        self._core.add_to_dataset(dataset_id)
-        return load_dataset(dataset_id)
-
-    def close(self) -> None:
-        """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
-        self._save_unfinished()
-        self._core.close()
-        self.env.close()
 
     def _handed_rewards(self) -> Mapping[Any, Any]:
         """The env's ``_cumulative_rewards``: what ``last()`` hands each agent now."""

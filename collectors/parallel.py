@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +9,17 @@ from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from marl_minari.descriptor import EnvDescriptor
-from marl_minari.reader import MultiAgentDataset, load_dataset
 
 from ._base import (
+    DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
     StepCallback,
-    minari_metadata,
     state_space_of,
 )
 
 
-class ParallelDataCollector(BaseParallelWrapper):
+class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
     """Wraps a PettingZoo ``ParallelEnv`` and records every episode it plays.
 
     The wrapper behaves exactly like the wrapped env. Each finished episode is appended to a
@@ -94,15 +92,7 @@ class ParallelDataCollector(BaseParallelWrapper):
     def render_mode(self) -> Any:  # type: ignore[override]
         return getattr(self.env, "render_mode", None)
 
-    @property
-    def spec(self) -> Any:
-        """The :class:`~marl_minari.MultiAgentSpec` of the data being recorded."""
-        return self._core.spec
 
-    @property
-    def recording_path(self) -> Path:
-        """Folder of the durable episode journal."""
-        return self._core.recording.path
 
     def reset(self, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict, dict]:
@@ -132,51 +122,6 @@ class ParallelDataCollector(BaseParallelWrapper):
         if not self.env.agents:
             self._core.commit(cut=False, metadata_callback=self._episode_callback)
         return result
-
-    def create_dataset(
-        self,
-        dataset_id: str,
-        eval_env: Any = None,
-        algorithm_name: str | None = None,
-        author: str | Iterable[str] | None = None,
-        author_email: str | Iterable[str] | None = None,
-        code_permalink: str | None = None,
-        ref_min_score: float | None = None,
-        ref_max_score: float | None = None,
-        description: str | None = None,
-        requirements: list[str] | None = None,
-        extra_metadata: dict[str, Any] | None = None,
-    ) -> MultiAgentDataset:
-        """Create a Minari dataset from every episode recorded so far (Minari's signature).
-
-        An episode still in progress is saved as truncated at its last step, as Minari's
-        ``DataCollector`` does; recording then goes on into a fresh journal.
-
-        Returns:
-            The new dataset (``.minari`` is the plain ``MinariDataset``).
-
-        Raises:
-            InvalidDatasetIdError: malformed id.
-            DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
-        """
-        del eval_env  # the joint view of the recorded env is used for evaluation
-        self._save_unfinished(restart=True)
-        self._core.create_dataset(dataset_id, minari_metadata(
-            algorithm_name, author, author_email, code_permalink, description, requirements,
-            ref_min_score, ref_max_score, extra_metadata))
-        return load_dataset(dataset_id)
-
-    def add_to_dataset(self, dataset_id: str) -> MultiAgentDataset:
-        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
-        self._save_unfinished(restart=True)
-        self._core.add_to_dataset(dataset_id)
-        return load_dataset(dataset_id)
-
-    def close(self) -> None:
-        """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
-        self._save_unfinished()
-        self._core.close()
-        self.env.close()
 
     def _state(self) -> Any:
         return self.env.state() if self._has_state else None

@@ -12,7 +12,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 # Registers the file://, s3:// and http(s):// remotes in Minari's remote registry.
-from marl_minari import registry  # noqa: E402,F401,I001
+import marl_minari.registry  # noqa: E402,F401,I001
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import EnvDescriptor, make_env
 from marl_minari.episode import MultiAgentEpisode
