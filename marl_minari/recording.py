@@ -153,23 +153,28 @@ def encode_record(episode: MultiAgentEpisode) -> bytes:
     return _FRAME.pack(MAGIC, len(header), len(payload), crc) + header + payload
 
 
-def _complete_records(path: Path) -> tuple[int, int]:
-    """``(bytes, records)`` of the complete, intact records at the start of a journal."""
-    length = count = 0
+def _records(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """``(end offset, body, header length)`` of each intact record, up to the first damaged."""
+    end = 0
     with open(path, "rb") as handle:
         while True:
             frame = handle.read(_FRAME.size)
             if len(frame) < _FRAME.size:
-                break
+                return
             magic, header_len, payload_len, crc = _FRAME.unpack(frame)
             if magic != MAGIC:
-                break
+                return
             body = handle.read(header_len + payload_len)
             if len(body) < header_len + payload_len or zlib.crc32(body) != crc:
-                break
-            length += _FRAME.size + header_len + payload_len
-            count += 1
-    return length, count
+                return
+            end += _FRAME.size + len(body)
+            yield end, body, header_len
+
+
+def _complete_records(path: Path) -> tuple[int, int]:
+    """``(bytes, records)`` of the complete, intact records at the start of a journal."""
+    ends = [end for end, _, _ in _records(path)]
+    return (ends[-1] if ends else 0), len(ends)
 
 
 def _trim_journal(path: Path) -> int:
@@ -194,18 +199,8 @@ def _trim_journal(path: Path) -> int:
 
 def read_journal(path: Path) -> Iterator[LeafEpisode]:
     """Decode the complete records of a journal file; stop at the first damaged one."""
-    with open(path, "rb") as handle:
-        while True:
-            frame = handle.read(_FRAME.size)
-            if len(frame) < _FRAME.size:
-                return
-            magic, header_len, payload_len, crc = _FRAME.unpack(frame)
-            body = handle.read(header_len + payload_len) if magic == MAGIC else b""
-            if len(body) < header_len + payload_len or magic != MAGIC:
-                return
-            if zlib.crc32(body) != crc:
-                return
-            yield _decode(json.loads(body[:header_len]), body[header_len:])
+    for _, body, header_len in _records(path):
+        yield _decode(json.loads(body[:header_len]), body[header_len:])
 
 
 def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
