@@ -112,7 +112,7 @@ def _register_optional_commands() -> None:
     import importlib
 
     for module_name in ("marl_minari.adapters.cli", "marl_minari.registry.cli",
-                        "marl_minari.describe_cli"):
+                        "marl_minari.describe_cli", "marl_minari.ray_cli"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
