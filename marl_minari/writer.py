@@ -97,9 +97,10 @@ class EpisodeFileWriter:
         written: dict[str, int] = {}
         for path, array in items:
             written[path] = self._put(groups, path, array)
-        for path in set(self._offsets) | set(written):
-            self._offsets.setdefault(path, [-1] * (episode_id - self._first_id))
-            self._offsets[path].append(written.get(path, -1))
+        for path in written.keys() - self._offsets.keys():
+            self._offsets[path] = [-1] * (episode_id - self._first_id)
+        for path, offsets in self._offsets.items():
+            offsets.append(written.get(path, -1))
         self._steps.append(total_steps)
         self._next_id += 1
         return episode_id
