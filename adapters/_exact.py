@@ -197,7 +197,12 @@ def _encode_text(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ExactSink:
-    """Creates the restoration arrays (on the first chunk) and appends every chunk's rows.
+    """Creates the restoration arrays and appends every chunk's rows.
+
+    Arrays are created on the first chunk. A field that first shows up in a later chunk (the
+    info columns of an agent that had no info in earlier episodes) is created then, starting
+    at the current row: the rows before it read back as zeros, which is what the reader gives
+    for such an agent. A field missing from a later chunk gets zero rows.
 
     Args:
         writer: the vault being written.
@@ -209,14 +214,19 @@ class ExactSink:
         self._chunk = chunk
         self.fields: list[ExactField] = []
         self._appenders: dict[str, Appender] = {}
+        self._rows: dict[str, int] = {"obs": 0, "step": 0, "episode": 0}
 
     def append(self, cols: dict[str, tuple[RowKind, np.ndarray]]) -> list[Any]:
         """Append one chunk's rows; return the write futures started."""
-        if not self.fields:
-            self._create(cols)
+        known = {spec.field for spec in self.fields}
+        for field, (kind, values) in cols.items():
+            if field not in known:
+                self._create(field, kind, values)
+        counts = {kind: len(values) for kind, values in cols.values()}
         futures: list[Any] = []
         for spec in self.fields:
-            _, values = cols[spec.field]
+            values = cols[spec.field][1] if spec.field in cols else _zero_rows(spec,
+                                                                              counts[spec.rows])
             if spec.text:
                 lengths, data = _encode_text(values)
                 futures += self._appenders[spec.name].append(lengths)
@@ -225,6 +235,8 @@ class ExactSink:
             else:
                 futures += self._appenders[spec.name].append(
                     np.ascontiguousarray(values, dtype=spec.dtype))
+        for kind, count in counts.items():
+            self._rows[kind] += count
         return futures
 
     def close(self) -> list[Any]:
@@ -234,24 +246,30 @@ class ExactSink:
             futures += appender.close()
         return futures
 
-    def _create(self, cols: dict[str, tuple[RowKind, np.ndarray]]) -> None:
-        for index, (field, (kind, values)) in enumerate(cols.items()):
-            name = f"{PREFIX}.{index}."
-            text = values.dtype == object
-            row_shape = tuple(values.shape[1:])
-            dtype = "int64" if text else values.dtype.name
-            bytes_name = f"{PREFIX}.{index}.bytes." if text else None
-            spec = ExactField(field, kind, dtype, row_shape, name, text, bytes_name)
-            self.fields.append(spec)
-            row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            chunk = max(self._chunk, time_chunk(row_bytes, 1 << 16))
-            store = self._writer.create(name, (int(10e12), *row_shape), dtype,
-                                        (chunk, *row_shape), RESTORATION_COMPRESSION)
-            self._appenders[name] = Appender(store, chunk, streams=False)
-            if bytes_name is not None:
-                data_store = self._writer.create(bytes_name, (int(10e12),), "uint8",
-                                                 (BYTES_CHUNK,), RESTORATION_COMPRESSION)
-                self._appenders[bytes_name] = Appender(data_store, BYTES_CHUNK, streams=False)
+    def _create(self, field: str, kind: RowKind, values: np.ndarray) -> None:
+        index = len(self.fields)
+        name = f"{PREFIX}.{index}."
+        text = values.dtype == object
+        row_shape = tuple(values.shape[1:])
+        dtype = "int64" if text else values.dtype.name
+        bytes_name = f"{PREFIX}.{index}.bytes." if text else None
+        spec = ExactField(field, kind, dtype, row_shape, name, text, bytes_name)
+        self.fields.append(spec)
+        row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        chunk = max(self._chunk, time_chunk(row_bytes, 1 << 16))
+        store = self._writer.create(name, (int(10e12), *row_shape), dtype,
+                                    (chunk, *row_shape), RESTORATION_COMPRESSION)
+        self._appenders[name] = Appender(store, chunk, streams=False, start=self._rows[kind])
+        if bytes_name is not None:
+            data_store = self._writer.create(bytes_name, (int(10e12),), "uint8",
+                                             (BYTES_CHUNK,), RESTORATION_COMPRESSION)
+            self._appenders[bytes_name] = Appender(data_store, BYTES_CHUNK, streams=False)
+
+
+def _zero_rows(spec: ExactField, count: int) -> np.ndarray:
+    if spec.text:
+        return np.full((count, *spec.row_shape), "", dtype=object)
+    return np.zeros((count, *spec.row_shape), dtype=spec.dtype)
 
 
 # ----------------------------------------------------------------------------- reading

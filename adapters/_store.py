@@ -297,42 +297,55 @@ class Appender:
         store: the array.
         chunk: rows per zarr chunk along the appended axis.
         streams: ``True`` for a vault leaf (time axis 1), ``False`` for a row array (axis 0).
+        start: the first row to write (rows before it are left unwritten: they read as 0).
     """
 
-    def __init__(self, store: ts.TensorStore, chunk: int, streams: bool) -> None:
+    def __init__(self, store: ts.TensorStore, chunk: int, streams: bool, start: int = 0) -> None:
         self._store = store
         self._chunk = chunk
         self._axis = 1 if streams else 0
         self._pending: list[np.ndarray] = []
-        self._pending_rows = 0
-        self.written = 0
+        self._pending_rows = start % chunk
+        self._pending = [] if not self._pending_rows else [np.zeros(
+            (self._pending_rows, *store.shape[1:]), dtype=store.dtype.numpy_dtype)]
+        self.written = start - self._pending_rows
 
     def append(self, rows: np.ndarray) -> list[Any]:
-        """Buffer ``rows``; return the write futures of the full chunks now written."""
+        """Buffer ``rows``; return the write futures of the full chunks now written.
+
+        Full chunks are written straight from ``rows`` (no copy for one stream); only the
+        rows that complete a buffered partial chunk and the rows left over are copied.
+        """
         count = rows.shape[self._axis]
-        if count == 0:
-            return []
-        self._pending.append(rows)
-        self._pending_rows += count
-        full = (self._pending_rows // self._chunk) * self._chunk
-        if full == 0:
-            return []
-        block = self._take(full)
-        return [self._write(block)]
+        futures: list[Any] = []
+        start = 0
+        if self._pending_rows:
+            need = self._chunk - self._pending_rows
+            if count < need:
+                self._pending.append(rows.copy())
+                self._pending_rows += count
+                return []
+            block = np.concatenate([*self._pending, self._rows(rows, 0, need)], axis=self._axis)
+            futures.append(self._write(block))
+            self._pending, self._pending_rows, start = [], 0, need
+        full = ((count - start) // self._chunk) * self._chunk
+        if full:
+            futures.append(self._write(self._rows(rows, start, start + full)))
+        if start + full < count:
+            self._pending = [self._rows(rows, start + full, count).copy()]
+            self._pending_rows = count - start - full
+        return futures
 
     def close(self) -> list[Any]:
         """Write what is buffered (the last, partial chunk)."""
         if self._pending_rows == 0:
             return []
-        return [self._write(self._take(self._pending_rows))]
+        block = np.concatenate(self._pending, axis=self._axis)
+        self._pending, self._pending_rows = [], 0
+        return [self._write(block)]
 
-    def _take(self, count: int) -> np.ndarray:
-        data = self._pending[0] if len(self._pending) == 1 else np.concatenate(
-            self._pending, axis=self._axis)
-        taken, rest = np.split(data, [count], axis=self._axis)
-        self._pending = [rest.copy()] if rest.shape[self._axis] else []
-        self._pending_rows -= count
-        return taken
+    def _rows(self, rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+        return rows[:, start:stop] if self._axis == 1 else rows[start:stop]
 
     def _write(self, block: np.ndarray) -> Any:
         start, stop = self.written, self.written + block.shape[self._axis]

@@ -86,38 +86,39 @@ class DatasetSource:
         storage: MinariStorage = minari_dataset.storage
         return storage
 
-    def chunks(self, chunk_steps: int, streams: Iterable[int] | None = None) -> Iterator[Chunk]:
-        """Yield chunks of whole episodes of about ``chunk_steps`` steps (at least one
-        episode each).
+    def chunks(self, chunk_steps: int, streams: Iterable[int] | None = None, *,
+               attributes: bool = True) -> Iterator[Chunk]:
+        """Yield chunks of whole episodes, about ``chunk_steps`` steps each (by the dataset's
+        mean episode length; at least one episode each), with their seeds and options.
 
         Args:
             chunk_steps: target steps per chunk.
             streams: the stream of every episode, in order (``0`` for all by default).
+            attributes: read each episode's seed and options (Minari reads them one episode
+                at a time, about 130 us each); ``False`` gives ``None`` for all.
         """
         stream_iter = iter(streams) if streams is not None else None
-        batch: list[tuple[int, dict[str, Any]]] = []
-        steps = 0
-        metadata = self.storage.get_episode_metadata(self.episode_indices.tolist())
-        for index, meta in zip(self.episode_indices.tolist(), metadata, strict=True):
-            batch.append((index, meta))
-            steps += int(meta["total_steps"])
-            if steps >= chunk_steps:
-                yield self._chunk(batch, stream_iter)
-                batch, steps = [], 0
-        if batch:
-            yield self._chunk(batch, stream_iter)
+        for batch in self._batches(chunk_steps):
+            # One pass of Minari's episode metadata per chunk: its open file grows while it
+            # is iterated (about 5 KB per episode), so it is not kept open across chunks.
+            metadata = (list(self.storage.get_episode_metadata(batch)) if attributes
+                        else [{} for _ in batch])
+            yield self._chunk(list(zip(batch, metadata, strict=True)), stream_iter)
 
     def array_chunks(self, chunk_steps: int) -> Iterator[MultiAgentArrays]:
         """Yield the episodes' arrays only (no seeds or options: no per-episode attribute
-        reads), about ``chunk_steps`` steps at a time by the dataset's mean episode length."""
+        reads), about ``chunk_steps`` steps at a time."""
+        for batch in self._batches(chunk_steps):
+            yield (self.dataset.to_arrays(batch) if self.multi_agent
+                   else _single_agent_arrays(self.storage, self.spec, batch))
+
+    def _batches(self, chunk_steps: int) -> Iterator[list[int]]:
         total_episodes = int(self.metadata.get("total_episodes") or 1)
         mean_length = max(1.0, int(self.metadata.get("total_steps") or 0) / total_episodes)
         count = max(1, int(chunk_steps // mean_length))
         indices = self.episode_indices.tolist()
         for start in range(0, len(indices), count):
-            batch = indices[start:start + count]
-            yield (self.dataset.to_arrays(batch) if self.multi_agent
-                   else _single_agent_arrays(self.storage, self.spec, batch))
+            yield indices[start:start + count]
 
     def _chunk(self, batch: list[tuple[int, dict[str, Any]]],
                stream_iter: Iterator[int] | None) -> Chunk:

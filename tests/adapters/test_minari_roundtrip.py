@@ -169,6 +169,11 @@ def test_team_or_agent_dones_and_state_choices(recorded, vaults: Path) -> None:
                                   arrays.truncations.astype(np.float32))
     back = from_vault(vaults, "spread", "agent", "tests/back-v0")
     assert_same_episodes(dataset, back)
+    to_vault(dataset, vaults, "spread", "seedless", seeds=False)
+    seedless = from_vault(vaults, "spread", "seedless", "tests/seedless-v0")
+    assert [e.seed for e in dataset.iterate_episodes()] == [0, 1]
+    assert [e.seed for e in seedless.iterate_episodes()] == [None, None]
+    assert_trees_equal(dataset.to_arrays().observations, seedless.to_arrays().observations)
 
 
 def test_state_env_needs_a_recorded_state(cartpole_dataset, vaults: Path) -> None:
@@ -268,3 +273,39 @@ def test_values_the_float32_view_cannot_hold(vaults: Path) -> None:
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
     assert back[1].seed == 2**63 + 1
+
+
+def test_info_columns_that_appear_in_later_chunks(vaults: Path) -> None:
+    from gymnasium import spaces
+
+    agents = ("a", "b")
+    box = spaces.Box(-1, 1, (2,), np.float32)
+    spec = mm.MultiAgentSpec(api="parallel", possible_agents=agents,
+                             observation_spaces={x: box for x in agents},
+                             action_spaces={x: spaces.Discrete(3) for x in agents},
+                             record_infos=True)
+
+    def episode(index: int) -> mm.MultiAgentEpisode:
+        steps, rows = 4, 5
+        ends = np.eye(1, steps, steps - 1, dtype=bool)[0]
+        infos = {"a": {"score": np.arange(rows, dtype=np.float32)}}
+        if index >= 2:  # agent b hands out infos (a mask and a note) from episode 2 on
+            infos["b"] = {"action_mask": np.ones((rows, 3), dtype=np.int8),
+                          "note": np.asarray(["x"] * rows, dtype=object)}
+        return mm.MultiAgentEpisode(
+            possible_agents=agents,
+            observations={x: np.full((rows, 2), index / 10, np.float32) for x in agents},
+            actions={x: np.ones(steps, np.int64) for x in agents},
+            rewards=np.ones((steps, 2)), terminations=np.repeat(ends[:, None], 2, axis=1),
+            truncations=np.zeros((steps, 2), bool), active=np.ones((rows, 2), bool),
+            acted=np.ones((steps, 2), bool), team_rewards=np.full(steps, 2.0),
+            episode_terminations=ends, episode_truncations=np.zeros(steps, bool),
+            agent_infos=infos, seed=index)
+
+    mm.write_dataset("tests/late-v0", (episode(i) for i in range(4)), spec)
+    dataset = mm.load_dataset("tests/late-v0")
+    to_vault(dataset, vaults, "late", "u", chunk_steps=4)  # one episode per chunk
+    back = from_vault(vaults, "late", "u", "tests/late-back-v0")
+    assert_trees_equal(dataset.to_arrays().agent_infos, back.to_arrays().agent_infos)
+    for index in range(4):
+        assert_trees_equal(dataset.episode(index).observations, back[index].observations)
