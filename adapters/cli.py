@@ -35,6 +35,10 @@ def convert(
         help="Vault dones: team (the episode's, copied to every agent) or agent.")] = "team",
     state: Annotated[str, typer.Option(
         help="Vault infos.state: auto, env, observations or none.")] = "auto",
+    seeds: Annotated[bool, typer.Option(
+        "--seeds/--no-seeds",
+        help="Keep episodes' reset seeds and options in the vault (slower on many "
+             "episodes).")] = True,
     trailing: Annotated[str, typer.Option(
         help="Steps after a vault stream's last done: truncate, drop or error.")] = "truncate",
     agents: Annotated[str | None, typer.Option(
@@ -64,7 +68,7 @@ def convert(
                         compression=_compression(compression),
                         dones=dones,  # type: ignore[arg-type]
                         state=state,  # type: ignore[arg-type]
-                        progress=True)
+                        seeds=seeds, progress=True)
     except (MarlMinariError, ValueError, FileNotFoundError, FileExistsError) as exc:
         raise _fail(exc) from None
     typer.echo(f"wrote vault {path}")
