@@ -83,9 +83,9 @@ def to_vault(
         state: ``infos.state`` from the recorded global state (``"auto"``, ``"env"``), from all
             agents' observation rows concatenated (``"auto"`` without a recorded state,
             ``"observations"``), or none (``"none"``).
-        seeds: keep every episode's reset seed and options for restoration (Minari reads them
-            one episode at a time, about 130 us each: a quarter of the conversion of
-            43k-episode data); ``False`` skips them, and the restored dataset has none.
+        seeds: keep every episode's reset seed and options for restoration (HDF5 attributes
+            read one episode at a time: about a tenth of the conversion of 43k-episode
+            data); ``False`` skips them, and the restored dataset has none.
         progress: show a progress bar.
 
     Returns:

@@ -100,8 +100,8 @@ class DatasetSource:
         """
         stream_iter = iter(streams) if streams is not None else None
         for batch in self._batches(chunk_steps):
-            # One pass of Minari's episode metadata per chunk: its open file grows while it
-            # is iterated (about 5 KB per episode), so it is not kept open across chunks.
+            # Attributes are read per chunk, not in one pass kept open across chunks: an HDF5
+            # file grows in memory while its episodes are visited (about 5 KB per episode).
             metadata = self._attributes(batch) if attributes else [{} for _ in batch]
             yield self._chunk(list(zip(batch, metadata, strict=True)), stream_iter)
 
