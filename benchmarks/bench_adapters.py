@@ -4,7 +4,7 @@ Run by hand (not part of the test suite)::
 
     python benchmarks/bench_adapters.py                 # full size: ~1M steps, 43,559 episodes
     python benchmarks/bench_adapters.py --scale 0.05    # quick run
-    python benchmarks/bench_adapters.py --markdown docs/benchmarks-adapters.md
+    python benchmarks/bench_adapters.py --markdown adapters-figures.md
 
 Every measured step runs in its own subprocess so that its peak RSS is its own. Compared in
 the same run:
