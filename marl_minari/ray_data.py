@@ -480,7 +480,8 @@ def map_pattern(dataset: ray.data.Dataset, pattern: str, **kwargs: Any) -> ray.d
     """
     if pattern not in P.PATTERNS:
         raise ValueError(f"pattern must be one of {sorted(P.PATTERNS)}, got {pattern!r}")
-    return dataset.map_batches(_apply_pattern, batch_size=None, batch_format="numpy",
+    return dataset.map_batches(_apply_pattern,  # type: ignore[arg-type]
+                               batch_size=None, batch_format="numpy",
                                fn_kwargs={"pattern": pattern, "kwargs": kwargs})
 
 
@@ -541,7 +542,7 @@ def _export_space(space: spaces.Space, obs_key: str | None, what: str,
     if (obs_dtype is not None and isinstance(exported, spaces.Box)
             and not np.issubdtype(exported.dtype, np.floating)):
         return spaces.Box(exported.low.astype(obs_dtype), exported.high.astype(obs_dtype),
-                          dtype=np.dtype(obs_dtype))
+                          dtype=np.dtype(obs_dtype))  # type: ignore[arg-type]
     return exported
 
 
@@ -725,7 +726,7 @@ def export_rllib(sources: SourceLike | Source | Sequence[SourceLike | Source],
         dataset = read_dataset(opened, "agent_steps", agents=group["agents"],
                                override_num_blocks=override_num_blocks)
         dataset = dataset.map_batches(
-            _rllib_batch, batch_size=None, batch_format="numpy",
+            _rllib_batch, batch_size=None, batch_format="numpy",  # type: ignore[arg-type]
             fn_kwargs={"modules": mapping, "obs_space": group["obs"], "obs_key": obs_key,
                        "obs_dtype": obs_dtype, "include_infos": include_infos})
         dataset.write_parquet(str(out_path), partition_cols=["module_id"])
