@@ -39,6 +39,8 @@ def test_readme_python_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_readme_ray_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every block including Ray's; needs the ``ray`` extra, which CI installs."""
-    pytest.importorskip("ray", reason="README's Ray example needs: pip install -e '.[ray]'")
+    ray = pytest.importorskip("ray", reason="README's Ray example needs: pip install -e '.[ray]'")
+    if ray.is_initialized():  # the example starts its own Ray, as a user's script would
+        ray.shutdown()
     run_blocks(python_blocks(), tmp_path, monkeypatch)
     assert any((tmp_path / "rllib-data").rglob("*.parquet"))
