@@ -8,6 +8,7 @@ arrays (adapters, describe, exports) builds on this module.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import mmap
@@ -143,9 +144,9 @@ class MultiAgentArrays:
     agent_infos: dict[str, Tree] | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def step_starts(self) -> np.ndarray:
-        """``(E,)`` first step row of each episode."""
+        """``(E,)`` first step row of each episode (computed once: ``episode()`` uses it)."""
         return np.concatenate([[0], np.cumsum(self.episode_lengths)[:-1]]).astype(np.int64)
 
     @property
@@ -221,6 +222,8 @@ class MultiAgentDataset:
                                                   dataset.action_space)
         # A filtered or split Minari dataset sees only some of the stored episodes.
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
+        # The offset index is read and checked once, not on every to_arrays() call.
+        self._index_cache = _IndexCache()
 
     @property
     def minari(self) -> MinariDataset:
@@ -299,7 +302,8 @@ class MultiAgentDataset:
         """Read episodes (stored ids; every episode of this dataset by default) into arrays."""
         indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
-        with _EpisodeReader(self._data_path, self._spec, self._metadata) as reader:
+        with _EpisodeReader(self._data_path, self._spec, self._metadata,
+                            self._index_cache) as reader:
             return reader.read(indices)
 
     def episode_seeds(self) -> list[int | None]:
@@ -367,16 +371,41 @@ class _Leaf:
     text: bool = False
 
 
+@dataclass
+class _IndexCache:
+    """The last checked offset index and the file state (sizes, mtimes) it was checked on."""
+
+    key: tuple[int, ...] | None = None
+    index: dict[str, Any] | None = None
+
+
+def _files_key(data_path: Path) -> tuple[int, ...]:
+    key: list[int] = []
+    for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
+        try:
+            stat = (data_path / name).stat()
+            key += [stat.st_size, stat.st_mtime_ns]
+        except FileNotFoundError:
+            key += [-1, -1]
+    return tuple(key)
+
+
 class _EpisodeReader:
     """Reads leaves of many episodes out of one ``main_data.hdf5``."""
 
-    def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any]) -> None:
+    def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any],
+                 cache: _IndexCache | None = None) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
         self._file = open_data_file(self._path)
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
-        self._index = _load_index(data_path, self._file, int(metadata["total_episodes"]),
-                                  int(metadata["total_steps"]))
+        cache = cache or _IndexCache()
+        key = _files_key(data_path)
+        if cache.key != key:
+            cache.index = _load_index(data_path, self._file, int(metadata["total_episodes"]),
+                                      int(metadata["total_steps"]))
+            cache.key = key
+        self._index = cache.index
         self._map: np.ndarray | None = None
         self._mmap: mmap.mmap | None = None
 
