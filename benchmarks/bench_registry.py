@@ -18,6 +18,7 @@ as the plain copy; the target is at least 0.8).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,37 @@ def plain_copy(source: Path, target: Path, fsync: bool = False) -> None:
         if fsync:
             with open(destination, "rb") as handle:
                 os.fsync(handle.fileno())
+
+
+def timed_publish(registry: Any, dataset_id: str, folder: Path, keep: bool = False) -> float:
+    """Seconds to publish into a new ``file://`` registry at ``folder`` (then removed)."""
+    seconds = timed(partial(registry.publish, dataset_id, f"file://{folder}"))
+    if not keep:
+        shutil.rmtree(folder)
+    return seconds
+
+
+@contextlib.contextmanager
+def no_fsync() -> Iterator[None]:
+    os.environ["MARL_MINARI_REGISTRY_FSYNC"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["MARL_MINARI_REGISTRY_FSYNC"]
+
+
+@contextlib.contextmanager
+def forgotten_digests(folder: Path) -> Iterator[None]:
+    """Hide the remembered digests (renaming keeps the sidecar's mtime)."""
+    from marl_minari.layout import DIGESTS_FILE_NAME
+
+    sidecar = folder / DIGESTS_FILE_NAME
+    hidden = folder / ".hidden-digests"
+    os.rename(sidecar, hidden)
+    try:
+        yield
+    finally:
+        os.rename(hidden, sidecar)
 
 
 def timed(action: Callable[[], Any]) -> float:
@@ -129,6 +161,7 @@ def main() -> None:
     os.environ["MINARI_DATASETS_PATH"] = str(work / "datasets")
     warnings.simplefilter("ignore")
     from marl_minari import registry
+    from marl_minari.digests import remember_digests
 
     dataset_id = "bench/spread-v0"
     local = make_dataset(dataset_id, args.size_mb)
@@ -145,37 +178,49 @@ def main() -> None:
     def restore_local() -> None:
         shutil.rmtree(local, ignore_errors=True)
         shutil.copytree(keep, local)
+        time.sleep(0.05)  # a clock tick after the copy, as after a real write
+        remember_digests(local, [p.relative_to(local).as_posix() for p in files_of(local)])
 
     try:
         # ---------------------------------------------------------------- file:// publish
         # Every timed step starts after os.sync() and its output is deleted right after, so
-        # no step pays for the previous one's writeback. "SHA-256 only" is the floor of any
-        # verified transfer: hashing every byte once, nothing else.
-        from marl_minari.registry.manifest import hash_file
+        # no step pays for the previous one's writeback. The dataset was written by
+        # marl-minari, so it remembers its digests; "not remembered" hides the sidecar, as for
+        # a dataset written by plain Minari. The references hash every file once, nothing else.
+        from marl_minari.digests import BLAKE3, SHA256, hash_file
 
-        base, base_sync, ours, ours_nosync, hashing = [], [], [], [], []
+        base, base_sync, ours, ours_nosync, cold, cold_sync = [], [], [], [], [], []
+        hashing: dict[str, list[float]] = {SHA256: [], BLAKE3: [], "both": []}
         published = fresh("registry")
         for run in range(args.repeat):
             target = fresh("copy")
             base.append(timed(partial(plain_copy, local, target / dataset_id)))
             shutil.rmtree(target)
-            reg = published if run == 0 else fresh("registry")
-            ours.append(timed(partial(registry.publish, dataset_id, f"file://{reg}")))
-            if reg != published:
-                shutil.rmtree(reg)
+            ours.append(timed_publish(registry, dataset_id,
+                                      published if run == 0 else fresh("registry"), run == 0))
             target = fresh("copy")
             base_sync.append(timed(partial(plain_copy, local, target / dataset_id, True)))
             shutil.rmtree(target)
-            os.environ["MARL_MINARI_REGISTRY_FSYNC"] = "0"
-            reg = fresh("nosync")
-            ours_nosync.append(timed(partial(registry.publish, dataset_id, f"file://{reg}")))
-            del os.environ["MARL_MINARI_REGISTRY_FSYNC"]
-            shutil.rmtree(reg)
-            hashing.append(timed(lambda: [hash_file(p) for p in files_of(local)]))
-        rows.append(summary("file:// publish (fsync) vs copy", base, ours, size))
+            with forgotten_digests(local):
+                cold_sync.append(timed_publish(registry, dataset_id, fresh("cold")))
+            with no_fsync():
+                ours_nosync.append(timed_publish(registry, dataset_id, fresh("nosync")))
+                with forgotten_digests(local):
+                    cold.append(timed_publish(registry, dataset_id, fresh("cold")))
+            for name, algorithms in ((SHA256, (SHA256,)), (BLAKE3, (BLAKE3,)),
+                                     ("both", (SHA256, BLAKE3))):
+                hashing[name].append(timed(lambda a=algorithms: [hash_file(p, a)
+                                                                 for p in files_of(local)]))
         rows.append(summary("file:// publish (fsync) vs copy+fsync", base_sync, ours, size))
         rows.append(summary("file:// publish (no fsync) vs copy", base, ours_nosync, size))
-        rows.append(summary("reference: SHA-256 only vs copy", base, hashing, size))
+        rows.append(summary("file:// publish (fsync) vs copy", base, ours, size))
+        rows.append(summary("  digests not remembered (fsync) vs copy+fsync", base_sync,
+                            cold_sync, size))
+        rows.append(summary("  digests not remembered (no fsync) vs copy", base, cold, size))
+        rows.append(summary("reference: SHA-256 only vs copy", base, hashing[SHA256], size))
+        rows.append(summary("reference: BLAKE3 only vs copy", base, hashing[BLAKE3], size))
+        rows.append(summary("reference: SHA-256 + BLAKE3 (write-time cost)", base,
+                            hashing["both"], size))
 
         # ---------------------------------------------------------------- file:// download
         base, ours = [], []
@@ -225,14 +270,19 @@ def bench_s3(registry: Any, dataset_id: str, local: Path, size: int, repeat: int
                 for item in page.get("Contents", []):
                     client.delete_object(Bucket=bucket, Key=item["Key"])
 
-        base, ours = [], []
+        base, ours, cold = [], [], []
         for run in range(repeat):
             base.append(timed(partial(upload, f"plain{run}")))
             ours.append(timed(partial(registry.publish, dataset_id, f"s3://{bucket}/reg{run}")))
+            with forgotten_digests(local):
+                cold.append(timed(partial(registry.publish, dataset_id,
+                                          f"s3://{bucket}/cold{run}")))
             empty(f"plain{run}")
+            empty(f"cold{run}")
             if run:
                 empty(f"reg{run}")
         rows.append(summary("s3:// publish vs boto3 upload_file", base, ours, size))
+        rows.append(summary("  digests not remembered", base, cold, size))
 
         base, ours = [], []
         for _ in range(repeat):

@@ -70,6 +70,10 @@ INDEX_FILE_NAME: Final = "marl_minari_index.npz"
 MAIN_FILE_NAME: Final = "main_data.hdf5"
 METADATA_FILE_NAME: Final = "metadata.json"
 
+DIGESTS_FILE_NAME: Final = ".marl_minari_digests.json"
+"""Optional hidden sidecar in the dataset folder: digests of its files, keyed by file identity
+(see :mod:`marl_minari.digests`). Never published; safe to delete."""
+
 REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
 
 FILL_VALUE: Final = 0

@@ -29,6 +29,7 @@ from minari.serialization import serialize_space
 from tqdm.auto import tqdm
 
 from marl_minari import layout
+from marl_minari.digests import remember_digests
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
@@ -377,6 +378,7 @@ def write_dataset(
         meta = dataset_metadata(dataset_id, spec, total_episodes=count, total_steps=steps,
                                 jpeg_encoding=jpeg_encoding, **metadata)
         _write_metadata(data, meta)
+        _remember_digests(work)
         _move_into_place(work, target, dataset_id)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -435,6 +437,7 @@ def append_to_dataset(
         (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         os.replace(scratch, data / layout.MAIN_FILE_NAME)
         _write_metadata(data, metadata)
+        _remember_digests(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return target
@@ -484,6 +487,13 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, spaces.Space):
         return serialize_space(value)
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serializable")
+
+
+def _remember_digests(folder: Path) -> None:
+    """Hash the new files while they are in the page cache, so publishing need not."""
+    names = (layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)
+    remember_digests(folder, [f"data/{name}" for name in names
+                              if (folder / "data" / name).is_file()])
 
 
 def _size_mb(data: Path) -> float:

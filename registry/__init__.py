@@ -6,8 +6,8 @@ Importing this package registers the remote kinds ``file://``, ``s3://``, ``http
 ``minari.load_dataset(..., download=True)`` work with them (``MINARI_REMOTE=<remote>``).
 
 :func:`publish` and :func:`download` add what Minari's functions do not: validation before
-publishing, immutable versions, per-file SHA-256 manifests, verified atomic downloads. See
-``docs/registry.md`` for the remote layout and the guarantees.
+publishing, immutable versions, per-file SHA-256 and BLAKE3 manifests, verified atomic
+downloads. See ``docs/registry.md`` for the remote layout and the guarantees.
 """
 
 from __future__ import annotations

@@ -178,8 +178,9 @@ def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: b
     """Publish a local dataset (and the datasets it combines) to a registry.
 
     Validates first (:func:`validate_local_dataset`), then for every dataset, combined ones
-    first: publishes missing parent namespaces, uploads every file, writes the manifest (size
-    and SHA-256 of each file) only after all files, then adds the index entry. A publish
+    first: publishes missing parent namespaces, uploads every file, writes the manifest (size,
+    SHA-256 and BLAKE3 of each file; digests the dataset remembers from when it was written are
+    reused while its files are unchanged) only after all files, then adds the index entry. A publish
     interrupted before its manifest leaves no visible dataset; run it again. A ``README.md``
     dataset card in the dataset folder is published with it.
 
@@ -232,9 +233,9 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
     """Download a published dataset (and the datasets it combines) into the datasets root.
 
     Every file goes to a hidden staging folder under the datasets root and is checked against
-    the manifest (size and SHA-256); only then is the dataset moved into place with one
-    rename. On any error the staging folder is removed and no partial dataset is left.
-    Missing parent namespace metadata is fetched too, as Minari does.
+    the manifest (size and BLAKE3, or SHA-256 for older manifests); only then is the dataset
+    moved into place with one rename. On any error the staging folder is removed and no
+    partial dataset is left. Missing parent namespace metadata is fetched too, as Minari does.
 
     Args:
         dataset_id: ``(namespace/)name-vN``.

@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
+from marl_minari.digests import FileDigests, RememberedDigests
 from marl_minari.errors import CorruptedDataError
 
 from .manifest import Progress, copy_file_and_hash
-from .storage import RegistryStorage
+from .storage import RegistryStorage, upload_algorithms, uploaded_digests
 
 LOCK_FILE_NAME = ".index.lock"
 
@@ -114,20 +115,23 @@ class FileStorage(RegistryStorage):
                 os.fsync(handle.fileno())
         return True
 
-    def _put_file(self, key: str, source: Path, progress: Progress | None) -> tuple[int, str]:
+    def _put_file(self, key: str, source: Path, progress: Progress | None,
+                  known: RememberedDigests | None) -> FileDigests:
         target = self._path(key)
         temporary = self._temporary(target)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            result = copy_file_and_hash(source, temporary, progress=progress, sync=_durable())
+            size, computed = copy_file_and_hash(
+                source, temporary, upload_algorithms(known), progress=progress,
+                sync=_durable(), expect=None if known is None else known.stat)
             os.replace(temporary, target)
-            return result
+            return uploaded_digests(source, size, computed, known)
         except OSError as exc:
             raise self._fail(f"cannot upload {source} to {self.location}/{key}", exc) from None
         finally:
             temporary.unlink(missing_ok=True)
 
-    def _get_file(self, key: str, target: Path, size: int,
+    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         source = self._path(key)
         if not source.is_file():
@@ -136,7 +140,9 @@ class FileStorage(RegistryStorage):
                 "dataset was damaged after publishing"
             )
         try:
-            return copy_file_and_hash(source, target, limit=size, progress=progress)
+            copied, digests = copy_file_and_hash(source, target, (algorithm,), limit=size,
+                                                 progress=progress)
+            return copied, digests[algorithm]
         except OSError as exc:
             raise self._fail(f"cannot copy {self.location}/{key}", exc) from None
 

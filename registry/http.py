@@ -102,7 +102,7 @@ class HttpStorage(RegistryStorage):
             raise self._fail(f"connection to {self.location} dropped while reading {key}")
         return data
 
-    def _get_file(self, key: str, target: Path, size: int,
+    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
         try:
@@ -124,14 +124,15 @@ class HttpStorage(RegistryStorage):
                     "file is truncated or was replaced after publishing"
                 )
             try:
-                received, sha = copy_and_hash(response, target, limit=size, progress=progress)
+                received, digests = copy_and_hash(response, target, (algorithm,), limit=size,
+                                                  progress=progress)
             except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
                 raise self._fail(f"connection to {self.location} dropped while downloading "
                                  f"{key}", exc) from None
         if announced is not None and received < announced:
             raise self._fail(f"connection to {self.location} dropped while downloading {key} "
                              f"after {received} of {announced} bytes")
-        return received, sha
+        return received, digests[algorithm]
 
 
 class HttpsStorage(HttpStorage):

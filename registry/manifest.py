@@ -1,4 +1,4 @@
-"""Per-version manifests: the size and SHA-256 of every file of a published dataset.
+"""Per-version manifests: the size, SHA-256 and BLAKE3 of every file of a published dataset.
 
 A manifest is the commit record of a published dataset version: it is written after every
 file it names, and a download trusts nothing that does not match it. Paths in a manifest are
@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
+from marl_minari import digests as file_digests
+from marl_minari.digests import BLAKE3, SHA256, MultiHash, StatKey, stat_key
 from marl_minari.errors import CorruptedDataError, LayoutError
 
 MANIFEST_FILE_NAME: Final = "manifest.json"
@@ -71,16 +74,38 @@ def check_relative_path(path: str) -> str:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a dataset version: path relative to the dataset folder, size, SHA-256."""
+    """One file of a dataset version: path relative to the dataset folder, size, digests.
+
+    ``blake3`` is recorded by marl-minari 0.1 and later; manifests without it are verified
+    with SHA-256 alone.
+    """
 
     path: str
     size: int
     sha256: str
+    blake3: str | None = None
+
+    @property
+    def check_algorithm(self) -> str:
+        """The digest a download verifies: BLAKE3 when recorded (fastest), else SHA-256."""
+        return BLAKE3 if self.blake3 is not None else SHA256
+
+    @property
+    def check_digest(self) -> str:
+        """The recorded digest of :attr:`check_algorithm`."""
+        return self.blake3 if self.blake3 is not None else self.sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as stored in ``manifest.json``."""
+        entry: dict[str, Any] = {"path": self.path, "size": self.size, SHA256: self.sha256}
+        if self.blake3 is not None:
+            entry[BLAKE3] = self.blake3
+        return entry
 
 
 @dataclass(frozen=True)
 class Manifest:
-    """Every file of one published dataset version, with sizes and SHA-256 digests."""
+    """Every file of one published dataset version, with sizes and digests."""
 
     dataset_id: str
     files: tuple[FileEntry, ...]
@@ -94,9 +119,11 @@ class Manifest:
 
     def same_content(self, other: Manifest) -> bool:
         """True when both name the same dataset and the same files with the same bytes."""
-        return self.dataset_id == other.dataset_id and sorted(self.files,
-                                                              key=lambda e: e.path) == sorted(
-            other.files, key=lambda e: e.path)
+
+        def content(manifest: Manifest) -> set[tuple[str, int, str]]:
+            return {(e.path, e.size, e.sha256) for e in manifest.files}
+
+        return self.dataset_id == other.dataset_id and content(self) == content(other)
 
     def to_json(self) -> bytes:
         """The manifest as UTF-8 JSON bytes (what the remote stores)."""
@@ -107,8 +134,7 @@ class Manifest:
             "created": self.created,
             "tool": self.tool,
             "total_size": self.total_size,
-            "files": [{"path": e.path, "size": e.size, "sha256": e.sha256}
-                      for e in sorted(self.files, key=lambda e: e.path)],
+            "files": [e.to_dict() for e in sorted(self.files, key=lambda e: e.path)],
         }
         return (json.dumps(document, indent=1) + "\n").encode()
 
@@ -159,7 +185,8 @@ class Manifest:
 def _entry(item: Any, where: str) -> FileEntry:
     if not isinstance(item, dict):
         raise CorruptedDataError(f"manifest {where}: a file entry is not an object")
-    path, size, sha = item.get("path"), item.get("size"), item.get("sha256")
+    path, size = item.get("path"), item.get("size")
+    sha, fast = item.get(SHA256), item.get(BLAKE3)
     try:
         check_relative_path(path)  # type: ignore[arg-type]
     except ValueError as exc:
@@ -170,7 +197,9 @@ def _entry(item: Any, where: str) -> FileEntry:
         raise CorruptedDataError(f"manifest {where}: bad size {size!r} for {path!r}")
     if not isinstance(sha, str) or not _SHA_RE.match(sha):
         raise CorruptedDataError(f"manifest {where}: bad SHA-256 {sha!r} for {path!r}")
-    return FileEntry(path, size, sha)  # type: ignore[arg-type]
+    if fast is not None and (not isinstance(fast, str) or not _SHA_RE.match(fast)):
+        raise CorruptedDataError(f"manifest {where}: bad BLAKE3 {fast!r} for {path!r}")
+    return FileEntry(path, size, sha, fast)  # type: ignore[arg-type]
 
 
 def _check_entries(entries: Iterable[FileEntry], where: str) -> None:
@@ -230,36 +259,27 @@ def dataset_files(folder: Path) -> list[str]:
     return found
 
 
-def hash_file(path: Path, progress: Progress | None = None) -> tuple[int, str]:
-    """``(size, sha256 hex)`` of a local file, read in chunks into one reusable buffer."""
-    digest = hashlib.sha256()
-    size = 0
-    buffer = bytearray(CHUNK_SIZE)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while count := handle.readinto(buffer):
-            digest.update(view[:count])
-            size += count
-            if progress is not None:
-                progress(count)
-    return size, digest.hexdigest()
+Digests = dict[str, str]
+"""``{algorithm: hex digest}``."""
 
 
-def copy_and_hash(source: Any, target: Path, *, limit: int | None = None,
-                  progress: Progress | None = None) -> tuple[int, str]:
-    """Copy a binary stream into ``target`` while hashing it; ``(size, sha256 hex)``.
+def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
+                  limit: int | None = None,
+                  progress: Progress | None = None) -> tuple[int, Digests]:
+    """Copy a binary stream into ``target`` while hashing it; ``(size, digests)``.
 
     For streams (HTTP responses, ...). Each chunk is read into a reusable buffer, then hashed
     on a second thread while it is written (both release the GIL), so a chunk costs about
-    ``max(write, hash)``. The digest is of exactly the bytes written.
+    ``max(write, hash)``. The digests are of exactly the bytes written.
 
     Args:
         source: object with ``readinto(buffer)`` or ``read(n)``.
         target: file to create (truncated if it exists).
+        algorithms: digests to compute (see :mod:`marl_minari.digests`).
         limit: stop with :class:`CorruptedDataError` as soon as more bytes than this arrive.
         progress: called with each chunk's length.
     """
-    digest = hashlib.sha256()
+    digests = MultiHash(algorithms)
     size = 0
     buffer = bytearray(CHUNK_SIZE)
     reader = getattr(source, "readinto", None)
@@ -278,73 +298,89 @@ def copy_and_hash(source: Any, target: Path, *, limit: int | None = None,
                 raise CorruptedDataError(
                     f"more than the {limit} bytes the manifest records arrived for {target.name}"
                 )
-            pending = hasher.submit(digest.update, chunk)
+            pending = hasher.submit(digests.update, chunk)
             _write_all(out, chunk)
             pending.result()
             if progress is not None:
                 progress(count)
-    return size, digest.hexdigest()
+    return size, digests.hexdigests()
 
 
-def copy_file_and_hash(source: Path, target: Path, *, limit: int | None = None,
-                       progress: Progress | None = None, sync: bool = False) -> tuple[int, str]:
-    """Copy a local file into ``target`` and hash it; ``(size, sha256 hex)``.
+def copy_file_and_hash(source: Path, target: Path, algorithms: Sequence[str], *,
+                       limit: int | None = None, progress: Progress | None = None,
+                       sync: bool = False, expect: StatKey | None = None) -> tuple[int, Digests]:
+    """Copy a local file into ``target`` and hash it; ``(size, digests)``.
 
     The kernel copies the data (``copy_file_range``/``sendfile``: no trip through Python)
     while a second thread hashes the source through its own descriptor, so the copy costs
-    about ``max(copy, hash)``. The source's size, mtime and ctime are checked before and after:
-    a file changed during the copy raises :class:`CorruptedDataError`, so the digest always
-    describes the bytes written.
+    about ``max(copy, hash)``. The source's identity (inode, size, mtime, ctime) is checked
+    before and after: a file changed during the copy raises :class:`CorruptedDataError`, so
+    the digests always describe the bytes written.
 
     Args:
         source: file to copy.
         target: file to create (truncated if it exists).
+        algorithms: digests to compute; none when they are already known (see ``expect``).
         limit: a source larger than this is refused before anything is copied.
         progress: called with each chunk's length.
         sync: flush ``target`` to disk (``fsync``) before returning; the flush overlaps with
             the end of the hashing.
+        expect: the identity the source had when its known digests were computed; a source
+            that differs is refused before anything is copied.
     """
     with open(source, "rb", buffering=0) as src, open(source, "rb", buffering=0) as hashed:
-        before = os.fstat(src.fileno())
-        size = before.st_size
+        before = stat_key(os.fstat(src.fileno()))
+        if expect is not None and before != expect:
+            raise CorruptedDataError(f"{source} changed after its digests were computed; "
+                                     "publish again")
+        size = before[2]
         if limit is not None and size > limit:
             raise CorruptedDataError(
                 f"{source.name} has more than the {limit} bytes the manifest records"
             )
         stop = threading.Event()
-
-        def digest() -> str:
-            state = hashlib.sha256()
-            buffer = bytearray(CHUNK_SIZE)
-            view = memoryview(buffer)
-            while not stop.is_set() and (count := hashed.readinto(buffer)):
-                state.update(view[:count])
-            return state.hexdigest()
-
         with ThreadPoolExecutor(max_workers=1) as hasher:
-            pending = hasher.submit(digest)
+            pending = hasher.submit(_hash_handle, hashed, algorithms, stop)
             try:
-                with open(target, "wb", buffering=0) as out:
-                    copied = 0
-                    while copied < size:
-                        count = _kernel_copy(src, out, copied, min(CHUNK_SIZE, size - copied))
-                        if not count:
-                            break
-                        copied += count
-                        if progress is not None:
-                            progress(count)
-                    written = os.fstat(out.fileno()).st_size
-                    if sync:
-                        os.fsync(out.fileno())
+                copied, written = _copy_range(src, target, size, progress, sync)
             except BaseException:
                 stop.set()
                 raise
-            sha = pending.result()
-        after = os.fstat(src.fileno())
-    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
-            before.st_size, before.st_mtime_ns, before.st_ctime_ns) or written != copied:
+            digests = pending.result()
+        after = stat_key(os.fstat(src.fileno()))
+    if after != before or written != copied:
         raise CorruptedDataError(f"{source} changed while it was being copied")
-    return copied, sha
+    return copied, digests
+
+
+def _hash_handle(handle: io.FileIO, algorithms: Sequence[str],
+                 stop: threading.Event) -> Digests:
+    if not algorithms:
+        return {}
+    digests = MultiHash(algorithms)
+    buffer = bytearray(file_digests.CHUNK_SIZE)
+    view = memoryview(buffer)
+    while not stop.is_set() and (count := handle.readinto(buffer)):
+        digests.update(view[:count])
+    return digests.hexdigests()
+
+
+def _copy_range(source: io.FileIO, target: Path, size: int, progress: Progress | None,
+                sync: bool) -> tuple[int, int]:
+    """Copy ``size`` bytes of ``source`` into a new ``target``; ``(copied, target size)``."""
+    with open(target, "wb", buffering=0) as out:
+        copied = 0
+        while copied < size:
+            count = _kernel_copy(source, out, copied, min(CHUNK_SIZE, size - copied))
+            if not count:
+                break
+            copied += count
+            if progress is not None:
+                progress(count)
+        written = os.fstat(out.fileno()).st_size
+        if sync:
+            os.fsync(out.fileno())
+    return copied, written
 
 
 def _kernel_copy(source: Any, target: Any, offset: int, count: int) -> int:

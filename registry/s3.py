@@ -14,7 +14,7 @@ Stores without conditional writes get a check-then-write fallback.
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -23,10 +23,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from marl_minari.digests import (
+    ALGORITHMS,
+    FileDigests,
+    MultiHash,
+    RememberedDigests,
+    hash_file,
+    stat_key,
+)
 from marl_minari.errors import CorruptedDataError, RemoteError
 
-from .manifest import Progress, hash_file
-from .storage import RegistryStorage, logger
+from .manifest import Progress
+from .storage import RegistryStorage, logger, uploaded_digests
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -165,28 +173,34 @@ class S3Storage(RegistryStorage):
             return True
         return done
 
-    def _put_file(self, key: str, source: Path, progress: Progress | None) -> tuple[int, str]:
-        # Hash the file on a second thread while boto3 uploads it (hashlib releases the GIL).
-        # boto3 also sends a CRC checksum per part, which the store verifies on arrival.
+    def _put_file(self, key: str, source: Path, progress: Progress | None,
+                  known: RememberedDigests | None) -> FileDigests:
+        # Hash the file on a second thread while boto3 uploads it (both release the GIL),
+        # unless its digests are remembered. boto3 also sends a CRC checksum per part,
+        # which the store verifies on arrival.
+        before = stat_key(os.stat(source))
+        if known is not None and before != known.stat:
+            raise CorruptedDataError(f"{source} changed after its digests were computed; "
+                                     "publish again")
         try:
             with ThreadPoolExecutor(max_workers=1) as hasher:
-                digest = hasher.submit(hash_file, source)
+                hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
                 self.client.upload_file(str(source), self.bucket, self._key(key),
                                         Callback=progress)
-                size, sha = digest.result()
+                size, computed = hashing.result() if hashing else (before[2], {})
         except self._errors() as exc:
             raise self._explain(f"cannot upload {source.name} to {self.location}/{key}",
                                 exc) from None
-        if source.stat().st_size != size:
+        if stat_key(os.stat(source)) != before or size != before[2]:
             raise RemoteError(f"{source} changed while it was uploaded; publish again")
-        return size, sha
+        return uploaded_digests(source, size, computed, known)
 
-    def _get_file(self, key: str, target: Path, size: int,
+    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
         try:
             with open(target, "wb") as handle:
-                sink = _HashingSink(handle, size, where)
+                sink = _HashingSink(handle, size, algorithm, where)
                 # A sink that cannot seek makes boto3 fetch ranges in parallel but hand them
                 # over in order, so every byte is hashed once, as it arrives.
                 self.client.download_fileobj(self.bucket, self._key(key), sink,
@@ -204,7 +218,7 @@ class S3Storage(RegistryStorage):
                 f"{where} has {sink.size} bytes, the manifest records {size}: the remote file "
                 "is truncated or was replaced after publishing"
             )
-        return sink.size, sink.digest.hexdigest()
+        return sink.size, sink.digests.hexdigests()[algorithm]
 
     def _list_keys(self, prefix: str) -> Iterator[str]:
         start = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
@@ -222,19 +236,19 @@ class S3Storage(RegistryStorage):
 class _HashingSink:
     """Write-only, non-seekable file object that hashes, counts and limits what it writes."""
 
-    def __init__(self, handle: Any, limit: int, where: str) -> None:
+    def __init__(self, handle: Any, limit: int, algorithm: str, where: str) -> None:
         self._handle = handle
         self._limit = limit
         self._where = where
         self.size = 0
-        self.digest = hashlib.sha256()
+        self.digests = MultiHash((algorithm,))
 
     def write(self, data: bytes) -> int:
         self.size += len(data)
         if self.size > self._limit:
             raise CorruptedDataError(f"{self._where} has more than the {self._limit} bytes the "
                                      "manifest records")
-        self.digest.update(data)
+        self.digests.update(data)
         self._handle.write(data)
         return len(data)
 

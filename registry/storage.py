@@ -9,7 +9,8 @@ keys. Everything that makes the registry safe lives here, once:
 * publishing writes every file first, then the manifest (the commit record, created only if
   absent), then the index entry; a published version is never overwritten;
 * downloading reads the manifest, fetches every file into a hidden staging folder under the
-  datasets root, checks size and SHA-256 of each, and moves the dataset into place with one
+  datasets root, checks the size and digest (BLAKE3, or SHA-256 in older manifests) of each,
+  and moves the dataset into place with one
   ``rename``; any failure removes the staging folder;
 * every id, namespace and manifest path is validated before it becomes a key or a local path.
 
@@ -34,6 +35,15 @@ from typing import Any, ClassVar, Final
 
 from minari.storage.remotes.cloud_storage import CloudStorage
 
+from marl_minari.digests import (
+    ALGORITHMS,
+    BLAKE3,
+    SHA256,
+    FileDigests,
+    RememberedDigests,
+    hash_file,
+    remembered_digests,
+)
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
@@ -45,11 +55,11 @@ from marl_minari.ids import parse_dataset_id
 
 from .manifest import (
     MANIFEST_FILE_NAME,
+    Digests,
     FileEntry,
     Manifest,
     Progress,
     dataset_files,
-    hash_file,
     new_manifest,
 )
 
@@ -65,6 +75,7 @@ NAMESPACE_METADATA_FILE_NAME: Final = "namespace_metadata.json"
 METADATA_PATH: Final = "data/metadata.json"
 STAGING_FOLDER: Final = ".marl_minari"
 
+_DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
 _SECRET_ENV_VARS: Final = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
                            "AWS_SECURITY_TOKEN")
 _USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
@@ -84,6 +95,26 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
+
+
+def upload_algorithms(known: RememberedDigests | None) -> tuple[str, ...]:
+    """The digests an upload computes on the way: none when they are remembered."""
+    return () if known is not None else ALGORITHMS
+
+
+def uploaded_digests(source: Path, size: int, computed: Digests,
+                     known: RememberedDigests | None) -> FileDigests:
+    """Size and digests of a file just uploaded: the remembered ones, or those computed.
+
+    The upload has already checked that ``source`` kept the identity ``known`` was hashed
+    with; the size is checked again here.
+    """
+    if known is None:
+        return FileDigests(size, computed[SHA256], computed[BLAKE3])
+    if size != known.digests.size:
+        raise CorruptedDataError(f"{source} changed after its digests were computed; "
+                                 "publish again")
+    return known.digests
 
 
 def check_namespace(namespace: str) -> str:
@@ -178,13 +209,19 @@ class RegistryStorage(CloudStorage):
         """Create or replace ``key`` (small objects: metadata)."""
         raise NotImplementedError
 
-    def _put_file(self, key: str, source: Path, progress: Progress | None) -> tuple[int, str]:
-        """Upload a local file to ``key``; ``(size, sha256)`` of the bytes sent."""
+    def _put_file(self, key: str, source: Path, progress: Progress | None,
+                  known: RememberedDigests | None) -> FileDigests:
+        """Upload a local file to ``key``; size and digests of the bytes sent.
+
+        ``known``: digests remembered for ``source``. The upload then hashes nothing and only
+        checks that the file still has the identity it had when it was hashed (see
+        :func:`uploaded_digests`).
+        """
         raise NotImplementedError
 
-    def _get_file(self, key: str, target: Path, size: int,
+    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
-        """Download ``key`` into ``target``; ``(size, sha256)`` of the bytes written.
+        """Download ``key`` into ``target``; ``(size, hex digest)`` of the bytes written.
 
         Must stop (``CorruptedDataError``) once more than ``size`` bytes arrive.
         """
@@ -472,10 +509,12 @@ class RegistryStorage(CloudStorage):
             return self._already_published(dataset_id, local, files, existing, metadata,
                                            identical_ok)
         namespaces = self.ensure_remote_namespaces(dataset_id)
+        known = remembered_digests(local)
         entries = []
         for relative in files:
-            size, sha = self._put_file(f"{dataset_id}/{relative}", local / relative, progress)
-            entries.append(FileEntry(relative, size, sha))
+            digests = self._put_file(f"{dataset_id}/{relative}", local / relative, progress,
+                                     known.get(relative))
+            entries.append(FileEntry(relative, digests.size, digests.sha256, digests.blake3))
         manifest = new_manifest(dataset_id, entries)
         if not self._write_new(f"{dataset_id}/{MANIFEST_FILE_NAME}", manifest.to_json()):
             raise DatasetExistsError(
@@ -490,9 +529,14 @@ class RegistryStorage(CloudStorage):
     def _already_published(self, dataset_id: str, local: Path, files: list[str],
                            existing: Manifest, metadata: dict[str, Any],
                            identical_ok: bool) -> tuple[Manifest, str]:
+        known = remembered_digests(local)
         entries = []
         for relative in files:
-            size, sha = hash_file(local / relative)
+            if relative in known:
+                size, sha = known[relative].digests.size, known[relative].digests.sha256
+            else:
+                size, computed = hash_file(local / relative, (SHA256,))
+                sha = computed[SHA256]
             entries.append(FileEntry(relative, size, sha))
         same = existing.same_content(new_manifest(dataset_id, entries))
         listed = dataset_id in self.read_index()["datasets"]
@@ -536,7 +580,7 @@ class RegistryStorage(CloudStorage):
 
         Raises:
             DatasetNotFoundError: not published.
-            CorruptedDataError: a file's size or SHA-256 differs from the manifest, or the
+            CorruptedDataError: a file's size or digest differs from the manifest, or the
                 downloaded metadata names another dataset.
             RemoteError: the remote failed (connection dropped, permission, ...).
         """
@@ -550,17 +594,19 @@ class RegistryStorage(CloudStorage):
                 raise CorruptedDataError(f"manifest path {entry.path!r} leaves the dataset")
             target.parent.mkdir(parents=True, exist_ok=True)
             key = f"{dataset_id}/{entry.path}"
-            size, sha = self._get_file(key, target, entry.size, progress)
+            size, digest = self._get_file(key, target, entry.size, entry.check_algorithm,
+                                          progress)
             where = f"{self.location}/{key}"
             if size != entry.size:
                 raise CorruptedDataError(
                     f"{where} has {size} bytes, the manifest records {entry.size}: the remote "
                     "file is truncated or was replaced after publishing"
                 )
-            if sha != entry.sha256:
+            if digest != entry.check_digest:
+                label = _DIGEST_LABELS[entry.check_algorithm]
                 raise CorruptedDataError(
-                    f"{where} has SHA-256 {sha}, the manifest records {entry.sha256}: the "
-                    "remote file was modified or damaged after publishing"
+                    f"{where} has {label} {digest}, the manifest records {entry.check_digest}: "
+                    "the remote file was modified or damaged after publishing"
                 )
         metadata = _read_json_object(staged / METADATA_PATH)
         if metadata.get("dataset_id") != dataset_id:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -137,3 +138,11 @@ def no_partial_dataset(dataset_id: str) -> None:
     leftovers = [p for p in staging.glob("download-*")] if staging.exists() else []
     assert leftovers == []
     assert dataset_id not in minari.list_local_datasets()
+
+
+def as_older_manifest(raw: bytes) -> bytes:
+    """A stored manifest without BLAKE3 digests, as marl-minari 0.0 wrote them."""
+    document = json.loads(raw)
+    for entry in document["files"]:
+        entry.pop("blake3")
+    return json.dumps(document).encode()

@@ -28,9 +28,15 @@ def _episode_arrays(dataset_id: str) -> list[np.ndarray]:
     return arrays
 
 
+def _published_files(folder: Path) -> list[Path]:
+    """What publishing copies: every file but hidden ones (the remembered-digests sidecar)."""
+    return [p for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.relative_to(folder).as_posix().startswith(".")]
+
+
 def _tree_digest(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in _published_files(folder)}
 
 
 def test_import_registers_kinds_and_keeps_minari_kinds() -> None:
@@ -58,7 +64,7 @@ def test_publish_to_default_registry_and_download(registry_dir: Path,
 
     listed = registry.list_datasets()
     assert [d.dataset_id for d in listed] == [dataset_id]
-    assert listed[0].total_size == sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+    assert listed[0].total_size == sum(p.stat().st_size for p in _published_files(local))
 
     shutil.rmtree(local.parent.parent)  # the whole local mpe2 namespace
     path = registry.download(dataset_id)

@@ -12,7 +12,12 @@ from pathlib import Path
 import minari
 import pytest
 from marl_minari.registry.manifest import Manifest
-from registry_helpers import Interrupted, interrupt_after, no_partial_dataset
+from registry_helpers import (
+    Interrupted,
+    as_older_manifest,
+    interrupt_after,
+    no_partial_dataset,
+)
 
 from marl_minari import registry
 from marl_minari.errors import (
@@ -38,14 +43,22 @@ def _remote_file(registry_dir: Path, dataset_id: str, name: str = "main_data.hdf
     return registry_dir / dataset_id / "data" / name
 
 
-def test_tampered_file_is_refused(published: str, registry_dir: Path) -> None:
+@pytest.mark.parametrize("older_manifest", [False, True], ids=["blake3", "sha256-only"])
+def test_tampered_file_is_refused(published: str, registry_dir: Path,
+                                  older_manifest: bool) -> None:
+    if older_manifest:
+        manifest = registry_dir / published / "manifest.json"
+        manifest.write_bytes(as_older_manifest(manifest.read_bytes()))
     target = _remote_file(registry_dir, published)
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
     target.write_bytes(bytes(data))
-    with pytest.raises(CorruptedDataError, match="SHA-256"):
+    with pytest.raises(CorruptedDataError, match="SHA-256" if older_manifest else "BLAKE3"):
         registry.download(published)
     no_partial_dataset(published)
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert registry.download(published) == dataset_dir(published)
 
 
 def test_tampered_file_is_refused_through_minari(published: str, registry_dir: Path,

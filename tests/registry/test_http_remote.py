@@ -8,6 +8,7 @@ from pathlib import Path
 
 import minari
 import pytest
+from registry_helpers import as_older_manifest
 
 import marl_minari as mm
 from marl_minari import registry
@@ -64,6 +65,10 @@ def test_http_tampering_and_missing(served: tuple[str, list[str]], registry_dir:
         registry.download("mpe2/spread/random-v9", remote=url)
     target = registry_dir / ids[1] / "data" / "main_data.hdf5"
     target.write_bytes(target.read_bytes()[:-1] + b"X")
+    with pytest.raises(CorruptedDataError, match="BLAKE3"):
+        registry.download(ids[1], remote=url)
+    manifest = registry_dir / ids[1] / "manifest.json"
+    manifest.write_bytes(as_older_manifest(manifest.read_bytes()))
     with pytest.raises(CorruptedDataError, match="SHA-256"):
         registry.download(ids[1], remote=url)
     target.write_bytes(target.read_bytes()[:100])

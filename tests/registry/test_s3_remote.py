@@ -13,6 +13,7 @@ import pytest
 from registry_helpers import (
     S3_SECRET,
     Interrupted,
+    as_older_manifest,
     interrupt_after,
     new_bucket,
     no_partial_dataset,
@@ -99,6 +100,12 @@ def test_s3_tampering_and_truncation(s3_remote: str, s3_client: Any,
     flipped = bytearray(original)
     flipped[100] ^= 0xFF
     s3_client.put_object(Bucket=bucket, Key=key, Body=bytes(flipped))
+    with pytest.raises(CorruptedDataError, match="BLAKE3"):
+        registry.download(dataset_id, remote=s3_remote)
+    no_partial_dataset(dataset_id)
+    manifest_key = f"{prefix}/{dataset_id}/manifest.json"
+    manifest = s3_client.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
+    s3_client.put_object(Bucket=bucket, Key=manifest_key, Body=as_older_manifest(manifest))
     with pytest.raises(CorruptedDataError, match="SHA-256"):
         registry.download(dataset_id, remote=s3_remote)
     no_partial_dataset(dataset_id)
