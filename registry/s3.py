@@ -52,6 +52,34 @@ def _boto() -> Any:
     return boto3
 
 
+_CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_MAX_CLIENTS = 8
+
+
+def _shared_client() -> Any:
+    """One boto3 S3 client per AWS configuration in the environment (``AWS_*`` variables).
+
+    Creating a client takes about 0.15 s (mostly loading the service model), as long as
+    publishing a small dataset; clients are thread-safe, so every remote of the same
+    configuration shares one. Credentials read from files or instance roles refresh inside
+    the client; edits to ``~/.aws/config`` apply to clients created afterwards.
+    """
+    key = tuple(sorted((name, value) for name, value in os.environ.items()
+                       if name.startswith("AWS_")))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            from botocore.config import Config
+
+            client = _boto().session.Session().client(
+                "s3", config=Config(max_pool_connections=32))
+            if len(_CLIENTS) >= _MAX_CLIENTS:
+                del _CLIENTS[next(iter(_CLIENTS))]
+            _CLIENTS[key] = client
+        return client
+
+
 class S3Storage(RegistryStorage):
     """A registry in an S3 bucket, below an optional key prefix. ``name``: ``bucket[/prefix]``."""
 
@@ -76,13 +104,10 @@ class S3Storage(RegistryStorage):
 
     @property
     def client(self) -> Any:
-        """The boto3 S3 client (created on first use from the environment's configuration)."""
+        """The boto3 S3 client for the environment's configuration (see :func:`_shared_client`)."""
         with self._client_lock:
             if self._client is None:
-                from botocore.config import Config
-
-                self._client = _boto().session.Session().client(
-                    "s3", config=Config(max_pool_connections=32))
+                self._client = _shared_client()
             return self._client
 
     def _key(self, key: str) -> str:

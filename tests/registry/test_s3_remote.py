@@ -226,3 +226,13 @@ def test_s3_missing_credentials_is_explained(moto_endpoint: str, tmp_path: Path,
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(RemoteError, match="credentials"):
         registry.list_datasets("s3://some-bucket")
+
+
+def test_remotes_of_one_configuration_share_a_client(s3_remote: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = registry.open_remote(s3_remote), registry.open_remote(f"{s3_remote}/other")
+    assert first.client is second.client  # type: ignore[attr-defined]
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    third = registry.open_remote(s3_remote)
+    assert third.client is not first.client  # type: ignore[attr-defined]
+    assert third.client.meta.config.retries["total_max_attempts"] == 3  # type: ignore[attr-defined]
