@@ -270,17 +270,19 @@ def bench_s3(registry: Any, dataset_id: str, local: Path, size: int, repeat: int
                 for item in page.get("Contents", []):
                     client.delete_object(Bucket=bucket, Key=item["Key"])
 
+        # Each timed step leaves the store as it found it (its objects are deleted right
+        # after), so every upload meets the same server state; reg0 is the download source.
+        registry.publish(dataset_id, f"s3://{bucket}/reg0")
         base, ours, cold = [], [], []
         for run in range(repeat):
             base.append(timed(partial(upload, f"plain{run}")))
-            ours.append(timed(partial(registry.publish, dataset_id, f"s3://{bucket}/reg{run}")))
+            empty(f"plain{run}")
+            ours.append(timed(partial(registry.publish, dataset_id, f"s3://{bucket}/reg{run + 1}")))
+            empty(f"reg{run + 1}")
             with forgotten_digests(local):
                 cold.append(timed(partial(registry.publish, dataset_id,
                                           f"s3://{bucket}/cold{run}")))
-            empty(f"plain{run}")
             empty(f"cold{run}")
-            if run:
-                empty(f"reg{run}")
         rows.append(summary("s3:// publish vs boto3 upload_file", base, ours, size))
         rows.append(summary("  digests not remembered", base, cold, size))
 
