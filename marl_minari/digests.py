@@ -134,7 +134,11 @@ def remember_digests(folder: Path, files: Iterable[str]) -> None:
     """
     entries: dict[str, Any] = {}
     for relative in files:
-        remembered = file_digests(folder / relative)
+        try:
+            remembered = file_digests(folder / relative)
+        except OSError as exc:
+            logger.debug("cannot hash %s: %s", folder / relative, exc)
+            continue
         if remembered is not None:
             digests = remembered.digests
             entries[relative] = {"stat": list(remembered.stat), "size": digests.size,

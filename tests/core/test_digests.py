@@ -156,3 +156,15 @@ def test_a_damaged_sidecar_is_ignored(dataset: Path, damage: str) -> None:
     assert MAIN not in known
     if damage in ("bad digest", "bad stat"):
         assert f"data/{layout.METADATA_FILE_NAME}" in known
+
+
+def test_remembering_is_best_effort(dataset: Path) -> None:
+    remember_digests(dataset, [MAIN, "data/vanished.bin"])
+    assert sorted(_sidecar(dataset)["files"]) == [MAIN]
+    sidecar = dataset / layout.DIGESTS_FILE_NAME
+    sidecar.unlink()
+    (sidecar / "blocker").mkdir(parents=True)  # the sidecar cannot be replaced
+    remember_digests(dataset, DATA_FILES)
+    assert sorted(p.name for p in dataset.iterdir()) == sorted(
+        ["data", layout.DIGESTS_FILE_NAME])  # no temporary file left behind
+    assert remembered_digests(dataset) == {}
