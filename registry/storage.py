@@ -10,8 +10,8 @@ keys. Everything that makes the registry safe lives here, once:
   absent), then the index entry; a published version is never overwritten;
 * downloading reads the manifest, fetches every file into a hidden staging folder under the
   datasets root, checks the size and digest (BLAKE3, or SHA-256 in older manifests) of each,
-  and moves the dataset into place with one
-  ``rename``; any failure removes the staging folder;
+  and moves the dataset into place with one ``rename``; any failure removes the staging
+  folder;
 * every id, namespace and manifest path is validated before it becomes a key or a local path.
 
 The remote layout is described in ``docs/registry.md``.
