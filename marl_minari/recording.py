@@ -223,15 +223,16 @@ def list_recordings() -> list[RecordingInfo]:
         journal = folder / JOURNAL_NAME
         if not journal.exists():
             continue
-        episodes = list(read_journal(journal))
-        if not episodes:
+        steps = [json.loads(body[:header_len])["steps"] for _, body, header_len
+                 in _records(journal)]
+        if not steps:
             continue
         try:
             meta = json.loads((folder / SPEC_NAME).read_text())
             env = json.loads(meta["spec"])["marl"].get("env") or {}
         except (OSError, json.JSONDecodeError, KeyError):
             meta, env = {"created": folder.stat().st_mtime}, {}
-        found.append(RecordingInfo(folder, len(episodes), sum(e.total_steps for e in episodes),
+        found.append(RecordingInfo(folder, len(steps), sum(steps),
                                    meta.get("created", 0.0),
                                    env.get("env_id") or env.get("entry_point") or "unknown"))
     return found
