@@ -26,6 +26,13 @@ def datasets_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
         yield root
 
 
+@pytest.fixture(scope="session")
+def random_play() -> Callable[..., list[dict[str, Any]]]:
+    """:func:`play_parallel`, for the fixtures of other conftest files (which cannot import
+    this one under ``--import-mode=importlib``)."""
+    return play_parallel
+
+
 def play_parallel(env: Any, episodes: int, seed: int = 0) -> list[dict[str, Any]]:
     """Play ``episodes`` random episodes; return what the env handed out per episode.
 

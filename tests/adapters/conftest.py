@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,21 +23,9 @@ if _HERE not in sys.path:
 # --------------------------------------------------------------------------- recordings
 
 
-def _play(env: Any, episodes: int) -> None:
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        rng = np.random.default_rng(episode)
-        while env.agents:
-            actions = {}
-            for agent in env.agents:
-                space = env.action_space(agent)
-                space.seed(int(rng.integers(2**31)))
-                actions[agent] = space.sample()
-            env.step(actions)
-
-
 @pytest.fixture(scope="session")
-def _recording_cache(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+def _recording_cache(tmp_path_factory: pytest.TempPathFactory,
+                     random_play: Callable[..., Any]) -> Callable[..., Path]:
     root = tmp_path_factory.mktemp("recordings")
     made: dict[str, Path] = {}
 
@@ -53,7 +40,7 @@ def _recording_cache(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., 
             patch.setenv("MINARI_DATASETS_PATH", str(root))
             collector = mm.ParallelDataCollector(mm.make_env(env_id, **kwargs),
                                                  jpeg_encoding=jpeg)
-            _play(collector, episodes)
+            random_play(collector, episodes)
             collector.create_dataset(dataset_id, algorithm_name="random", author="tests",
                                      author_email="tests@example.com",
                                      code_permalink="https://example.com/tests",
