@@ -20,7 +20,6 @@ import json
 import math
 import os
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -519,10 +518,11 @@ def _vault_source(path: Path, chunk_steps: int, progress: bool,
     """A vault, imported with :func:`marl_minari.adapters.from_vault` into a temporary
     datasets root that is removed when the block ends."""
     from marl_minari.adapters import from_vault, vault_path_parts
+    from marl_minari.ids import using_datasets_root
 
     rel_dir, vault_name, vault_uid = vault_path_parts(path)
     with tempfile.TemporaryDirectory(prefix="marl-minari-describe-") as root:
-        with _datasets_root(Path(root)):
+        with using_datasets_root(Path(root)):
             dataset = from_vault(rel_dir, vault_name, vault_uid, _VAULT_DATASET_ID,
                                  chunk_steps=chunk_steps, progress=progress, **vault_options)
         source = _multi_agent_source(dataset, np.arange(dataset.total_episodes), chunk_steps)
@@ -540,25 +540,6 @@ def _vault_source(path: Path, chunk_steps: int, progress: bool,
 
 
 _VAULT_DATASET_ID: Final = "vault/describe-v0"
-_ROOT_LOCK = threading.Lock()
-
-
-@contextmanager
-def _datasets_root(root: Path) -> Iterator[None]:
-    """Point Minari's datasets root at ``root`` while the block runs (one thread at a time)."""
-    with _ROOT_LOCK:
-        before = os.environ.get(_ROOT_VARIABLE)
-        os.environ[_ROOT_VARIABLE] = str(root)
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop(_ROOT_VARIABLE, None)
-            else:
-                os.environ[_ROOT_VARIABLE] = before
-
-
-_ROOT_VARIABLE: Final = "MINARI_DATASETS_PATH"
 
 
 # ---------------------------------------------------------------------------- statistics

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from minari.storage.datasets_root_dir import get_dataset_path
@@ -43,12 +46,34 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
     return match["namespace"], match["name"], int(match["version"])
 
 
+_ROOT_OVERRIDE: ContextVar[Path | None] = ContextVar("marl_minari_datasets_root", default=None)
+
+
 def dataset_dir(dataset_id: str) -> Path:
-    """The folder of ``dataset_id`` under the Minari datasets root (it may not exist)."""
+    """The folder of ``dataset_id`` under the datasets root (it may not exist)."""
     parse_dataset_id(dataset_id)
-    return Path(get_dataset_path(dataset_id))
+    return datasets_root() / dataset_id
 
 
 def datasets_root() -> Path:
-    """Minari's datasets root (``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``)."""
-    return Path(get_dataset_path())
+    """Minari's datasets root (``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``), unless
+    :func:`using_datasets_root` set another one for the current thread or task."""
+    override = _ROOT_OVERRIDE.get()
+    if override is None:
+        return Path(get_dataset_path())
+    override.mkdir(parents=True, exist_ok=True)
+    return override
+
+
+@contextmanager
+def using_datasets_root(root: Path) -> Iterator[Path]:
+    """Write and read this package's datasets under ``root`` while the block runs.
+
+    Only the current thread (or asyncio task) sees the change, and ``MINARI_DATASETS_PATH``
+    is left alone, so Minari's own functions and other threads keep the usual root.
+    """
+    token = _ROOT_OVERRIDE.set(Path(root))
+    try:
+        yield Path(root)
+    finally:
+        _ROOT_OVERRIDE.reset(token)

@@ -348,7 +348,10 @@ def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> Mul
             f"no local dataset {dataset_id!r} (looked in {folder}); record one, or pass "
             "download=True to fetch it from the configured remote."
         )
-    return MultiAgentDataset(minari.load_dataset(dataset_id, download=download))
+    if download:
+        return MultiAgentDataset(minari.load_dataset(dataset_id, download=True))
+    # What minari.load_dataset does for a local dataset, under this package's datasets root.
+    return MultiAgentDataset(MinariDataset(folder / "data"))
 
 
 def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,26 @@ def test_dataset_dir_is_under_the_datasets_root(datasets_root: Path) -> None:
     assert dataset_dir("aa/bb/x-v2") == datasets_root / "aa" / "bb" / "x-v2"
     with pytest.raises(InvalidDatasetIdError):
         dataset_dir("../escape-v0")
+
+
+def test_a_datasets_root_override_stays_in_its_thread(datasets_root: Path, tmp_path: Path,
+                                                      record_parallel: Any) -> None:
+    import os
+    import threading
+
+    import marl_minari as mm
+
+    other = tmp_path / "other-root"
+    seen_elsewhere: list[Path] = []
+    with ids.using_datasets_root(other) as root:
+        assert root == other and ids.datasets_root() == other
+        assert os.environ["MINARI_DATASETS_PATH"] == str(datasets_root)
+        thread = threading.Thread(target=lambda: seen_elsewhere.append(ids.datasets_root()))
+        thread.start()
+        thread.join()
+        record_parallel("mpe2/simple_spread_v3", 1, max_cycles=5, dataset_id="over/ride-v0")
+        assert mm.load_dataset("over/ride-v0").total_episodes == 1
+    assert seen_elsewhere == [datasets_root]
+    assert ids.datasets_root() == datasets_root
+    assert (other / "over" / "ride-v0" / "data" / "main_data.hdf5").exists()
+    assert not (datasets_root / "over").exists()
