@@ -14,6 +14,10 @@ import pytest
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+TEST_METADATA = {"algorithm_name": "random", "author": "tests",
+                 "author_email": "tests@example.com", "code_permalink": "https://example.com/tests"}
+"""Minari metadata of every dataset the fixtures below record."""
+
 
 @pytest.fixture(autouse=True)
 def datasets_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -81,11 +85,62 @@ def record_parallel() -> Callable[..., tuple[Any, list[dict[str, Any]]]]:
         collector = mm.ParallelDataCollector(mm.make_env(env_id, **env_kwargs),
                                              **collector_kwargs)
         records = play_parallel(collector, episodes)
-        dataset = collector.create_dataset(dataset_id, algorithm_name="random",
-                                           author="tests", author_email="tests@example.com",
-                                           code_permalink="https://example.com/tests",
-                                           description="recorded by the test suite")
+        dataset = collector.create_dataset(dataset_id, description="recorded by the test suite",
+                                           **TEST_METADATA)
         collector.close()
         return dataset, records
+
+    return record
+
+
+@pytest.fixture(scope="session")
+def record_tictactoe() -> Callable[..., Any]:
+    """Random legal tic-tac-toe games through ``AECDataCollector``:
+    ``record_tictactoe(dataset_id, games)`` -> ``MultiAgentDataset`` (game ``g`` uses seed ``g``).
+    """
+    import marl_minari as mm
+
+    def record(dataset_id: str, games: int) -> Any:
+        env = mm.AECDataCollector(mm.make_env("classic/tictactoe-v3", api="aec"))
+        for game in range(games):
+            env.reset(seed=game)
+            rng = np.random.default_rng(game)
+            for _ in env.agent_iter():
+                observation, _, terminated, truncated, _ = env.last()
+                env.step(None if terminated or truncated else int(
+                    rng.choice(np.flatnonzero(observation["action_mask"]))))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dataset = env.create_dataset(dataset_id, description="tic-tac-toe", **TEST_METADATA)
+        env.close()
+        return dataset
+
+    return record
+
+
+@pytest.fixture(scope="session")
+def record_cartpole() -> Callable[..., Any]:
+    """Whole random CartPole episodes recorded by Minari's own ``DataCollector``:
+    ``record_cartpole(dataset_id, episodes=3, *, record_infos=False, max_episode_steps=None)``
+    -> ``MinariDataset`` (a plain single-agent dataset; episode ``e`` uses seed ``e``).
+    """
+
+    def record(dataset_id: str, episodes: int = 3, *, record_infos: bool = False,
+               max_episode_steps: int | None = None) -> Any:
+        import gymnasium as gym
+        import minari
+
+        env = minari.DataCollector(gym.make("CartPole-v1", max_episode_steps=max_episode_steps),
+                                   record_infos=record_infos)
+        for episode in range(episodes):
+            env.reset(seed=episode)
+            env.action_space.seed(episode)
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                done = terminated or truncated
+        dataset = env.create_dataset(dataset_id, description="random CartPole", **TEST_METADATA)
+        env.close()
+        return dataset
 
     return record

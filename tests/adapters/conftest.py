@@ -76,25 +76,9 @@ def recorded(_recording_cache: Callable[..., Path], datasets_root: Path) -> Call
 
 
 @pytest.fixture
-def cartpole_dataset(datasets_root: Path) -> Any:
+def cartpole_dataset(datasets_root: Path, record_cartpole: Callable[..., Any]) -> Any:
     """A plain single-agent Minari dataset recorded with Minari's own ``DataCollector``."""
-    import gymnasium as gym
-    from minari import DataCollector
-
-    env = DataCollector(gym.make("CartPole-v1"), record_infos=True)
-    for episode in range(3):
-        env.reset(seed=episode)
-        env.action_space.seed(episode)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
-    dataset = env.create_dataset("tests/cartpole-v0", algorithm_name="random", author="tests",
-                                 author_email="tests@example.com",
-                                 code_permalink="https://example.com/tests",
-                                 description="CartPole")
-    env.close()
-    return dataset
+    return record_cartpole("tests/cartpole-v0", record_infos=True)
 
 
 @pytest.fixture

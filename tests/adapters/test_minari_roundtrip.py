@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jax
 import minari
@@ -182,22 +183,8 @@ def test_state_env_needs_a_recorded_state(cartpole_dataset, vaults: Path) -> Non
     assert not (vaults / "x").exists() or not any((vaults / "x").iterdir())
 
 
-def test_turn_based_dict_observations_with_masks(vaults: Path) -> None:
-    from marl_minari.collectors import AECDataCollector
-
-    env = AECDataCollector(mm.make_env("classic/tictactoe-v3", api="aec"))
-    for episode in range(2):
-        env.reset(seed=episode)
-        rng = np.random.default_rng(episode)
-        for _ in env.agent_iter():
-            observation, _, terminated, truncated, _ = env.last()
-            if terminated or truncated:
-                env.step(None)
-            else:
-                env.step(int(rng.choice(np.flatnonzero(observation["action_mask"]))))
-    dataset = env.create_dataset("tests/tictactoe-v0", algorithm_name="random",
-                                 author="tests", author_email="tests@example.com",
-                                 code_permalink="https://example.com", description="ttt")
+def test_turn_based_dict_observations_with_masks(vaults: Path, record_tictactoe: Any) -> None:
+    dataset = record_tictactoe("tests/tictactoe-v0", 2)
     to_vault(dataset, vaults, "ttt", "u")
     experience = _read(vaults, "ttt", "u")
     assert experience["observations"].shape[2:] == (2, 18)  # the board, without the mask

@@ -183,17 +183,8 @@ def test_metadata_and_text(record_parallel: Recorder) -> None:
         description.agent("nobody")
 
 
-def test_single_agent_minari_dataset() -> None:
-    env = minari.DataCollector(gym.make("CartPole-v1", max_episode_steps=60))
-    for seed in range(6):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
-    env.create_dataset("cartpole/random-v0", algorithm_name="random", author="tests",
-                       author_email="tests@example.com", code_permalink="https://example.com")
-    env.close()
+def test_single_agent_minari_dataset(record_cartpole: Any) -> None:
+    record_cartpole("cartpole/random-v0", 6, max_episode_steps=60)
 
     description = describe("cartpole/random-v0", chunk_steps=30)
     assert description.kind == "single_agent" and description.possible_agents == ("agent_0",)

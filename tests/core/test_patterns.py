@@ -7,11 +7,8 @@ the same rows on Ray Data.
 from __future__ import annotations
 
 import itertools
-import warnings
 from typing import Any
 
-import gymnasium as gym
-import minari
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -306,27 +303,8 @@ def test_step_and_episode_rows_follow_the_arrays() -> None:
         assert np.array_equal(episodes["state"][i], episode.state)
 
 
-def _play_tictactoe(dataset_id: str, games: int) -> mm.MultiAgentDataset:
-    env = mm.AECDataCollector(mm.make_env("classic/tictactoe-v3", api="aec"))
-    for game in range(games):
-        env.reset(seed=game)
-        rng = np.random.default_rng(game)
-        for _ in env.agent_iter():
-            observation, _, terminated, truncated, _ = env.last()
-            env.step(None if terminated or truncated else int(
-                rng.choice(np.flatnonzero(observation["action_mask"]))))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dataset = env.create_dataset(dataset_id, algorithm_name="random", author="tests",
-                                     author_email="tests@example.com",
-                                     code_permalink="https://example.com/tests",
-                                     description="tic-tac-toe")
-    env.close()
-    return dataset
-
-
-def test_turn_based_rows_go_from_turn_to_turn() -> None:
-    dataset = _play_tictactoe("patterns/tictactoe-v0", 5)
+def test_turn_based_rows_go_from_turn_to_turn(record_tictactoe: Any) -> None:
+    dataset = record_tictactoe("patterns/tictactoe-v0", 5)
     arrays = dataset.to_arrays()
     rows = P.agent_step_rows(arrays, dataset.spec)
     assert set(rows) >= {"obs.observation", "obs.action_mask", "legal_mask"}
@@ -350,18 +328,8 @@ def test_turn_based_rows_go_from_turn_to_turn() -> None:
         P.agent_step_rows(arrays, dataset.spec, only_acted=False)
 
 
-def test_plain_minari_dataset_reads_as_one_agent() -> None:
-    env = minari.DataCollector(gym.make("CartPole-v1"))
-    for seed in range(3):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
-    plain = env.create_dataset("plain/cartpole-v0", algorithm_name="random", author="tests",
-                               author_email="tests@example.com",
-                               code_permalink="https://example.com/tests", description="plain")
-    env.close()
+def test_plain_minari_dataset_reads_as_one_agent(record_cartpole: Any) -> None:
+    plain = record_cartpole("plain/cartpole-v0")
     source = open_source("plain/cartpole-v0")
     assert source.kind == "plain" and source.spec.possible_agents == ("agent",)
     rows = local_rows("plain/cartpole-v0")

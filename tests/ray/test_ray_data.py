@@ -12,8 +12,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-import minari
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -93,22 +91,6 @@ def _record_coins(dataset_id: str, episodes: int) -> mm.MultiAgentDataset:
         warnings.simplefilter("ignore")
         dataset = collector.create_dataset(dataset_id, **META)
     collector.close()
-    return dataset
-
-
-def _record_tictactoe(dataset_id: str, games: int) -> mm.MultiAgentDataset:
-    env = mm.AECDataCollector(mm.make_env("classic/tictactoe-v3", api="aec"))
-    for game in range(games):
-        env.reset(seed=game)
-        rng = np.random.default_rng(game)
-        for _ in env.agent_iter():
-            observation, _, terminated, truncated, _ = env.last()
-            env.step(None if terminated or truncated else int(
-                rng.choice(np.flatnonzero(observation["action_mask"]))))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dataset = env.create_dataset(dataset_id, **META)
-    env.close()
     return dataset
 
 
@@ -229,16 +211,9 @@ def test_patterns_agree_between_ray_and_local_arrays(ray_local: Any) -> None:
 
 
 def test_plain_minari_dataset_and_several_sources(ray_local: Any, spread: Any,
-                                                  record_parallel: Any) -> None:
-    env = minari.DataCollector(gym.make("CartPole-v1"))
-    for seed in range(4):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
-    plain = env.create_dataset("ray/cartpole-v0", **META)
-    env.close()
+                                                  record_parallel: Any,
+                                                  record_cartpole: Any) -> None:
+    plain = record_cartpole("ray/cartpole-v0", 4)
     dataset = R.read_dataset(plain.storage.data_path, override_num_blocks=2)
     want = R.local_rows(plain.storage.data_path)
     assert_same_rows(_ray_rows(dataset), _local_list(want))
@@ -300,8 +275,9 @@ def test_export_rllib_and_train_bc_through_offline_data(ray_local: Any, spread: 
     assert np.isfinite(learner["policy_loss"])
 
 
-def test_export_per_module_with_dict_observations(ray_local: Any, tmp_path: Path) -> None:
-    ttt = _record_tictactoe("ray/tictactoe-v0", 6)
+def test_export_per_module_with_dict_observations(ray_local: Any, tmp_path: Path,
+                                                 record_tictactoe: Any) -> None:
+    ttt = record_tictactoe("ray/tictactoe-v0", 6)
     export = R.export_rllib("ray/tictactoe-v0", tmp_path / "ttt",
                             policy_mapping_fn=lambda agent, episode: f"module_{agent}")
     assert sorted(export.modules) == ["module_player_1", "module_player_2"]
