@@ -23,9 +23,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from marl_minari.digests import FileDigests, RememberedDigests
-from marl_minari.errors import CorruptedDataError
 
-from .manifest import Progress, copy_file_and_hash
+from .manifest import Progress, copy_file_and_hash, missing_remote_file
 from .storage import RegistryStorage, upload_algorithms, uploaded_digests
 
 LOCK_FILE_NAME = ".index.lock"
@@ -135,10 +134,7 @@ class FileStorage(RegistryStorage):
                   progress: Progress | None) -> tuple[int, str]:
         source = self._path(key)
         if not source.is_file():
-            raise CorruptedDataError(
-                f"{self.location}/{key} is missing although the manifest lists it: the remote "
-                "dataset was damaged after publishing"
-            )
+            raise missing_remote_file(f"{self.location}/{key}")
         try:
             copied, digests = copy_file_and_hash(source, target, (algorithm,), limit=size,
                                                  progress=progress)

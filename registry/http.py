@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.errors import RemoteError
 
-from .manifest import Progress, copy_and_hash
+from .manifest import Progress, copy_and_hash, missing_remote_file, wrong_size
 from .storage import RegistryStorage, scrub
 
 
@@ -109,9 +109,7 @@ class HttpStorage(RegistryStorage):
             response = self._open(key)
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
-                raise CorruptedDataError(
-                    f"{where} is missing although the manifest lists it: the remote dataset "
-                    "was damaged after publishing") from None
+                raise missing_remote_file(where) from None
             raise self._fail(f"GET {where} answered HTTP {exc.code}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             raise self._fail(f"cannot download {where}", exc) from None
@@ -119,10 +117,7 @@ class HttpStorage(RegistryStorage):
             header = response.headers.get("Content-Length")
             announced = int(header) if header is not None and header.isdigit() else None
             if announced is not None and announced != size:
-                raise CorruptedDataError(
-                    f"{where} has {announced} bytes, the manifest records {size}: the remote "
-                    "file is truncated or was replaced after publishing"
-                )
+                raise wrong_size(where, announced, size)
             try:
                 received, digests = copy_and_hash(response, target, (algorithm,), limit=size,
                                                   progress=progress)

@@ -214,6 +214,23 @@ def _check_entries(entries: Iterable[FileEntry], where: str) -> None:
         raise CorruptedDataError(f"manifest {where} has no data/metadata.json")
 
 
+def missing_remote_file(where: str) -> CorruptedDataError:
+    """The error for a file the manifest lists but the remote does not have."""
+    return CorruptedDataError(f"{where} is missing although the manifest lists it: the remote "
+                              "dataset was damaged after publishing")
+
+
+def wrong_size(where: str, found: int, recorded: int) -> CorruptedDataError:
+    """The error for a remote file whose size differs from the manifest's."""
+    return CorruptedDataError(f"{where} has {found} bytes, the manifest records {recorded}: the "
+                              "remote file is truncated or was replaced after publishing")
+
+
+def changed_since_hashed(source: Path) -> CorruptedDataError:
+    """The error for a local file that changed after its remembered digests were computed."""
+    return CorruptedDataError(f"{source} changed after its digests were computed; publish again")
+
+
 def new_manifest(dataset_id: str, entries: Iterable[FileEntry]) -> Manifest:
     """A manifest stamped with the current UTC time and this library's version."""
     from marl_minari import __version__
@@ -331,8 +348,7 @@ def copy_file_and_hash(source: Path, target: Path, algorithms: Sequence[str], *,
     with open(source, "rb", buffering=0) as src, open(source, "rb", buffering=0) as hashed:
         before = stat_key(os.fstat(src.fileno()))
         if expect is not None and before != expect:
-            raise CorruptedDataError(f"{source} changed after its digests were computed; "
-                                     "publish again")
+            raise changed_since_hashed(source)
         size = before[2]
         if limit is not None and size > limit:
             raise CorruptedDataError(

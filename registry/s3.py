@@ -33,7 +33,7 @@ from marl_minari.digests import (
 )
 from marl_minari.errors import CorruptedDataError, RemoteError
 
-from .manifest import Progress
+from .manifest import Progress, changed_since_hashed, missing_remote_file
 from .storage import RegistryStorage, logger, uploaded_digests
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
@@ -205,8 +205,7 @@ class S3Storage(RegistryStorage):
         # which the store verifies on arrival.
         before = stat_key(os.stat(source))
         if known is not None and before != known.stat:
-            raise CorruptedDataError(f"{source} changed after its digests were computed; "
-                                     "publish again")
+            raise changed_since_hashed(source)
         try:
             with ThreadPoolExecutor(max_workers=1) as hasher:
                 hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
@@ -232,17 +231,10 @@ class S3Storage(RegistryStorage):
                                              Callback=progress)
         except self._errors() as exc:
             if self._code(exc) in _MISSING:
-                raise CorruptedDataError(
-                    f"{where} is missing although the manifest lists it: the remote dataset "
-                    "was damaged after publishing") from None
+                raise missing_remote_file(where) from None
             raise self._explain(f"download of {where} failed", exc) from None
         except OSError as exc:
             raise self._fail(f"download of {where} failed", exc) from None
-        if sink.size != size:
-            raise CorruptedDataError(
-                f"{where} has {sink.size} bytes, the manifest records {size}: the remote file "
-                "is truncated or was replaced after publishing"
-            )
         return sink.size, sink.digests.hexdigests()[algorithm]
 
     def _list_keys(self, prefix: str) -> Iterator[str]:

@@ -59,8 +59,10 @@ from .manifest import (
     FileEntry,
     Manifest,
     Progress,
+    changed_since_hashed,
     dataset_files,
     new_manifest,
+    wrong_size,
 )
 
 logger = logging.getLogger("marl_minari.registry")
@@ -112,8 +114,7 @@ def uploaded_digests(source: Path, size: int, computed: Digests,
     if known is None:
         return FileDigests(size, computed[SHA256], computed[BLAKE3])
     if size != known.digests.size:
-        raise CorruptedDataError(f"{source} changed after its digests were computed; "
-                                 "publish again")
+        raise changed_since_hashed(source)
     return known.digests
 
 
@@ -598,10 +599,7 @@ class RegistryStorage(CloudStorage):
                                           progress)
             where = f"{self.location}/{key}"
             if size != entry.size:
-                raise CorruptedDataError(
-                    f"{where} has {size} bytes, the manifest records {entry.size}: the remote "
-                    "file is truncated or was replaced after publishing"
-                )
+                raise wrong_size(where, size, entry.size)
             if digest != entry.check_digest:
                 label = _DIGEST_LABELS[entry.check_algorithm]
                 raise CorruptedDataError(
