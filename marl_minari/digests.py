@@ -16,10 +16,12 @@ core) is what downloads verify when a manifest records it.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -101,20 +103,24 @@ def stat_key(status: os.stat_result) -> StatKey:
             status.st_ctime_ns)
 
 
-def hash_file(path: Path, algorithms: Sequence[str] = ALGORITHMS,
-              progress: Callable[[int], None] | None = None) -> tuple[int, dict[str, str]]:
-    """``(size, {algorithm: hex digest})`` of a local file, read once in small chunks."""
+def hash_handle(handle: io.FileIO, algorithms: Sequence[str] = ALGORITHMS,
+                stop: threading.Event | None = None) -> tuple[int, dict[str, str]]:
+    """``(size, {algorithm: hex digest})`` of an unbuffered binary file, from its position to
+    its end, read once in small chunks; reading ends early once ``stop`` is set."""
     digests = MultiHash(algorithms)
     size = 0
     buffer = bytearray(CHUNK_SIZE)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while count := handle.readinto(buffer):
-            digests.update(view[:count])
-            size += count
-            if progress is not None:
-                progress(count)
+    while not (stop is not None and stop.is_set()) and (count := handle.readinto(buffer)):
+        digests.update(view[:count])
+        size += count
     return size, digests.hexdigests()
+
+
+def hash_file(path: Path, algorithms: Sequence[str] = ALGORITHMS) -> tuple[int, dict[str, str]]:
+    """``(size, {algorithm: hex digest})`` of a local file (see :func:`hash_handle`)."""
+    with open(path, "rb", buffering=0) as handle:
+        return hash_handle(handle, algorithms)
 
 
 def file_digests(path: Path) -> RememberedDigests | None:

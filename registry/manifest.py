@@ -23,8 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
-from marl_minari import digests as file_digests
-from marl_minari.digests import BLAKE3, SHA256, MultiHash, StatKey, stat_key
+from marl_minari.digests import BLAKE3, SHA256, MultiHash, StatKey, hash_handle, stat_key
 from marl_minari.errors import CorruptedDataError, LayoutError
 
 MANIFEST_FILE_NAME: Final = "manifest.json"
@@ -356,29 +355,17 @@ def copy_file_and_hash(source: Path, target: Path, algorithms: Sequence[str], *,
             )
         stop = threading.Event()
         with ThreadPoolExecutor(max_workers=1) as hasher:
-            pending = hasher.submit(_hash_handle, hashed, algorithms, stop)
+            pending = hasher.submit(hash_handle, hashed, algorithms, stop) if algorithms else None
             try:
                 copied, written = _copy_range(src, target, size, progress, sync)
             except BaseException:
                 stop.set()
                 raise
-            digests = pending.result()
+            digests = pending.result()[1] if pending is not None else {}
         after = stat_key(os.fstat(src.fileno()))
     if after != before or written != copied:
         raise CorruptedDataError(f"{source} changed while it was being copied")
     return copied, digests
-
-
-def _hash_handle(handle: io.FileIO, algorithms: Sequence[str],
-                 stop: threading.Event) -> Digests:
-    if not algorithms:
-        return {}
-    digests = MultiHash(algorithms)
-    buffer = bytearray(file_digests.CHUNK_SIZE)
-    view = memoryview(buffer)
-    while not stop.is_set() and (count := handle.readinto(buffer)):
-        digests.update(view[:count])
-    return digests.hexdigests()
 
 
 def _copy_range(source: io.FileIO, target: Path, size: int, progress: Progress | None,
