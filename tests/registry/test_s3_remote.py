@@ -40,6 +40,15 @@ def _bucket_and_prefix(remote: str) -> tuple[str, str]:
     return bucket, prefix
 
 
+@pytest.fixture
+def published_s3(s3_remote: str, small_dataset: Callable[..., str]) -> str:
+    """A small dataset published to the S3 remote, with its local copy removed."""
+    dataset_id = small_dataset()
+    registry.publish(dataset_id, s3_remote)
+    minari.delete_dataset(dataset_id)
+    return dataset_id
+
+
 def _keys(client: Any, remote: str) -> list[str]:
     bucket, prefix = _bucket_and_prefix(remote)
     response = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
@@ -88,11 +97,8 @@ def test_minari_functions_over_s3(moto_endpoint: str, monkeypatch: pytest.Monkey
     assert mm.load_dataset(dataset_id).total_steps == 20
 
 
-def test_s3_tampering_and_truncation(s3_remote: str, s3_client: Any,
-                                     small_dataset: Callable[..., str]) -> None:
-    dataset_id = small_dataset()
-    registry.publish(dataset_id, s3_remote)
-    minari.delete_dataset(dataset_id)
+def test_s3_tampering_and_truncation(s3_remote: str, s3_client: Any, published_s3: str) -> None:
+    dataset_id = published_s3
     bucket, prefix = _bucket_and_prefix(s3_remote)
     key = f"{prefix}/{dataset_id}/data/main_data.hdf5"
     original = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -126,11 +132,8 @@ def test_s3_tampering_and_truncation(s3_remote: str, s3_client: Any,
     no_partial_dataset(dataset_id)
 
 
-def test_s3_manifest_traversal(s3_remote: str, s3_client: Any,
-                               small_dataset: Callable[..., str]) -> None:
-    dataset_id = small_dataset()
-    registry.publish(dataset_id, s3_remote)
-    minari.delete_dataset(dataset_id)
+def test_s3_manifest_traversal(s3_remote: str, s3_client: Any, published_s3: str) -> None:
+    dataset_id = published_s3
     bucket, prefix = _bucket_and_prefix(s3_remote)
     key = f"{prefix}/{dataset_id}/manifest.json"
     manifest = json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -167,11 +170,8 @@ def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
     assert registry.publish(dataset_id, s3_remote).outcomes == {dataset_id: "published"}
 
 
-def test_s3_interrupted_download_leaves_nothing(s3_remote: str,
-                                                small_dataset: Callable[..., str]) -> None:
-    dataset_id = small_dataset()
-    registry.publish(dataset_id, s3_remote)
-    minari.delete_dataset(dataset_id)
+def test_s3_interrupted_download_leaves_nothing(s3_remote: str, published_s3: str) -> None:
+    dataset_id = published_s3
     with pytest.raises(Interrupted):
         registry.download(dataset_id, remote=s3_remote, progress=interrupt_after(1))
     no_partial_dataset(dataset_id)
