@@ -233,11 +233,18 @@ def check_minari_reads(dataset_id: str) -> None:
     assert steps == plain.total_steps
 
 
-def test_tictactoe_records_turns_exactly() -> None:
-    dataset, played = record("classic/tictactoe-v3", 6, "ttt/random-v0")
+def record_and_check(env_id: str, episodes: int, dataset_id: str,
+                     **kwargs: Any) -> tuple[mm.MultiAgentDataset, list[Played]]:
+    """:func:`record`, then the three checks every recorded game must pass."""
+    dataset, played = record(env_id, episodes, dataset_id, **kwargs)
     check_against_play(dataset, played)
     check_transitions(dataset, played)
-    check_minari_reads("ttt/random-v0")
+    check_minari_reads(dataset_id)
+    return dataset, played
+
+
+def test_tictactoe_records_turns_exactly() -> None:
+    dataset, played = record_and_check("classic/tictactoe-v3", 6, "ttt/random-v0")
     episode = dataset[0]
     assert episode.episode_terminations[-1] and not episode.episode_truncations[-1]
     # Other agents' action entries hold the fill value.
@@ -269,11 +276,8 @@ def test_tictactoe_replays_from_descriptor_and_seed() -> None:
 
 
 def test_observing_only_the_selected_agent_repeats_latest_observations() -> None:
-    dataset, played = record("classic/connect_four-v3", 3, "c4/turns-v0",
-                             observe_every_agent=False)
-    check_against_play(dataset, played)
-    check_transitions(dataset, played)
-    check_minari_reads("c4/turns-v0")
+    dataset, played = record_and_check("classic/connect_four-v3", 3, "c4/turns-v0",
+                                       observe_every_agent=False)
     agents = dataset.possible_agents
     for episode, record_ in zip(dataset, played, strict=True):
         observed = episode.extras[layout.OBSERVED]
@@ -300,10 +304,7 @@ def test_observing_only_the_selected_agent_repeats_latest_observations() -> None
 
 
 def test_connect_four_loser_gets_terminal_reward_on_dead_step() -> None:
-    dataset, played = record("classic/connect_four-v3", 4, "c4/random-v0")
-    check_against_play(dataset, played)
-    check_transitions(dataset, played)
-    check_minari_reads("c4/random-v0")
+    dataset, played = record_and_check("classic/connect_four-v3", 4, "c4/random-v0")
     agents = dataset.possible_agents
     decided = [(e, p) for e, p in zip(dataset, played, strict=True)
                if any(t.reward != 0 for t in p.turns)]
@@ -330,10 +331,7 @@ def test_connect_four_loser_gets_terminal_reward_on_dead_step() -> None:
 def test_chess_large_action_masks_with_move_cap() -> None:
     # Random chess games run for hundreds of moves: episodes are cut after 30 steps by
     # resetting, which records them as truncated.
-    dataset, played = record("classic/chess-v6", 2, "chess/random-v0", max_steps=30)
-    check_against_play(dataset, played)
-    check_transitions(dataset, played)
-    check_minari_reads("chess/random-v0")
+    dataset, played = record_and_check("classic/chess-v6", 2, "chess/random-v0", max_steps=30)
     for episode in dataset:
         assert episode.total_steps == 30
         assert episode.episode_truncations[-1] and not episode.episode_terminations.any()
@@ -357,10 +355,7 @@ def test_chess_game_to_the_end() -> None:
 
 
 def test_leduc_holdem_rewards_at_showdown() -> None:
-    dataset, played = record("classic/leduc_holdem-v4", 12, "leduc/random-v0")
-    check_against_play(dataset, played)
-    check_transitions(dataset, played)
-    check_minari_reads("leduc/random-v0")
+    dataset, played = record_and_check("classic/leduc_holdem-v4", 12, "leduc/random-v0")
     agents = dataset.possible_agents
     paid = 0
     for episode, record_ in zip(dataset, played, strict=True):
@@ -454,10 +449,7 @@ def test_wrapper_passes_pettingzoo_api_test(env_id: str, cycles: int,
 ])
 def test_every_classic_game_records(env_id: str, kwargs: dict[str, Any]) -> None:
     dataset_id = f"classic/{env_id.split('/')[1].replace('_', '-')}-v0"
-    dataset, played = record(env_id, 2, dataset_id, max_steps=40, **kwargs)
-    check_against_play(dataset, played)
-    check_transitions(dataset, played)
-    check_minari_reads(dataset_id)
+    dataset, played = record_and_check(env_id, 2, dataset_id, max_steps=40, **kwargs)
     assert dataset.spec.env is not None and dataset.spec.env.api == "aec"
     assert dataset.spec.env.kwargs == kwargs
 
