@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ StatKey = tuple[int, int, int, int, int]
 """``(device, inode, size, mtime_ns, ctime_ns)``: what identifies an unchanged file."""
 
 _SIDECAR_FORMAT: Final = "marl-minari-digests"
-_HEX_LENGTH: Final = 64
+_HEX_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 logger = logging.getLogger(__name__)
 
@@ -190,12 +191,12 @@ def _still_valid(folder: Path, relative: Any, entry: Any,
         current = stat_key(os.stat(folder / str(relative)))
     except (OSError, TypeError, KeyError, ValueError):
         return None
-    if (len(recorded) != len(current) or recorded != current or recorded[4] >= written
-            or digests.size != current[2] or not _is_hex(digests.sha256)
-            or not _is_hex(digests.blake3)):
+    if (recorded != current or recorded[4] >= written or digests.size != current[2]
+            or not is_hex_digest(digests.sha256) or not is_hex_digest(digests.blake3)):
         return None
     return RememberedDigests(current, digests)
 
 
-def _is_hex(text: str) -> bool:
-    return len(text) == _HEX_LENGTH and all(c in "0123456789abcdef" for c in text)
+def is_hex_digest(value: Any) -> bool:
+    """True for a 256-bit digest written as 64 lowercase hex digits (nothing else)."""
+    return isinstance(value, str) and _HEX_DIGEST.fullmatch(value) is not None

@@ -23,7 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
-from marl_minari.digests import BLAKE3, SHA256, MultiHash, StatKey, hash_handle, stat_key
+from marl_minari.digests import (
+    BLAKE3,
+    SHA256,
+    MultiHash,
+    StatKey,
+    hash_handle,
+    is_hex_digest,
+    stat_key,
+)
 from marl_minari.errors import CorruptedDataError, LayoutError
 
 MANIFEST_FILE_NAME: Final = "manifest.json"
@@ -40,7 +48,6 @@ MAX_PATH_LENGTH: Final = 1024
 MAX_FILE_SIZE: Final = 1 << 50
 
 _PART_RE = re.compile(r"^[A-Za-z0-9_][\w.+=@,-]*$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just transferred."""
@@ -194,9 +201,9 @@ def _entry(item: Any, where: str) -> FileEntry:
         ) from exc
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
         raise CorruptedDataError(f"manifest {where}: bad size {size!r} for {path!r}")
-    if not isinstance(sha, str) or not _SHA_RE.match(sha):
+    if not is_hex_digest(sha):
         raise CorruptedDataError(f"manifest {where}: bad SHA-256 {sha!r} for {path!r}")
-    if fast is not None and (not isinstance(fast, str) or not _SHA_RE.match(fast)):
+    if fast is not None and not is_hex_digest(fast):
         raise CorruptedDataError(f"manifest {where}: bad BLAKE3 {fast!r} for {path!r}")
     return FileEntry(path, size, sha, fast)  # type: ignore[arg-type]
 
