@@ -59,8 +59,9 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     journal before ``step`` returns; an episode cut short by ``reset`` or ``close`` is saved
     before those return, marked truncated unless every remaining agent was already terminated
     or truncated. ``create_dataset`` and ``add_to_dataset`` write the finished episodes only:
-    an episode in progress goes on and is written whole, from its reset, by a later call. :meth:`create_dataset` turns the journal into a Minari
-    dataset in the layout of ``docs/format.md`` (AEC section: ``docs/format-aec.md``).
+    an episode in progress goes on and is written whole, from its reset, by a later call.
+    :meth:`create_dataset` turns the journal into a Minari dataset in the layout of
+    ``docs/format.md`` (AEC section: ``docs/format-aec.md``).
 
     Args:
         env: the turn-based environment to record.

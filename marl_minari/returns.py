@@ -1,0 +1,59 @@
+"""Sums of rewards over steps, in the one order ``docs/format.md`` defines.
+
+A return (of an episode, or of the steps between two turns of an AEC agent) is its rewards
+added in row order, left to right, starting from ``0.0``, in float64: the order in which an
+environment accumulates them, so the result is bit for bit what the env handed out. numpy's
+``sum`` adds pairwise (and ``reduceat`` may too), which can differ in the last bits; every
+reader, ``describe`` and the adapters compute returns here instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def sequential_sums(values: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> np.ndarray:
+    """``values[s:e]`` summed over rows for every ``(s, e)`` pair, left to right from ``0.0``.
+
+    Args:
+        values: ``(S, ...)`` rows (converted to float64).
+        starts: ``(K,)`` first row of each segment.
+        ends: ``(K,)`` row after the last of each segment (``end <= start``: an empty
+            segment, whose sum is ``0.0``).
+
+    Returns:
+        ``(K, ...)`` float64 sums.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(ends, dtype=np.int64) - starts
+    totals = np.zeros((len(starts), *values.shape[1:]), dtype=np.float64)
+    live = np.flatnonzero(counts > 0)
+    if not live.size:
+        return totals
+    if live.size <= int(counts[live].max()):
+        # Few long segments: one sequential accumulation per segment.
+        for k in live.tolist():
+            segment = values[starts[k]:starts[k] + counts[k]]
+            totals[k] = np.add.accumulate(segment, axis=0)[-1] + 0.0  # 0.0 + ...: as from 0.0
+        return totals
+    # Many short segments: add the o-th row of every segment still running, o = 0, 1, ...
+    offset = 0
+    while live.size:
+        totals[live] = totals[live] + values[starts[live] + offset]
+        offset += 1
+        live = live[counts[live] > offset]
+    return totals
+
+
+def episode_returns(rewards: ArrayLike, lengths: ArrayLike) -> np.ndarray:
+    """``(E, ...)`` return of each of ``E`` episodes stored back to back in ``rewards``.
+
+    Args:
+        rewards: ``(sum(lengths), ...)`` step rows, episode after episode.
+        lengths: ``(E,)`` steps per episode.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return sequential_sums(rewards, ends - lengths, ends)
