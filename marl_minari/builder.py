@@ -17,9 +17,19 @@ from marl_minari.spaces import leaves, stack
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import check_options
 
+
+def _team_sum(rewards: np.ndarray, rewarded: np.ndarray) -> np.ndarray:
+    """Rewarded agents' rewards added in ``possible_agents`` order from ``0.0`` (the spec's
+    order; numpy's ``sum`` adds many columns pairwise)."""
+    total = np.zeros(len(rewards), dtype=np.float64)
+    for column in range(rewards.shape[1]):
+        total += np.where(rewarded[:, column], rewards[:, column], 0.0)
+    return total
+
+
 _AGGREGATE = {
-    "sum": lambda r, m: np.where(m, r, 0.0).sum(axis=1),
-    "mean": lambda r, m: np.where(m, r, 0.0).sum(axis=1) / np.maximum(m.sum(axis=1), 1),
+    "sum": _team_sum,
+    "mean": lambda r, m: _team_sum(r, m) / np.maximum(m.sum(axis=1), 1),
     "max": lambda r, m: np.where(m.any(axis=1), np.where(m, r, -np.inf).max(axis=1), 0.0),
     "min": lambda r, m: np.where(m.any(axis=1), np.where(m, r, np.inf).min(axis=1), 0.0),
 }

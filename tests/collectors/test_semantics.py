@@ -203,3 +203,21 @@ def test_reset_mid_episode_still_saves_the_cut_episode() -> None:
     assert dataset.episode_seeds() == [3]
     cut = dataset.episode(0)
     assert cut.total_steps == 2 and cut.episode_truncations.tolist() == [False, True]
+
+
+def test_team_reward_adds_agents_in_order_from_zero() -> None:
+    env = mm.make_env("mpe2/simple_spread_v3", N=10, max_cycles=8, local_ratio=0.3)
+    collector = mm.ParallelDataCollector(env)
+    collector.reset(seed=5)
+    rng = np.random.default_rng(5)
+    expected = []
+    while collector.agents:
+        _, rewards, *_ = collector.step({a: int(rng.integers(5)) for a in collector.agents})
+        total = 0.0
+        for agent in collector.possible_agents:  # the spec's order
+            if agent in rewards:
+                total += float(rewards[agent])
+        expected.append(total)
+    dataset = collector.create_dataset("tests/team-v0", **PROVENANCE)
+    collector.close()
+    assert dataset.episode(0).team_rewards.tolist() == expected
