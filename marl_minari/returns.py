@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from marl_minari.errors import LayoutError
+
 
 def sequential_sums(values: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> np.ndarray:
     """``values[s:e]`` summed over rows for every ``(s, e)`` pair, left to right from ``0.0``.
@@ -57,3 +59,25 @@ def episode_returns(rewards: ArrayLike, lengths: ArrayLike) -> np.ndarray:
     lengths = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
     return sequential_sums(rewards, ends - lengths, ends)
+
+
+def team_rewards(rewards: ArrayLike, rewarded: ArrayLike, how: str) -> np.ndarray:
+    """``(T,)`` team reward of each step from ``(T, N)`` per-agent rewards.
+
+    Only the agents ``rewarded`` at a step (those in its reward dict) count; a step with none
+    gets ``0.0``. ``how`` is the dataset's ``reward_aggregation``: ``"sum"`` (added in
+    ``possible_agents`` order from ``0.0``), ``"mean"`` (that sum over the number rewarded),
+    ``"max"`` or ``"min"``.
+    """
+    values = np.asarray(rewards, dtype=np.float64)
+    mask = np.asarray(rewarded, dtype=bool)
+    if how in ("sum", "mean"):
+        total = np.zeros(len(values), dtype=np.float64)
+        for column in range(values.shape[1]):  # numpy's sum adds many columns pairwise
+            total += np.where(mask[:, column], values[:, column], 0.0)
+        return total if how == "sum" else total / np.maximum(mask.sum(axis=1), 1)
+    if how == "max":
+        return np.where(mask.any(axis=1), np.where(mask, values, -np.inf).max(axis=1), 0.0)
+    if how == "min":
+        return np.where(mask.any(axis=1), np.where(mask, values, np.inf).min(axis=1), 0.0)
+    raise LayoutError(f"reward_aggregation must be 'sum', 'mean', 'max' or 'min', got {how!r}")
