@@ -5,14 +5,18 @@
 * a reward or flag handed to an agent without an observation is kept, the agent is marked
   not ``active``;
 * ``create_dataset`` never cuts an episode: the one in progress goes whole, from its reset,
-  into the next dataset.
+  into the next dataset;
+* the team reward adds agents in ``possible_agents`` order; the global state is stored
+  exactly when recorded; JPEG leaves are one Pillow image per row, fill rows black.
 """
 
 from __future__ import annotations
 
+import io
 import warnings
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -221,3 +225,94 @@ def test_team_reward_adds_agents_in_order_from_zero() -> None:
     dataset = collector.create_dataset("tests/team-v0", **PROVENANCE)
     collector.close()
     assert dataset.episode(0).team_rewards.tolist() == expected
+
+
+@pytest.mark.parametrize("record_state", [True, False])
+def test_global_state_is_stored_exactly_when_recorded(record_state: bool) -> None:
+    collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3),
+                                         record_state=record_state)
+    states = []
+    for seed in range(2):
+        collector.reset(seed=seed)
+        states.append([collector.state()])
+        while collector.agents:
+            collector.step({a: 0 for a in collector.agents})
+            states[-1].append(collector.state())
+    dataset = collector.create_dataset("tests/state-v0", **PROVENANCE)
+    collector.close()
+    assert (dataset.metadata["marl_minari"]["state_space"] is not None) is record_state
+    with h5py.File(dataset.data_path / "main_data.hdf5", "r") as file:
+        for i in range(2):
+            assert ("infos/marl/state" in file[f"episode_{i}"]) is record_state
+    for i, episode in enumerate(dataset):
+        if record_state:
+            np.testing.assert_array_equal(episode.state, np.stack(states[i]))
+        else:
+            assert episode.state is None
+
+
+class _Cameras(ParallelEnv):
+    """Two agents seeing 32x32 RGB frames: ``a`` noise, ``b`` black; ``b`` leaves at step 1."""
+
+    metadata = {"name": "cameras_v0"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng(0)
+        self.handed: list[dict[str, np.ndarray]] = []
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(0, 255, (32, 32, 3), np.uint8)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        frames = {a: (self._rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) if a == "a"
+                      else np.zeros((32, 32, 3), np.uint8)) for a in self.agents}
+        self.handed.append({a: f.copy() for a, f in frames.items()})
+        return frames
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents = ["a", "b"]
+        self._t = 0
+        return self._observe(), {}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._t += 1
+        done = self._t == 3
+        terms = {a: done or (a == "b" and self._t == 1) for a in self.agents}
+        observations = self._observe()
+        self.agents = [a for a in self.agents if not terms[a]]
+        return observations, {a: 0.0 for a in terms}, terms, {a: False for a in terms}, {}
+
+
+def test_jpeg_leaves_are_one_pillow_image_per_row_fill_rows_black() -> None:
+    from PIL import Image
+
+    env = _Cameras()
+    collector = mm.ParallelDataCollector(env, env_descriptor=mm.EnvDescriptor("parallel", None))
+    collector.reset(seed=0)
+    while collector.agents:
+        collector.step({a: 0 for a in collector.agents})
+    dataset = collector.create_dataset("toy/cameras-v0", **PROVENANCE)
+    collector.close()
+
+    def encoded(frame: np.ndarray) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format="JPEG")  # Pillow's defaults
+        return buffer.getvalue()
+
+    black = np.zeros((32, 32, 3), np.uint8)
+    with h5py.File(dataset.data_path / "main_data.hdf5", "r") as file:
+        noise = file["episode_0/observations/a"]
+        dark = file["episode_0/observations/b"]
+        # Rows of different lengths: variable-length uint8, one entry per row.
+        assert noise.shape == (4,) and h5py.check_vlen_dtype(noise.dtype) == np.uint8
+        assert [bytes(row) for row in noise[()]] == [encoded(r["a"]) for r in env.handed]
+        # Rows of one length: a (rows, L) uint8 dataset; b's absent rows are black frames.
+        assert dark.dtype == np.uint8 and dark.shape == (4, len(encoded(black)))
+        assert [bytes(row) for row in dark[()]] == [encoded(black)] * 4
+        assert "infos/marl/state" not in file["episode_0"]
+    assert dataset.episode(0).active[:, 1].tolist() == [True, True, False, False]
