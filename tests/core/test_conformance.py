@@ -320,10 +320,12 @@ def _check_against_script(dataset: mm.MultiAgentDataset, script: list[dict[str, 
                 np.testing.assert_array_equal(episode.actions[agent][t],
                                               step["actions"][agent] if acts else 0)
                 assert episode.rewards[t, a] == step["rewards"].get(agent, 0.0)
+        # Read together with episode 2, tank's info columns are filled before its first info.
         tank_fuel = [row["infos"].get("tank", {}).get("fuel", 0.0) for row in played["rows"]]
-        if i >= 2:
-            np.testing.assert_array_equal(episode.agent_infos["tank"]["fuel"],
-                                          np.asarray(tank_fuel, dtype=np.float32))
+        np.testing.assert_array_equal(episode.agent_infos["tank"]["fuel"],
+                                      np.asarray(tank_fuel, dtype=np.float32))
+        alone = dataset.episode(i).agent_infos
+        assert ("tank" in alone) is (i >= 2), "read alone, only episodes with the group"
         np.testing.assert_array_equal(episode.agent_infos["scout"]["row"],
                                       np.arange(len(played["rows"])))
         assert bool(episode.episode_truncations[-1]) == (i in (1, 3))
