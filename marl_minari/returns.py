@@ -29,23 +29,24 @@ def sequential_sums(values: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> np
     """
     values = np.asarray(values, dtype=np.float64)
     starts = np.asarray(starts, dtype=np.int64)
-    counts = np.asarray(ends, dtype=np.int64) - starts
+    counts = np.maximum(np.asarray(ends, dtype=np.int64) - starts, 0)
     totals = np.zeros((len(starts), *values.shape[1:]), dtype=np.float64)
     live = np.flatnonzero(counts > 0)
     if not live.size:
         return totals
-    if live.size <= int(counts[live].max()):
-        # Few long segments: one sequential accumulation per segment.
-        for k in live.tolist():
-            segment = values[starts[k]:starts[k] + counts[k]]
-            totals[k] = np.add.accumulate(segment, axis=0)[-1] + 0.0  # 0.0 + ...: as from 0.0
-        return totals
-    # Many short segments: add the o-th row of every segment still running, o = 0, 1, ...
-    offset = 0
-    while live.size:
-        totals[live] = totals[live] + values[starts[live] + offset]
-        offset += 1
-        live = live[counts[live] > offset]
+    # Segments of one length are gathered into a (segments, length, ...) block and summed by
+    # one sequential accumulation along the length: one numpy call per distinct length.
+    live = live[np.argsort(counts[live], kind="stable")]
+    lengths, firsts = np.unique(counts[live], return_index=True)
+    for length, group in zip(lengths.tolist(), np.split(live, firsts[1:]), strict=True):
+        first = int(starts[group[0]])
+        if np.array_equal(starts[group], first + length * np.arange(len(group))):
+            block = values[first:first + length * len(group)].reshape(
+                len(group), length, *values.shape[1:])  # back to back already: a view
+        else:
+            block = values[starts[group][:, None] + np.arange(length)]
+        # 0.0 + (a + b + ...) has the bits of ((0.0 + a) + b) + ...: only a -0.0 differs.
+        totals[group] = np.add.accumulate(block, axis=1)[:, -1] + 0.0
     return totals
 
 

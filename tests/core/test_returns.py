@@ -34,17 +34,19 @@ def test_episode_returns_add_left_to_right_from_zero(episodes: list[list[float]]
         [_left_to_right(e), _left_to_right([-r for r in e])] for e in episodes]
 
 
-def test_both_strategies_agree_bit_for_bit_where_numpy_sum_does_not() -> None:
+def test_any_segment_layout_gives_the_same_bits_where_numpy_sum_does_not() -> None:
     rng = np.random.default_rng(0)
     values = rng.normal(size=(5000, 3)) * 0.1
     expected = [_left_to_right(values[:, i].tolist()) for i in range(3)]
-    # One long segment (accumulate per segment) and the same segment among many short ones
-    # (row-offset loop) give the same bits.
+    # The segment alone (a view), among many short ones, and beside overlapping segments of
+    # its length (gathered rows) gives the same bits.
     long_only = sequential_sums(values, [0], [5000])
-    starts = np.array([0, *range(1, 4000)])
-    ends = np.array([5000, *range(2, 4001)])
-    many = sequential_sums(values, starts, ends)
-    assert long_only[0].tolist() == many[0].tolist() == expected
+    many = sequential_sums(values, [0, *range(1, 4000)], [5000, *range(2, 4001)])
+    overlapping = sequential_sums(values[:-1].tolist() + [values[-1].tolist()], [7, 0, 3],
+                                  [4006, 5000, 4002])
+    assert long_only[0].tolist() == many[0].tolist() == overlapping[1].tolist() == expected
+    assert overlapping[0].tolist() == [_left_to_right(values[7:4006, i].tolist())
+                                       for i in range(3)]
     assert values.sum(axis=0).tolist() != expected or values[:, 0].sum() != expected[0], (
         "numpy's pairwise sum must differ somewhere for this test to bite")
     assert sequential_sums(np.full((3, 1), -0.0), [0], [3]).tolist() == [[0.0]]
