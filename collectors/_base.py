@@ -125,13 +125,13 @@ class DatasetRecorderMixin:
     """``create_dataset``/``add_to_dataset``/``close`` and the recording properties.
 
     Shared by both collectors; they provide ``env``, ``_core`` (a :class:`RecorderCore`),
-    ``_episode_callback`` and ``_save_unfinished(restart)``.
+    ``_episode_callback`` and ``_save_unfinished()``.
     """
 
     env: Any
     _core: RecorderCore
 
-    def _save_unfinished(self, restart: bool = False) -> None:
+    def _save_unfinished(self) -> None:
         raise NotImplementedError
 
     @property
@@ -158,11 +158,11 @@ class DatasetRecorderMixin:
         requirements: list[str] | None = None,
         extra_metadata: dict[str, Any] | None = None,
     ) -> Any:
-        """Create a Minari dataset from every episode recorded so far (Minari's signature).
+        """Create a Minari dataset from every episode finished so far (Minari's signature).
 
-        An episode still in progress is saved as truncated at its last step (unless all its
-        agents are already done), as Minari's ``DataCollector`` does; recording then goes on
-        into a fresh journal, continuing that episode from where it is.
+        An episode in progress is not cut: recording goes on, and the next ``create_dataset``
+        or ``add_to_dataset`` writes it whole, from its reset. To end it here, call ``reset``
+        first (it is then saved as truncated at its last step).
 
         Returns:
             The new :class:`~marl_minari.MultiAgentDataset` (``.minari`` is the plain
@@ -175,19 +175,32 @@ class DatasetRecorderMixin:
         from marl_minari.reader import load_dataset
 
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
-        self._save_unfinished(restart=True)
+        self._warn_in_progress(dataset_id)
         self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
             ref_min_score, ref_max_score, extra_metadata))
         return load_dataset(dataset_id)
 
     def add_to_dataset(self, dataset_id: str) -> Any:
-        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
+        """Append every episode finished so far to the existing dataset ``dataset_id``.
+
+        As for :meth:`create_dataset`, an episode in progress is not cut.
+        """
         from marl_minari.reader import load_dataset
 
-        self._save_unfinished(restart=True)
+        self._warn_in_progress(dataset_id)
         self._core.add_to_dataset(dataset_id)
         return load_dataset(dataset_id)
+
+    def _warn_in_progress(self, dataset_id: str) -> None:
+        steps = self._core.builder.steps
+        if steps:
+            warnings.warn(
+                f"an episode in progress ({steps} steps so far) is not written to "
+                f"{dataset_id!r}: it goes whole into the next create_dataset/add_to_dataset "
+                "once it ends; call reset() first to save it here as truncated.",
+                stacklevel=3,
+            )
 
     def close(self) -> None:
         """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""

@@ -15,7 +15,7 @@ import re
 import sys
 import warnings
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from marl_minari.errors import EnvDescriptorError
@@ -56,9 +56,23 @@ class EnvDescriptor:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EnvDescriptor:
-        """Rebuild a descriptor from :meth:`to_dict` output."""
+        """Rebuild a descriptor from :meth:`to_dict` output.
+
+        Keys this version does not know (a newer writer's) are ignored with a warning, so that
+        newer datasets stay readable; missing required keys (``api``, ``entry_point``) raise.
+        """
+        if not isinstance(data, dict):
+            raise EnvDescriptorError(f"not an env descriptor: {data!r} (expected a JSON object)")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(key) for key in data if key not in known)
+        if unknown:
+            warnings.warn(
+                f"env descriptor keys {unknown} are unknown to this marl-minari and ignored "
+                "(written by a newer version?); upgrade marl-minari to use them.",
+                stacklevel=2,
+            )
         try:
-            return cls(**data)
+            return cls(**{key: value for key, value in data.items() if key in known})
         except TypeError as exc:
             raise EnvDescriptorError(f"not an env descriptor: {data!r} ({exc})") from exc
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from marl_minari import layout
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.returns import sequential_sums
 from marl_minari.spaces import Tree, map_tree
 
 
@@ -130,7 +131,7 @@ def agent_transitions(
     episode = obs_episode[turn_rows]
     end_steps = next_rows - episode  # (global) step after the last one credited
 
-    rewards = _sequential_sums(arrays.rewards[:, column], acting_steps, end_steps)
+    rewards = sequential_sums(arrays.rewards[:, column], acting_steps, end_steps)
     flag_steps = end_steps - 1  # per-agent flags of observation row b live at step b - 1
     terminated = arrays.terminations[flag_steps, column].astype(bool)
     data_ends = next_rows == final_rows[episode]
@@ -156,25 +157,6 @@ def agent_transitions(
         steps=acting_steps - arrays.step_starts[episode],
         next_steps=next_rows - arrays.obs_starts[episode],
     )
-
-
-def _sequential_sums(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``sum(values[s:e])`` for every pair, added left to right from ``0.0``.
-
-    The order matches how an AEC env accumulates ``_cumulative_rewards``, so the sums equal
-    what ``last()`` returned bit for bit (numpy's pairwise ``sum`` could differ in the last
-    bits for long segments of non-representable rewards).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    totals = np.zeros(len(starts), dtype=np.float64)
-    counts = ends - starts
-    live = np.flatnonzero(counts > 0)
-    offset = 0
-    while live.size:
-        totals[live] = totals[live] + values[starts[live] + offset]
-        offset += 1
-        live = live[counts[live] > offset]
-    return totals
 
 
 def _masks(arrays: MultiAgentArrays, agent: str) -> np.ndarray | None:
