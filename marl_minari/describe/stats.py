@@ -19,6 +19,7 @@ from marl_minari.describe.results import (
 )
 from marl_minari.errors import LayoutError
 from marl_minari.reader import MultiAgentArrays
+from marl_minari.returns import sequential_sums
 from marl_minari.spaces import leaf_spaces, leaves
 
 
@@ -199,12 +200,7 @@ class _Accumulator:
 
 def _segment_sums(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per-episode sums of step rows (zero for empty episodes), in float64."""
-    values = np.asarray(values, dtype=np.float64)
-    out = np.zeros((len(lengths), *values.shape[1:]))
-    nonempty = lengths > 0
-    if nonempty.any():
-        out[nonempty] = np.add.reduceat(values, starts[nonempty], axis=0)
-    return out
+    return sequential_sums(values, starts, np.asarray(starts) + np.asarray(lengths))
 
 
 def _share(part: int, whole: int) -> float:
