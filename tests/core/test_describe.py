@@ -15,7 +15,6 @@ import minari
 import numpy as np
 import pytest
 import yaml
-from PIL import Image
 from typer.testing import CliRunner
 
 import marl_minari as mm
@@ -25,10 +24,9 @@ from marl_minari.describe import (
     Summary,
     dataset_card,
     describe,
-    plot_descriptions,
     size_category,
 )
-from marl_minari.errors import DatasetNotFoundError
+from marl_minari.errors import DatasetNotFoundError, InvalidOptionError, UnknownAgentError
 from marl_minari.ids import dataset_dir
 
 Recorder = Callable[..., tuple[Any, list[dict[str, Any]]]]
@@ -179,7 +177,9 @@ def test_metadata_and_text(record_parallel: Recorder) -> None:
     assert "mpe2/simple_spread_v3" in text and "agent_2" in text
     with pytest.raises(dataclasses.FrozenInstanceError):
         description.name = "other"  # type: ignore[misc]
-    with pytest.raises(KeyError, match="no agent"):
+    with pytest.raises(UnknownAgentError, match="no agent 'nobody' .* agent_0, agent_1"):
+        description.agent("nobody")
+    with pytest.raises(KeyError):  # still what a mapping lookup raises
         description.agent("nobody")
 
 
@@ -214,7 +214,7 @@ def test_missing_sources_are_refused(tmp_path: Path) -> None:
         describe(tmp_path)
     with pytest.raises(TypeError):
         describe(42)
-    with pytest.raises(ValueError, match="chunk_steps"):
+    with pytest.raises(InvalidOptionError, match="chunk_steps must be >= 1"):
         describe("tests/absent-v0", chunk_steps=0)
 
 
@@ -334,30 +334,6 @@ def png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def test_plots_side_by_side(record_parallel: Recorder, tmp_path: Path) -> None:
-    record_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
-    record_parallel(SPREAD[0], episodes=3, dataset_id="tests/spread-v0", **SPREAD[1])
-    record_parallel(SPREAD_CONTINUOUS[0], episodes=2, dataset_id="tests/cont-v0",
-                    **SPREAD_CONTINUOUS[1])
-    kaz, spread, cont = (describe(f"tests/{n}-v0") for n in ("kaz", "spread", "cont"))
-
-    # 2 + 2 x 7 agents (4 of KAZ, 3 of spread) = 16 panels: 4 x 4 panels
-    out = plot_descriptions([kaz, spread], tmp_path / "plots" / "compare.png")
-    assert png_size(out) == (4 * PANEL_SIZE[0], 4 * PANEL_SIZE[1])
-    with Image.open(out) as image:
-        image.load()
-        assert image.format == "PNG" and image.size == (1600, 1200)
-        assert len(set(image.convert("RGB").getdata())) > 10  # something was drawn
-
-    # discrete and continuous actions of the same agents, at half resolution: 8 panels
-    out = plot_descriptions([spread, cont], tmp_path / "mixed.png", labels=["d", "c"], dpi=50)
-    assert png_size(out) == (4 * PANEL_SIZE[0] // 2, 2 * PANEL_SIZE[1] // 2)
-    out = plot_descriptions([cont], tmp_path / "one.png")
-    assert png_size(out) == (4 * PANEL_SIZE[0], 2 * PANEL_SIZE[1])
-    with pytest.raises(ValueError, match="labels"):
-        plot_descriptions([kaz], tmp_path / "x.png", labels=["a", "b"])
-
-
 def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) -> None:
     from marl_minari.registry import publish
 
@@ -378,7 +354,7 @@ def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) ->
                      "![Statistics of tests/kaz-v0](statistics.png)", "recorded by the test"):
         assert expected in text, expected
     image = card.parent / "statistics.png"
-    assert png_size(image) == (4 * PANEL_SIZE[0], 3 * PANEL_SIZE[1])
+    assert png_size(image)[0] == 4 * PANEL_SIZE[0]
 
     remote = tmp_path / "remote"
     publish("tests/kaz-v0", f"file://{remote}")
@@ -415,14 +391,31 @@ def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
     assert [p["kind"] for p in payload] == ["multi_agent", "multi_agent", "vault"]
     assert payload[2]["total_steps"] == raw["rewards"].shape[0] * raw["rewards"].shape[1]
 
+    # compared: the plot shows both datasets, the card's own plot only the first; both are
+    # written and every file is named
     plot, card = tmp_path / "out" / "cmp.png", tmp_path / "card" / "README.md"
     result = runner.invoke(app, ["describe", "tests/kaz-v0", "--compare", "tests/spread-v0",
-                                 "--plot", str(plot), "--card", str(card)])
+                                 "--plot", str(plot), "--card", str(card),
+                                 "--license", "cc-by-4.0"])
     assert result.exit_code == 0, result.output
     assert "tests/kaz-v0" in result.output and "knight_0" in result.output
-    assert png_size(plot) == (1600, 1200)
-    assert "pretty_name: \"tests/kaz-v0\"" in card.read_text()
-    assert png_size(card.parent / "statistics.png") == (1600, 3 * PANEL_SIZE[1])
+    written = [line for line in result.output.splitlines() if " written to " in line]
+    assert written == [f"plot written to {plot}", f"dataset card written to {card}",
+                       f"plot written to {card.parent / 'statistics.png'}"]
+    assert png_size(plot)[0] == 1600 and png_size(card.parent / "statistics.png")[0] == 1600
+    front = yaml.safe_load(card.read_text().split("---\n")[1])
+    assert front["pretty_name"] == "tests/kaz-v0" and front["license"] == "cc-by-4.0"
+
+    # one dataset: the card links the --plot file, drawn once; no second statistics.png
+    plot, card = tmp_path / "one" / "stats.png", tmp_path / "one" / "card.md"
+    result = runner.invoke(app, ["describe", "tests/kaz-v0", "--plot", str(plot), "--card",
+                                 str(card), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["name"] == "tests/kaz-v0"  # stdout stays JSON
+    assert result.stderr.splitlines()[-2:] == [f"dataset card written to {card}",
+                                               f"plot written to {plot}"]
+    assert sorted(p.name for p in plot.parent.iterdir()) == ["card.md", "stats.png"]
+    assert "![Statistics of tests/kaz-v0](stats.png)" in card.read_text()
 
     result = runner.invoke(app, ["describe", "tests/absent-v0"])
     assert result.exit_code != 0
