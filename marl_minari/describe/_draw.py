@@ -221,28 +221,33 @@ def continuous_by_agent(ax: Any, agents: Sequence[str],
     _agent_axis(ax, agents)
 
 
-def discrete_by_agent(ax: Any, agents: Sequence[str], actions: Sequence[ActionSummary | None],
-                      name: str) -> None:
-    """A heat map of one dataset's action frequencies: agents (rows) by action values."""
+def heat_by_agent(ax: Any, agents: Sequence[str], actions: Sequence[ActionSummary | None],
+                  name: str) -> None:
+    """A heat map of one dataset's actions, agents (rows) by action values (discrete kinds:
+    share of actions) or by dimensions (continuous: mean action)."""
     present = [a for a in actions if a is not None and a.kind != "text"]
-    _decorate(ax, f"actions by agent: {name}", None, None)
+    continuous = bool(present) and present[0].kind == "continuous"
+    what = "mean action" if continuous else "share of actions"
+    _decorate(ax, f"{'mean actions' if continuous else 'actions'} by agent: {name}", None, None)
+    present = [a for a in present if (a.kind == "continuous") == continuous]
     if not present:
-        _empty(ax, "no discrete actions")
+        _empty(ax, "no action summary")
         return
     labels = max((a.labels for a in present), key=len)
     grid = np.full((len(agents), len(labels)), np.nan)
     for i, summary in enumerate(actions):
-        if summary is not None and summary.kind != "text":
-            freq = summary.frequencies
-            grid[i, :len(freq)] = freq
-    image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0.0, interpolation="nearest")
+        if summary is not None and summary in present:
+            values = np.asarray(summary.mean) if continuous else summary.frequencies
+            grid[i, :len(values)] = values
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest",
+                      **({} if continuous else {"vmin": 0.0}))
     _label_axis(ax, labels, rotate=len(labels) > 8)
     step = max(1, math.ceil(len(agents) / MANY_TICKS))
     rows = list(range(0, len(agents), step))
     ax.set_yticks(rows, [agents[i] for i in rows], fontsize=6)
     colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     colorbar.ax.tick_params(labelsize=6)
-    colorbar.set_label("share of actions", fontsize=7)
+    colorbar.set_label(what, fontsize=7)
 
 
 def outcomes(ax: Any, description: DatasetDescription, name: str) -> None:

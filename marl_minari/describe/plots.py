@@ -56,8 +56,8 @@ class Panel:
         kind: what it shows: ``lengths`` and ``team`` (histograms over episodes), ``outcomes``
             (win/draw/loss per agent of one dataset), ``returns`` and ``actions`` (one agent,
             or several whose statistics are identical in every dataset), ``returns_by_agent``
-            and ``actions_by_agent`` (every agent side by side: continuous actions of all
-            datasets in one panel, other kinds one heat map per dataset).
+            and ``actions_by_agent`` (every agent side by side: one-dimensional continuous
+            actions of all datasets in one panel, other actions one heat map per dataset).
         agents: the agents it covers.
         dataset: the index of the one description it shows (``None``: all of them).
     """
@@ -74,8 +74,9 @@ def plot_panels(descriptions: Sequence[DatasetDescription]) -> list[Panel]:
     0); win/draw/loss per agent for turn-based games (one panel per dataset); per-agent
     returns and per-agent actions. Agents whose returns (or action statistics) are identical in
     every description share one panel; with more than :data:`MANY_AGENTS` such panels, all
-    agents are summarised in one panel (continuous actions of every dataset together, other
-    kinds one heat map per dataset).
+    agents are summarised in one panel (one-dimensional continuous actions of every dataset
+    together; other actions one heat map per dataset: shares of action values, or mean action
+    per dimension).
     """
     panels = [Panel("lengths")]
     if not all(d.team_return_always_zero for d in descriptions):
@@ -92,11 +93,12 @@ def plot_panels(descriptions: Sequence[DatasetDescription]) -> list[Panel]:
     if len(groups) <= MANY_AGENTS:
         panels += [Panel("actions", group) for group in groups]
     else:
-        kinds = [_first_kind(d, agents) for d in descriptions]
-        if "continuous" in kinds:
+        # one-dimensional continuous actions fit side by side in one panel; others do not
+        side_by_side = [_first_leaf_shape(d, agents) == ("continuous", 1) for d in descriptions]
+        if any(side_by_side):
             panels.append(Panel("actions_by_agent", tuple(agents)))
-        panels += [Panel("actions_by_agent", tuple(agents), k) for k, kind in enumerate(kinds)
-                   if kind != "continuous"]
+        panels += [Panel("actions_by_agent", tuple(agents), k)
+                   for k, shared in enumerate(side_by_side) if not shared]
     return panels
 
 
@@ -217,12 +219,15 @@ def _draw_panel(ax: object, panel: Panel, descriptions: Sequence[DatasetDescript
                            MANY_ACTIONS)
         _draw.identical_note(ax, agents)
     elif panel.dataset is None:
-        _draw.continuous_by_agent(ax, agents, [[_first_action(d, a) for a in agents]
-                                               for d in descriptions], style)
+        # the datasets with one-dimensional continuous actions (the others have heat maps)
+        rows = [[_first_action(d, a) for a in agents]
+                if _first_leaf_shape(d, agents) == ("continuous", 1) else [None] * len(agents)
+                for d in descriptions]
+        _draw.continuous_by_agent(ax, agents, rows, style)
     else:
         d = descriptions[panel.dataset]
-        _draw.discrete_by_agent(ax, agents, [_first_action(d, a) for a in agents],
-                                style.names[panel.dataset])
+        _draw.heat_by_agent(ax, agents, [_first_action(d, a) for a in agents],
+                            style.names[panel.dataset])
 
 
 def _title(descriptions: Sequence[DatasetDescription], names: Sequence[str]) -> str:
@@ -287,10 +292,11 @@ def _actions_key(descriptions: Sequence[DatasetDescription], agent: str) -> obje
     return tuple(_first_action(d, agent) for d in descriptions)
 
 
-def _first_kind(d: DatasetDescription, agents: Sequence[str]) -> str | None:
-    """The kind of the first action leaf of the first of ``agents`` that ``d`` has."""
+def _first_leaf_shape(d: DatasetDescription, agents: Sequence[str]) -> tuple[str, int] | None:
+    """Kind and size (values or dimensions) of the first action leaf of the first of
+    ``agents`` that ``d`` has."""
     for agent in agents:
         action = _first_action(d, agent)
         if action is not None:
-            return action.kind
+            return action.kind, len(action.labels)
     return None

@@ -4,6 +4,7 @@ alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from PIL import Image
 from marl_minari.describe import (
     MANY_AGENTS,
     PANEL_SIZE,
+    ActionSummary,
     DatasetDescription,
     describe,
     draw_descriptions,
@@ -32,7 +34,6 @@ KAZ = ("butterfly/knights_archers_zombies_v11",
        {"max_cycles": 150, "spawn_delay": 1, "line_death": True})
 SPREAD = ("mpe2/simple_spread_v3", {"max_cycles": 10})
 SPREAD_CONTINUOUS = ("mpe2/simple_spread_v3", {"max_cycles": 8, "continuous_actions": True})
-PISTONBALL = "butterfly/pistonball_v6"
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -122,6 +123,19 @@ def test_compare_few_agents(record_parallel: Recorder, tmp_path: Path) -> None:
     figure = draw_descriptions([kaz, spread])
     check_structure(figure, [kaz, spread])
     assert figure.get_suptitle() == "tests/kaz-v0 vs tests/spread-v0"
+    agents = [*kaz.possible_agents, *spread.possible_agents]
+    for k, d in enumerate((kaz, spread)):
+        heat = panel_axes(figure)[-2 + k]
+        assert heat.get_title() == f"actions by agent: {d.name}"
+        width = {"tests/kaz-v0": 6, "tests/spread-v0": 5}[d.name]  # Discrete(6), Discrete(5)
+        expected = np.full((7, width), np.nan)  # every agent a row; absent agents blank
+        for i, agent in enumerate(agents):
+            if agent in d.possible_agents:
+                freq = d.agent(agent).actions[0].frequencies
+                expected[i, :len(freq)] = freq
+        (image,) = heat.get_images()
+        np.testing.assert_allclose(np.ma.filled(image.get_array(), np.nan), expected)
+    assert len(figure.axes) == len(panels) + 2  # the heat maps' colour bars
 
     out = plot_descriptions([kaz, spread], tmp_path / "plots" / "compare.png")
     rows, columns = plot_layout([kaz, spread])
@@ -169,57 +183,80 @@ def test_vault_label_is_short(record_parallel: Recorder, tmp_path: Path) -> None
 
 
 # --------------------------------------------------------------------------- many agents
+def first_dimension(d: DatasetDescription) -> DatasetDescription:
+    """``d`` with every agent's continuous action cut to its first dimension (the shape of
+    pistonball's pistons, which are slow to record)."""
+    def cut(a: ActionSummary) -> ActionSummary:
+        return dataclasses.replace(a, labels=a.labels[:1], minimum=a.minimum[:1],
+                                   maximum=a.maximum[:1], mean=a.mean[:1], std=a.std[:1])
+
+    agents = tuple(dataclasses.replace(agent, actions=tuple(cut(a) for a in agent.actions))
+                   for agent in d.agents)
+    return dataclasses.replace(d, agents=agents, name=d.name + "-1d")
+
+
 def test_twenty_agents_are_summarised(record_parallel: Recorder, tmp_path: Path) -> None:
-    """Pistonball (20 pistons sharing one global reward): the identical return histograms
-    become one panel with a note; the actions of the 20 agents share one panel (continuous)
-    or one heat map per dataset (discrete)."""
-    record_parallel(PISTONBALL, episodes=2, dataset_id="tests/piston-v0", max_cycles=5)
-    record_parallel(PISTONBALL, episodes=2, dataset_id="tests/piston-discrete-v0",
-                    max_cycles=5, continuous=False)
-    cont, disc = describe("tests/piston-v0"), describe("tests/piston-discrete-v0")
+    """20 agents sharing one global reward (as pistonball's 20 pistons do): the identical
+    return histograms become one panel with a note; actions of the 20 agents are one heat map
+    per dataset (shares of discrete actions, mean per dimension of continuous ones), or one
+    shared panel for one-dimensional continuous actions."""
+    record_parallel(SPREAD[0], episodes=2, dataset_id="tests/many-v0", N=20, local_ratio=0.0,
+                    max_cycles=4, continuous_actions=True)
+    record_parallel(SPREAD[0], episodes=2, dataset_id="tests/many-discrete-v0", N=20,
+                    local_ratio=0.0, max_cycles=4)
+    cont, disc = describe("tests/many-v0"), describe("tests/many-discrete-v0")
     agents = cont.possible_agents
-    assert len(agents) == 20
+    assert len(agents) == 20 and disc.possible_agents == agents
     assert (cont.episode_returns == cont.episode_returns[:, :1]).all()  # identical returns
 
-    panels = plot_panels([cont])
-    assert [(p.kind, p.agents) for p in panels] == [
-        ("lengths", ()), ("team", ()), ("returns", agents), ("actions_by_agent", agents)]
-    figure = draw_descriptions([cont])
-    check_structure(figure, [cont])
-    returns, actions = panel_axes(figure)[2:]
-    assert returns.get_title() == "return of 20 agents"
-    assert "identical for 20 agents" in texts(returns) and "piston_19" in texts(returns)
-    assert actions.get_title() == "actions, 20 agents"
-    assert len(actions.get_xticklabels()) <= 16  # every k-th agent labelled
-    assert png_size(plot_descriptions([cont], tmp_path / "piston.png")) == (
-        4 * PANEL_SIZE[0], PANEL_SIZE[1] + HEADER_HEIGHT)
-
     panels = plot_panels([cont, disc])
-    assert [(p.kind, p.dataset) for p in panels] == [
-        ("lengths", None), ("team", None), ("returns", None), ("actions_by_agent", None),
-        ("actions_by_agent", 1)]
+    assert [(p.kind, p.agents, p.dataset) for p in panels] == [
+        ("lengths", (), None), ("team", (), None), ("returns", agents, None),
+        ("actions_by_agent", agents, 0), ("actions_by_agent", agents, 1)]
     figure = draw_descriptions([cont, disc])
     check_structure(figure, [cont, disc])
-    heat = panel_axes(figure)[4]
-    assert heat.get_title() == "actions by agent: tests/piston-discrete-v0"
-    (image,) = heat.get_images()
-    np.testing.assert_allclose(image.get_array(),
+    returns, means, shares = panel_axes(figure)[2:]
+    assert returns.get_title() == "return of 20 agents"
+    assert "identical for 20 agents" in texts(returns) and "agent_19" in texts(returns)
+    assert means.get_title() == "mean actions by agent: tests/many-v0"
+    np.testing.assert_allclose(means.get_images()[0].get_array(),
+                               [cont.agent(a).actions[0].mean for a in agents])
+    assert shares.get_title() == "actions by agent: tests/many-discrete-v0"
+    np.testing.assert_allclose(shares.get_images()[0].get_array(),
                                [disc.agent(a).actions[0].frequencies for a in agents])
-    assert len(figure.axes) == len(panels) + 1  # the heat map's colour bar
+    assert len(figure.axes) == len(panels) + 2  # the heat maps' colour bars
+    assert len(means.get_yticklabels()) <= 16  # every k-th agent labelled
+
+    one_d = first_dimension(cont)
+    panels = plot_panels([one_d])
+    assert [p.kind for p in panels] == ["lengths", "team", "returns", "actions_by_agent"]
+    figure = draw_descriptions([one_d])
+    check_structure(figure, [one_d])
+    actions = panel_axes(figure)[3]
+    assert actions.get_title() == "actions, 20 agents"
+    assert 5 < len(actions.get_xticklabels()) <= 16
+    # one dot per agent at its mean action, in agent order
+    dots = np.concatenate([np.asarray(line.get_ydata(), dtype=float)
+                           for line in actions.get_lines() if line.get_marker() == "o"])
+    np.testing.assert_allclose(dots, [cont.agent(a).actions[0].mean[0] for a in agents])
+    assert png_size(plot_descriptions([one_d], tmp_path / "many.png")) == (
+        4 * PANEL_SIZE[0], PANEL_SIZE[1] + HEADER_HEIGHT)
 
 
 def test_identical_panels_collapse_below_the_summary_threshold(record_parallel: Recorder
                                                                ) -> None:
-    record_parallel(PISTONBALL, episodes=2, dataset_id="tests/piston4-v0", max_cycles=5,
-                    n_pistons=4)
-    d = describe("tests/piston4-v0")
-    assert len(d.possible_agents) == 4 <= MANY_AGENTS
+    # local_ratio=0: every agent earns the global reward only, so all returns are equal
+    record_parallel(SPREAD[0], episodes=3, dataset_id="tests/shared-v0", local_ratio=0.0,
+                    **SPREAD[1])
+    d = describe("tests/shared-v0")
+    assert len(d.possible_agents) == 3 <= MANY_AGENTS
     panels = plot_panels([d])
-    # one return panel for the 4 identical returns; random actions differ: 4 action panels
-    assert [p.kind for p in panels] == ["lengths", "team", "returns"] + ["actions"] * 4
+    # one return panel for the 3 identical returns; random actions differ: 3 action panels
+    assert [p.kind for p in panels] == ["lengths", "team", "returns"] + ["actions"] * 3
     assert panels[2].agents == d.possible_agents
     figure = draw_descriptions([d])
-    assert panel_axes(figure)[2].get_title() == "return of 4 agents"
+    assert panel_axes(figure)[2].get_title() == "return of agent_0, agent_1, agent_2"
+    assert "identical for 3 agents" in texts(panel_axes(figure)[2])
 
 
 # --------------------------------------------------------------------------- bins
@@ -322,3 +359,21 @@ def test_parallel_datasets_have_no_outcomes(record_parallel: Recorder) -> None:
     assert not d.has_outcomes and not d.zero_sum
     assert "outcomes" not in d.to_text()
     assert all(a["outcome"] is None for a in d.to_dict()["agents"])
+
+
+def test_twenty_different_returns_share_one_panel(record_parallel: Recorder) -> None:
+    record_parallel(SPREAD[0], episodes=3, dataset_id="tests/many-v0", N=20, local_ratio=0.0,
+                    max_cycles=4)
+    shared = describe("tests/many-v0")
+    # the same dataset with every agent's returns shifted apart: 20 distinct histograms
+    d = dataclasses.replace(shared, episode_returns=shared.episode_returns + np.arange(20))
+    panels = plot_panels([d, shared])
+    assert [p.kind for p in panels][:3] == ["lengths", "team", "returns_by_agent"]
+    figure = draw_descriptions([d, shared])
+    check_structure(figure, [d, shared])
+    by_agent = panel_axes(figure)[2]
+    assert by_agent.get_title() == "return per episode, 20 agents"
+    medians = [np.asarray(line.get_ydata(), dtype=float) for line in by_agent.get_lines()
+               if line.get_marker() == "o"]
+    np.testing.assert_allclose(medians[0], np.median(d.episode_returns, axis=0))
+    np.testing.assert_allclose(medians[1], np.median(shared.episode_returns, axis=0))
