@@ -50,7 +50,8 @@ def bin_edges(samples: Sequence[np.ndarray], bins: int | str) -> np.ndarray:
 
     A number gives that many equal bins; a numpy rule (``"auto"``: the larger of the
     Freedman-Diaconis and Sturges counts) is capped by the largest sample's size and
-    :data:`MAX_BINS`; integer data whose values fit under that cap gets one bin per value.
+    :data:`MAX_BINS`; integer data gets bins of a whole number of values (one bin per value
+    when they fit under that cap).
     """
     everything = np.concatenate([np.asarray(s, dtype=np.float64) for s in samples])
     low, high = float(everything.min()), float(everything.max())
@@ -59,14 +60,17 @@ def bin_edges(samples: Sequence[np.ndarray], bins: int | str) -> np.ndarray:
             low, high = low - 0.5, high + 0.5
         return np.linspace(low, high, max(bins, 1) + 1)
     cap = max(1, min(MAX_BINS, max(len(s) for s in samples)))
-    if np.array_equal(everything, np.round(everything)) and high - low + 1 <= cap:
+    integers = bool(np.array_equal(everything, np.round(everything)))
+    if integers and high - low + 1 <= cap:
         return np.arange(low - 0.5, high + 1.0)
     if low == high:
         return np.asarray([low - 0.5, high + 0.5])
-    edges = np.histogram_bin_edges(everything, bins=bins)
-    if len(edges) - 1 > cap:
-        edges = np.linspace(low, high, cap + 1)
-    return edges
+    count = min(len(np.histogram_bin_edges(everything, bins=bins)) - 1, cap)
+    if integers:
+        # whole numbers of values per bin, each value inside a bin, not on an edge
+        width = math.ceil((high - low + 1) / count)
+        return low - 0.5 + width * np.arange(math.ceil((high - low + 1) / width) + 1)
+    return np.linspace(low, high, count + 1)
 
 
 def histogram(ax: Any, samples: Sequence[np.ndarray | None], style: Style, title: str,

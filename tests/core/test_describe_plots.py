@@ -270,8 +270,12 @@ def test_bins_are_chosen_from_the_data() -> None:
     # integer data: one bin per value, centred on it
     lengths = np.asarray([25] * 10 + [10, 12, 11, 25, 13, 14, 24, 20, 18, 17])
     np.testing.assert_array_equal(bin_edges([lengths], "auto"), np.arange(9.5, 26.0))
-    # ... unless there are more values than episodes
-    assert len(bin_edges([lengths[:6]], "auto")) - 1 <= 6
+    # ... unless there are more values than episodes: whole numbers of values per bin
+    edges = bin_edges([np.asarray([10, 25, 12, 11, 20, 17])], "auto")
+    assert len(edges) - 1 <= 6
+    widths = np.diff(edges)
+    assert (widths == widths[0]).all() and widths[0] == round(widths[0]) > 1
+    assert edges[0] == 9.5 and edges[-1] >= 25.5
     np.testing.assert_array_equal(bin_edges([np.asarray([7, 7])], "auto"), [6.5, 7.5])
     # a number is taken as is, shared by every sample
     edges = bin_edges([ten, ten + 5], 30)
