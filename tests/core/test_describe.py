@@ -363,6 +363,61 @@ def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) ->
     assert published["statistics.png"].read_bytes() == image.read_bytes()
 
 
+# --------------------------------------------------------------------------- action leaves
+def action_stats(space: gym.Space, chunks: list[np.ndarray]) -> Any:
+    """The summary ``describe`` gives one action leaf fed in ``chunks``."""
+    from marl_minari.describe.stats import _ActionStats
+
+    stats = _ActionStats("", space)
+    for chunk in chunks:
+        stats.add(chunk)
+    return stats.result()
+
+
+def test_every_action_leaf_kind_is_counted_across_chunks() -> None:
+    rng = np.random.default_rng(3)
+    # Discrete with a start: values -2..2, plus two outside (-3 and 3)
+    values = np.concatenate([rng.integers(-2, 3, 50), [-3, 3]])
+    summary = action_stats(gym.spaces.Discrete(5, start=-2), [values[:17], values[17:]])
+    inside = values[(values >= -2) & (values <= 2)]
+    assert summary.kind == "discrete" and summary.samples == 52
+    assert summary.labels == ("-2", "-1", "0", "1", "2")
+    assert summary.counts == tuple(np.bincount(inside + 2, minlength=5))
+    assert summary.out_of_space == 2
+
+    # MultiDiscrete: per component value counts; a component outside its range is not
+    # counted, and its row counts once as outside
+    space = gym.spaces.MultiDiscrete([3, 2])
+    rows = np.stack([rng.integers(0, 3, 40), rng.integers(0, 2, 40)], axis=1)
+    rows[5] = [3, 0]
+    summary = action_stats(space, [rows[:11], rows[11:]])
+    assert summary.kind == "multi_discrete" and summary.out_of_space == 1
+    assert summary.labels == ("c0=0", "c0=1", "c0=2", "c1=0", "c1=1")
+    valid0, valid1 = rows[:, 0] < 3, rows[:, 1] < 2
+    assert summary.counts == (*np.bincount(rows[valid0, 0], minlength=3),
+                              *np.bincount(rows[valid1, 1], minlength=2))
+
+    # MultiBinary: how often each bit was set; rows with a non-bit value are outside
+    bits = rng.integers(0, 2, (30, 4))
+    bits[7, 2] = 5
+    summary = action_stats(gym.spaces.MultiBinary(4), [bits[:3], bits[3:]])
+    assert summary.kind == "binary" and summary.labels == ("b0", "b1", "b2", "b3")
+    assert summary.counts == tuple((bits == 1).sum(axis=0)) and summary.out_of_space == 1
+
+    # Box: running mean and std over chunks equal numpy's over everything
+    box = gym.spaces.Box(-1.0, 1.0, (2,))
+    rows = rng.uniform(-1.2, 1.0, (64, 2))
+    summary = action_stats(box, [rows[:1], rows[1:40], rows[40:]])
+    np.testing.assert_allclose(summary.mean, rows.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(summary.std, rows.std(axis=0), rtol=1e-12)
+    assert summary.minimum == tuple(rows.min(axis=0))
+    assert summary.out_of_space == int((rows < -1).any(axis=1).sum()) > 0
+
+    # Text: only counted
+    summary = action_stats(gym.spaces.Text(8), [np.asarray(["a", "bc"], dtype=object)])
+    assert summary.kind == "text" and summary.samples == 2 and summary.counts == ()
+
+
 def test_size_categories() -> None:
     assert [size_category(n) for n in (0, 999, 1000, 99_999, 1_000_000, 10**10)] == [
         "n<1K", "n<1K", "1K<n<10K", "10K<n<100K", "1M<n<10M", "n>10B"]
