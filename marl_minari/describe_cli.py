@@ -24,8 +24,9 @@ def describe_command(
         help="Write a PNG of the statistics (all datasets side by side with --compare).")] = None,
     card: Annotated[Path | None, typer.Option(
         "--card", metavar="FILE",
-        help="Write a dataset card (Markdown) with a statistics.png next to it; "
-             "<dataset folder>/README.md is published with the dataset.")] = None,
+        help="Write a dataset card (Markdown) with a statistics.png next to it (or linking "
+             "the --plot file when it shows only this dataset); <dataset folder>/README.md is "
+             "published with the dataset.")] = None,
     compare: Annotated[list[str] | None, typer.Option(
         "--compare", metavar="OTHER",
         help="Another dataset or vault to describe and plot alongside (repeatable).")] = None,
