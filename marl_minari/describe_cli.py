@@ -24,11 +24,16 @@ def describe_command(
         help="Write a PNG of the statistics (all datasets side by side with --compare).")] = None,
     card: Annotated[Path | None, typer.Option(
         "--card", metavar="FILE",
-        help="Write a dataset card (Markdown) with a statistics.png next to it; "
-             "<dataset folder>/README.md is published with the dataset.")] = None,
+        help="Write a dataset card (Markdown) with a statistics.png next to it (or linking "
+             "the --plot file when it shows only this dataset); <dataset folder>/README.md is "
+             "published with the dataset.")] = None,
     compare: Annotated[list[str] | None, typer.Option(
         "--compare", metavar="OTHER",
         help="Another dataset or vault to describe and plot alongside (repeatable).")] = None,
+    license: Annotated[str | None, typer.Option(
+        "--license", metavar="LICENSE",
+        help="License of the dataset card's front matter (e.g. cc-by-4.0; default: the "
+             "dataset metadata's license, else unknown).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the statistics as JSON (a list with --compare).")] = False,
     chunk_steps: Annotated[int, typer.Option(
@@ -37,7 +42,7 @@ def describe_command(
     """Statistics of a dataset or vault: episodes, returns, actions, inactive agents."""
     import warnings
 
-    from marl_minari.describe import dataset_card, describe, plot_descriptions
+    from marl_minari.describe import card_plot_path, dataset_card, describe, plot_descriptions
 
     sources = [source, *(compare or [])]
     with warnings.catch_warnings():
@@ -49,11 +54,21 @@ def describe_command(
         typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
     else:
         typer.echo("\n\n".join(d.to_text() for d in descriptions))
+    written: list[tuple[str, Path]] = []
+    # the card's plot shows its one dataset: when --plot draws exactly that, the card links
+    # the --plot file instead of drawing the same figure again
+    card_plot: bool | Path = True
     if plot is not None:
-        written = plot_descriptions(descriptions, plot)
-        if not as_json:
-            typer.echo(f"plot written to {written}")
+        if card is not None and len(descriptions) == 1:
+            card_plot = plot
+        else:
+            written.append(("plot", plot_descriptions(descriptions, plot)))
     if card is not None:
-        written = dataset_card(descriptions[0], card)
-        if not as_json:
-            typer.echo(f"dataset card written to {written}")
+        image = card_plot_path(card, card_plot)
+        written.append(("dataset card", dataset_card(descriptions[0], card, plot=card_plot,
+                                                     license=license)))
+        if image is not None:
+            written.append(("plot", image))
+    for what, path in written:
+        # with --json, stdout stays one JSON document
+        typer.echo(f"{what} written to {path}", err=as_json)

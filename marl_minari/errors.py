@@ -55,3 +55,15 @@ class IncompatibleSourcesError(MarlMinariError, ValueError):
 
 class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
+
+
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An argument or option has a value outside what it accepts."""
+
+
+class UnknownAgentError(MarlMinariError, KeyError):
+    """An agent name that the dataset or environment does not have."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its message; show it as written, like the other errors.
+        return str(self.args[0]) if self.args else ""

@@ -7,6 +7,7 @@ from typing import Any, Final
 from marl_minari.describe._sources import _open_source, _Source
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.describe.stats import _Accumulator
+from marl_minari.errors import InvalidOptionError
 
 DEFAULT_CHUNK_STEPS: Final = 262_144
 """Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
@@ -33,10 +34,11 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
     Raises:
         DatasetNotFoundError: no such dataset or vault.
         LayoutError: the source cannot be read as a dataset.
-        ValueError: ``chunk_steps`` < 1.
+        InvalidOptionError: ``chunk_steps`` < 1.
     """
     if chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+        raise InvalidOptionError(
+            f"chunk_steps must be >= 1 (steps read at a time), got {chunk_steps}")
     with _open_source(source, chunk_steps, progress, dict(vault_options or {})) as resolved:
         stats = _Accumulator(resolved.possible_agents, resolved.action_spaces)
         bar = None
