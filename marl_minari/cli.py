@@ -19,6 +19,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     cls=CommandGroup,
+    # Help texts are plain text: URLs such as s3://bucket[/prefix] are not rich markup.
+    rich_markup_mode=None,
     epilog="Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
            "130 interrupted. See docs/cli.md.",
 )
