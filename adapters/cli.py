@@ -65,6 +65,7 @@ def convert(
         help="The dataset id to create (from a vault) or the vault folder to create "
              "(rel_dir/vault_name/vault_uid, from a dataset).")],
     download: Annotated[bool, typer.Option(
+        "--download",
         help="Fetch SOURCE from Minari's remote when it is not a local dataset.")] = False,
     chunk_steps: Annotated[int, typer.Option(
         help="Steps converted at a time; memory is proportional to it.", min=1)] = 65_536,

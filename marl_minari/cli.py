@@ -58,7 +58,7 @@ def collect(
         help="Dataset id, (namespace/)name-vN; default <env>/random-vN with the next free "
              "N. Must not exist yet, unless --append.")] = None,
     append: Annotated[bool, typer.Option(
-        help="Add the episodes to the existing dataset --dataset-id (same env and "
+        "--append", help="Add the episodes to the existing dataset --dataset-id (same env and "
              "spaces) instead of creating a new one.")] = False,
     api: Annotated[ApiChoice | None, typer.Option(
         help="PettingZoo API to record through; default: parallel where the env supports "
