@@ -83,6 +83,8 @@ class CommandGroup(TyperGroup):
             fail(exc)
         except typer.Abort:
             fail(CommandFailed("aborted"))
+        if code == EXIT_INTERRUPTED:
+            typer.echo("error: interrupted", err=True)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

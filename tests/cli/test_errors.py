@@ -3,13 +3,18 @@ makes, one ``error:`` line, no traceback, the documented exit code and nothing l
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from marl_minari.cli_errors import EXIT_FAILURE, EXIT_USAGE
+from marl_minari.cli_errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 from marl_minari.collect import collect
 
 TRACER_ENV = textwrap.dedent("""
@@ -149,3 +154,43 @@ def test_warnings_are_one_line_each(cli: Callable) -> None:
     warnings = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
     assert warnings == ["warning: author, author_email, code_permalink not set: they help "
                         "others reuse and cite the dataset."]
+
+
+def test_convert_downloads_only_when_asked(cli: Callable, taken: str, workdir: Path,
+                                           datasets_root: Path, tmp_path: Path) -> None:
+    from marl_minari import registry
+
+    remote = (tmp_path / "registry").as_uri()
+    registry.publish(taken, remote)
+    shutil.rmtree(datasets_root / taken)
+    env = {"MINARI_REMOTE": remote}
+    cli("convert", taken, "vaults/minari/spread/taken.vlt/A", env=env).assert_one_error(
+        EXIT_FAILURE, "not found locally", "--download")
+    assert not (datasets_root / taken).exists()
+    fetched = cli("convert", taken, "vaults/minari/spread/taken.vlt/A", "--download", env=env)
+    assert fetched.code == 0, fetched.stderr
+    assert (datasets_root / taken / "data" / "main_data.hdf5").is_file()
+    assert (workdir / "vaults" / "minari" / "spread" / "taken.vlt" / "A").is_dir()
+
+
+def test_ctrl_c_exits_130_and_keeps_the_finished_episodes(workdir: Path,
+                                                          datasets_root: Path) -> None:
+    import marl_minari as mm
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marl_minari", "collect", "--episodes", "100000",
+         "--env-kwargs", '{"max_cycles": 2}', "--dataset-id", "cli/interrupted-v0"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            r.episodes >= 3 for r in mm.list_recordings()):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, stderr
+    assert "Traceback" not in stderr
+    assert stderr.splitlines()[-1] == "error: interrupted"
+    assert "marl-minari recover" in stderr
+    [kept] = mm.list_recordings()
+    assert kept.episodes >= 3
+    assert not (datasets_root / "cli" / "interrupted-v0").exists()
