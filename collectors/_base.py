@@ -67,8 +67,8 @@ class RecorderCore:
     def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any) -> None:
-        require_api(env, api)
         agents = tuple(env.possible_agents)
+        require_api(env, api)
         self.spec = MultiAgentSpec(
             api=api,
             possible_agents=agents,

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from marl_minari import cli_checks as checks
 from marl_minari.cli_errors import DEBUG_ENV_VAR, CommandGroup, install_warning_format
-from marl_minari.ids import dataset_dir
+from marl_minari.ids import dataset_dir, parse_dataset_id
 
 app = typer.Typer(
     name="marl-minari",
@@ -138,8 +138,7 @@ def info(dataset_id: Annotated[str, typer.Argument(
 def recover(
     recording: Annotated[str | None, typer.Argument(
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,
-    dataset_id: Annotated[str | None, typer.Argument(
-        callback=checks.dataset_id, help="Id of the dataset to create.")] = None,
+    dataset_id: Annotated[str | None, typer.Argument(help="Id of the dataset to create.")] = None,
 ) -> None:
     """Turn the finished episodes of an interrupted recording into a dataset."""
     from marl_minari.recording import list_recordings, recover_recording
@@ -153,6 +152,7 @@ def recover(
         return
     if dataset_id is None:
         raise typer.BadParameter("give the id of the dataset to create", param_hint="DATASET_ID")
+    parse_dataset_id(dataset_id)  # a malformed id fails before the recording is read
     target = recover_recording(recording, dataset_id)
     typer.echo(f"recovered into {dataset_id} ({target})")
 
