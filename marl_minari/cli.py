@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -42,7 +43,7 @@ def root(
         help="Show the full traceback of a failure instead of one 'error:' line "
              f"(or set {DEBUG_ENV_VAR}=1).")] = False,
 ) -> None:
-    """Record, inspect, convert and publish multi-agent Minari datasets."""
+    """Options of every command."""
     del debug  # read by CommandGroup when a command fails
 
 
@@ -161,15 +162,11 @@ def _short(space: Any) -> str:
     return " ".join(repr(space).split())
 
 
+@functools.cache
 def full_app() -> typer.Typer:
     """The ``marl-minari`` app with the subpackages' commands registered (once)."""
-    if not _REGISTERED:
-        _register_optional_commands()
-        _REGISTERED.append(True)
+    _register_optional_commands()
     return app
-
-
-_REGISTERED: list[bool] = []
 
 
 def _register_optional_commands() -> None:
