@@ -43,6 +43,7 @@ OPTIONAL_EXTRAS: Final = {
 # Recent typer releases run on their own copy of click: take the exceptions from whichever
 # click typer raises, not from the click package.
 click: Any = sys.modules[typer.BadParameter.__module__]
+_NO_ARGS_IS_HELP: Any = getattr(click, "NoArgsIsHelpError", ())  # click >= 8.2
 
 
 class CommandFailed(click.ClickException):  # type: ignore[misc]
@@ -76,7 +77,7 @@ class CommandGroup(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.NoArgsIsHelpError as exc:
+        except _NO_ARGS_IS_HELP as exc:
             typer.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(EXIT_USAGE)
         except click.ClickException as exc:
