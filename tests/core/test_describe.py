@@ -425,5 +425,5 @@ def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
     assert png_size(card.parent / "statistics.png") == (1600, 3 * PANEL_SIZE[1])
 
     result = runner.invoke(app, ["describe", "tests/absent-v0"])
-    assert result.exit_code != 0
-    assert isinstance(result.exception, mm.DatasetNotFoundError)
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "tests/absent-v0" in result.output
