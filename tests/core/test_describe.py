@@ -427,3 +427,5 @@ def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
     result = runner.invoke(app, ["describe", "tests/absent-v0"])
     assert result.exit_code == 1
     assert result.output.startswith("error: ") and "tests/absent-v0" in result.output
+    debug = runner.invoke(app, ["--debug", "describe", "tests/absent-v0"])
+    assert isinstance(debug.exception, mm.DatasetNotFoundError)
