@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from marl_minari.errors import LayoutError
+from marl_minari.errors import InvalidOptionError, LayoutError
 from marl_minari.spaces import leaves
 
 from ._exact import ExactSink, columns
@@ -97,9 +97,15 @@ def to_vault(
         LayoutError: the dataset cannot be laid out as asked (empty, no state for
             ``state="env"``...).
         ValueError: ``chunk_steps`` < 1.
+        InvalidOptionError: ``dones`` or ``state`` is not one of the values above.
     """
     if chunk_steps < 1:
         raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    for option, value, allowed in (("dones", dones, (None, *get_args(Dones))),
+                                   ("state", state, get_args(StateMode))):
+        if value not in allowed:
+            raise InvalidOptionError(f"{option} must be one of {', '.join(map(repr, allowed))}, "
+                                     f"got {value!r}")
     source = open_dataset(dataset_or_id)
     require_layout(source)
     if vault_name is None:

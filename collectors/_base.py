@@ -10,6 +10,7 @@ from typing import Any
 from marl_minari.builder import EpisodeBuilder
 from marl_minari.descriptor import Api, EnvDescriptor, describe_env
 from marl_minari.episode import MultiAgentEpisode
+from marl_minari.errors import EnvApiError
 from marl_minari.recording import Recording
 from marl_minari.spec import MultiAgentSpec
 
@@ -31,6 +32,24 @@ def state_space_of(env: Any) -> Any:
     return space
 
 
+def require_api(env: Any, api: Api) -> None:
+    """Refuse an env of the other PettingZoo API than the collector records.
+
+    Raises:
+        EnvApiError: naming the collector (and the conversion) that fits ``env``.
+    """
+    is_aec = callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))
+    if api == "parallel" and is_aec:
+        raise EnvApiError(
+            f"{type(env).__name__} is an AEC (turn-based) env: record it with "
+            "AECDataCollector, or convert it with pettingzoo.utils.aec_to_parallel first")
+    if api == "aec" and not is_aec:
+        raise EnvApiError(
+            f"{type(env).__name__} is not an AEC env (no agent_iter()/last()): record a "
+            "parallel env with ParallelDataCollector, or convert it with "
+            "pettingzoo.utils.parallel_to_aec first")
+
+
 class RecorderCore:
     """Episode building and durable storage for one wrapped environment.
 
@@ -49,6 +68,7 @@ class RecorderCore:
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any) -> None:
         agents = tuple(env.possible_agents)
+        require_api(env, api)
         self.spec = MultiAgentSpec(
             api=api,
             possible_agents=agents,
@@ -221,12 +241,12 @@ def minari_metadata(
     extra: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """Keyword arguments for the writer, warning like Minari about missing provenance."""
-    for name, value in (("algorithm_name", algorithm_name), ("author", author),
-                        ("author_email", author_email), ("code_permalink", code_permalink),
-                        ("description", description)):
-        if value is None:
-            warnings.warn(f"`{name}` is not set: it helps others reuse and cite the dataset.",
-                          UserWarning, stacklevel=3)
+    missing = [name for name, value in (
+        ("algorithm_name", algorithm_name), ("author", author), ("author_email", author_email),
+        ("code_permalink", code_permalink), ("description", description)) if value is None]
+    if missing:
+        warnings.warn(f"{', '.join(missing)} not set: they help others reuse and cite the "
+                      "dataset.", UserWarning, stacklevel=3)
     return {
         "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
         "code_permalink": code_permalink, "description": description,

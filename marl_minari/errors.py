@@ -17,6 +17,14 @@ class InvalidDatasetIdError(MarlMinariError, ValueError):
     """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
 
 
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An option has a value outside the ones it accepts (the message lists them)."""
+
+
+class EnvApiError(MarlMinariError, TypeError):
+    """An environment of one PettingZoo API was given where the other one is needed."""
+
+
 class DatasetExistsError(MarlMinariError, FileExistsError):
     """A dataset (or a published version of it) already exists and will not be overwritten."""
 

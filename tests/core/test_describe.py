@@ -473,5 +473,7 @@ def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
     assert "![Statistics of tests/kaz-v0](stats.png)" in card.read_text()
 
     result = runner.invoke(app, ["describe", "tests/absent-v0"])
-    assert result.exit_code != 0
-    assert isinstance(result.exception, mm.DatasetNotFoundError)
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "tests/absent-v0" in result.output
+    debug = runner.invoke(app, ["--debug", "describe", "tests/absent-v0"])
+    assert isinstance(debug.exception, mm.DatasetNotFoundError)
