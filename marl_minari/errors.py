@@ -65,10 +65,6 @@ class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
 
 
-class InvalidOptionError(MarlMinariError, ValueError):
-    """An argument or option has a value outside what it accepts."""
-
-
 class UnknownAgentError(MarlMinariError, KeyError):
     """An agent name that the dataset or environment does not have."""
 
