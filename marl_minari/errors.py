@@ -55,3 +55,11 @@ class IncompatibleSourcesError(MarlMinariError, ValueError):
 
 class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
+
+
+class LockedError(MarlMinariError, TimeoutError):
+    """A dataset or recording is held by another live writer (see ``docs/recording.md``)."""
+
+
+class ConfigurationError(MarlMinariError, ValueError):
+    """An option or environment variable has a value the library cannot use."""
