@@ -38,7 +38,12 @@ import numpy as np
 from marl_minari import layout
 from marl_minari.durable import DURABILITIES, Durability, sync_folder, sync_handle
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import ConfigurationError, CorruptedDataError, DatasetNotFoundError
+from marl_minari.errors import (
+    ConfigurationError,
+    CorruptedDataError,
+    DatasetNotFoundError,
+    LockedError,
+)
 from marl_minari.ids import dataset_dir
 from marl_minari.locking import claim_recording, recording_in_use
 from marl_minari.spec import MultiAgentSpec
@@ -159,6 +164,8 @@ class Recording:
             return _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
                                   jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
                                   journal=mark, **metadata)
+        except LockedError as exc:
+            raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
 
@@ -168,6 +175,8 @@ class Recording:
         try:
             return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
                                      journal=mark)
+        except LockedError as exc:
+            raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
 
@@ -192,6 +201,11 @@ class Recording:
         _atomic_write(self.path / COMMIT_NAME, json.dumps(
             {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
         return mark
+
+    def _still_here(self, error: LockedError) -> LockedError:
+        return LockedError(
+            f"{error} The episodes stay in the recording {self.path}: call the same method "
+            f"again, or later run: marl-minari recover {self.path} <dataset-id>")
 
     def _drop_stored(self) -> None:
         """Drop the records the target dataset now holds (none if its write failed)."""
