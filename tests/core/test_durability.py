@@ -298,3 +298,20 @@ def test_the_dataset_names_the_journal_records_it_holds(tmp_path: Path) -> None:
     [(journal, records)] = metadata[layout.JOURNALS_KEY].items()
     assert len(journal) == 32 and records == 3
     assert collections.Counter(_seeds("meta/journals-v0")) == collections.Counter(range(3))
+
+
+def test_cli_discards_a_recording(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from marl_minari.cli import app
+
+    collector = _collector(recordings_root() / "unwanted", False)
+    _play(collector, range(2))
+    with pytest.warns(UserWarning, match="2 recorded episode"):
+        collector.close()
+    assert [r.episodes for r in list_recordings()] == [2]
+    result = CliRunner().invoke(app, ["recover", "--discard", str(recordings_root() / "unwanted")])
+    assert result.exit_code == 0, result.output
+    assert "2 unsaved episodes" in result.output
+    assert list_recordings() == [] and not (recordings_root() / "unwanted").exists()
+    assert CliRunner().invoke(app, ["recover", "--discard"]).exit_code != 0
