@@ -315,3 +315,55 @@ def test_cli_discards_a_recording(tmp_path: Path) -> None:
     assert "2 unsaved episodes" in result.output
     assert list_recordings() == [] and not (recordings_root() / "unwanted").exists()
     assert CliRunner().invoke(app, ["recover", "--discard"]).exit_code != 0
+
+
+# --- flushing to stable storage --------------------------------------------------------------
+
+
+def _synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths flushed with fsync/fdatasync from now on (the real calls still happen)."""
+    synced: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def spy(fd: int, real=real) -> None:  # type: ignore[no-untyped-def]
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
+
+        monkeypatch.setattr(os, name, spy)
+    return synced
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name fds")
+@pytest.mark.parametrize("durability", ["episode", "none"])
+def test_journal_and_datasets_are_flushed_unless_relaxed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    synced = _synced(monkeypatch)
+    collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=2),
+                                         recording_path=tmp_path / "rec",
+                                         durability=durability)  # type: ignore[arg-type]
+    _play(collector, range(3))
+    journal = str(tmp_path / "rec" / JOURNAL_NAME)
+    assert synced.count(journal) == (3 if durability == "episode" else 0)
+    collector.create_dataset("sync/created-v0")
+    _play(collector, range(3, 5))
+    collector.add_to_dataset("sync/created-v0")
+    collector.close()
+    folder = dataset_dir("sync/created-v0")
+    main = str(folder / "data" / layout.MAIN_FILE_NAME)
+    flushed = {Path(p).name for p in synced}
+    if durability == "episode":
+        # the created data (synced in staging), the appended data, metadata, the folders
+        assert {layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, "data",
+                folder.parent.name}.issubset(flushed)
+        assert str(folder.parent) in synced and str(folder / "data") in synced
+    else:
+        assert main not in synced and not flushed & {layout.MAIN_FILE_NAME, "data"}
+
+
+def test_unknown_durability_is_refused() -> None:
+    from marl_minari.errors import ConfigurationError
+
+    spec = _collector(Path("unused"), False).spec
+    with pytest.raises(ConfigurationError, match="durability='always'"):
+        Recording(spec, durability="always")  # type: ignore[arg-type]
