@@ -353,9 +353,10 @@ def test_journal_and_datasets_are_flushed_unless_relaxed(
     main = str(folder / "data" / layout.MAIN_FILE_NAME)
     flushed = {Path(p).name for p in synced}
     if durability == "episode":
-        # the created data (synced in staging), the appended data, metadata, the folders
-        assert {layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, "data",
-                folder.parent.name}.issubset(flushed)
+        for stage in ("dataset", "append"):  # the created and the appended data, in staging
+            for name in (layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME):
+                assert [p for p in synced if f"/{stage}-" in p and p.endswith(f"/{name}")]
+        # the renamed dataset's parent, and the data folder after the append's renames
         assert str(folder.parent) in synced and str(folder / "data") in synced
     else:
         assert main not in synced and not flushed & {layout.MAIN_FILE_NAME, "data"}
