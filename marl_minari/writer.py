@@ -39,7 +39,7 @@ from marl_minari.durable import sync_file, sync_folder, sync_tree
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
-from marl_minari.locking import dataset_lock, remove_stale_staging, staging_folder
+from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
 from marl_minari.locking import staging_root as staging_root
 from marl_minari.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
@@ -368,6 +368,7 @@ def write_dataset(
         LockedError: another writer held the dataset's lock too long.
     """
     _check_new(dataset_id)
+    lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
     remove_stale_staging(root)
     with staging_folder(root, "dataset") as work:

@@ -368,3 +368,15 @@ def test_unknown_durability_is_refused() -> None:
     spec = _collector(Path("unused"), False).spec
     with pytest.raises(ConfigurationError, match="durability='always'"):
         Recording(spec, durability="always")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_lock_timeout_is_refused_before_any_write(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from marl_minari.errors import ConfigurationError
+
+    collector = _collector(Path("unused"), False)
+    monkeypatch.setenv("MARL_MINARI_LOCK_TIMEOUT", value)
+    with pytest.raises(ConfigurationError, match="MARL_MINARI_LOCK_TIMEOUT"):
+        mm.write_dataset("timeout/x-v0", [], collector.spec)
+    assert "timeout/x-v0" not in minari.list_local_datasets()
