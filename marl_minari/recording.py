@@ -114,6 +114,8 @@ class Recording:
         self.durability = durability
         self._lock = claim_recording(self.path)
         try:
+            for leftover in self.path.glob("*.tmp"):  # of a writer killed mid-rewrite
+                leftover.unlink()
             _atomic_write(self.path / SPEC_NAME, json.dumps({
                 "spec": spec.to_json(), "jpeg_encoding": jpeg_encoding,
                 "created": _created(self.path)}))

@@ -102,6 +102,24 @@ def test_create_racing_add_stores_every_episode_once(tmp_path: Path) -> None:
     assert sorted(_seeds("race/create-v0")) == [*range(5), *range(100, 105)]
 
 
+def test_two_creates_of_one_id_end_with_one_dataset_and_the_losers_episodes_kept(
+        tmp_path: Path) -> None:
+    children = [_start("create", "race/twice-v0", recordings_root() / f"rec{k}", 100 * k)
+                for k in (1, 2)]
+    errors = []
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        errors.append(err if child.returncode else "")
+    [lost] = [k for k, err in zip((1, 2), errors, strict=True) if err]
+    assert "DatasetExistsError" in errors[lost - 1]
+    won = 3 - lost
+    assert _seeds("race/twice-v0") == list(range(100 * won, 100 * won + 5))
+    [unsaved] = list_recordings()
+    assert (unsaved.path, unsaved.episodes) == (recordings_root() / f"rec{lost}", 5)
+    mm.recover_recording(unsaved.path, "race/loser-v0")
+    assert _seeds("race/loser-v0") == list(range(100 * lost, 100 * lost + 5))
+
+
 def test_a_writer_that_cannot_get_the_lock_gets_a_typed_error_and_keeps_its_episodes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _created(tmp_path, "race/locked-v0", 0)
@@ -380,3 +398,16 @@ def test_a_bad_lock_timeout_is_refused_before_any_write(
     with pytest.raises(ConfigurationError, match="MARL_MINARI_LOCK_TIMEOUT"):
         mm.write_dataset("timeout/x-v0", [], collector.spec)
     assert "timeout/x-v0" not in minari.list_local_datasets()
+
+
+def test_temporary_files_of_a_killed_journal_rewrite_are_removed_on_reopen(
+        tmp_path: Path) -> None:
+    collector = _collector(tmp_path / "rec", False)
+    _play(collector, range(1))
+    with pytest.warns(UserWarning):
+        collector.close()
+    leftover = tmp_path / "rec" / f"{JOURNAL_NAME}.{uuid.uuid4().hex}.tmp"
+    leftover.write_bytes(b"half a journal")
+    reopened = Recording.open(tmp_path / "rec")
+    assert not leftover.exists() and reopened.episodes == 1
+    reopened.close(keep=True)
