@@ -9,6 +9,7 @@ from typing import Any
 
 from marl_minari.builder import EpisodeBuilder
 from marl_minari.descriptor import Api, EnvDescriptor, describe_env
+from marl_minari.durable import Durability
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import EnvApiError
 from marl_minari.recording import Recording
@@ -62,11 +63,14 @@ class RecorderCore:
         env_descriptor: how to re-create the env; found from :func:`marl_minari.make_env` or
             inferred by default.
         recording_path: folder for the episode journal (a new hidden one by default).
+        durability: when the journal and datasets are flushed to stable storage (see
+            :class:`~marl_minari.recording.Recording`).
     """
 
     def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
-                 recording_path: str | Path | None, state_space: Any) -> None:
+                 recording_path: str | Path | None, state_space: Any,
+                 durability: Durability = "episode") -> None:
         agents = tuple(env.possible_agents)
         require_api(env, api)
         self.spec = MultiAgentSpec(
@@ -84,46 +88,43 @@ class RecorderCore:
         self._jpeg = jpeg_encoding
         self._recording_path = None if recording_path is None else Path(recording_path)
         self._recording: Recording | None = None
-        self.episode_metadata: list[dict[str, Any]] = []
+        self._durability = durability
 
     @property
     def recording(self) -> Recording:
         """The recording folder (created on first use)."""
         if self._recording is None:
             self._recording = Recording(self.spec, jpeg_encoding=self._jpeg,
-                                        path=self._recording_path)
+                                        path=self._recording_path, durability=self._durability)
         return self._recording
 
     def commit(self, *, cut: bool,
                metadata_callback: EpisodeMetadataCallback | None = None) -> MultiAgentEpisode:
-        """Finish the episode in progress and append it to the journal.
+        """Finish the episode in progress and append it, with its episode metadata, to the journal.
 
         An episode that cannot be stored (e.g. its infos changed structure) is dropped when
-        the error is raised, so that the next ``reset`` records normally.
+        the error is raised, so that the next ``reset`` records normally. An episode whose
+        metadata callback raises is kept without metadata, and the error is raised.
         """
         try:
             episode = self.builder.finish(cut=cut)
         finally:
             self.builder.clear()
-        self.recording.append(episode)
-        if metadata_callback is not None:
-            self.episode_metadata.append(metadata_callback(episode))
+        note = None
+        try:
+            if metadata_callback is not None:
+                note = metadata_callback(episode)
+        finally:
+            self.recording.append(episode, note)
         return episode
 
     def create_dataset(self, dataset_id: str, metadata: dict[str, Any]) -> Path:
         """Write every recorded episode into a new dataset (see the collectors' docs)."""
-        extra = dict(metadata.pop("extra", None) or {})
-        if self.episode_metadata:
-            extra["episode_metadata"] = self.episode_metadata
-        target = self.recording.write_dataset(dataset_id, extra=extra, **metadata)
-        self.episode_metadata = []
-        return target
+        return self.recording.write_dataset(dataset_id, **metadata)
 
     def add_to_dataset(self, dataset_id: str) -> Path:
         """Append every recorded episode (and their episode metadata) to an existing dataset."""
-        target = self.recording.add_to_dataset(dataset_id, self.episode_metadata or None)
-        self.episode_metadata = []
-        return target
+        return self.recording.add_to_dataset(dataset_id)
 
     def close(self) -> None:
         """Close the journal; keep it (with a warning) if it holds unsaved episodes."""

@@ -30,6 +30,7 @@ from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 
 from marl_minari import layout
 from marl_minari.descriptor import EnvDescriptor
+from marl_minari.durable import Durability
 
 from ._base import (
     DatasetRecorderMixin,
@@ -81,6 +82,9 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         recording_path: folder for the episode journal (hidden one under the datasets root
             by default).
         record_state: record ``env.state()`` at every row when the env provides it.
+        durability: ``"episode"`` (default) flushes the journal to stable storage after each
+            finished episode and datasets before they are reported written; ``"none"``
+            leaves flushing to the OS (see ``docs/recording.md``, "Guarantees").
         observe_every_agent: observe every live agent at every row (default). ``False``
             observes only the agent whose turn it is (and every agent at reset); the other
             agents' columns repeat their latest observation and ``extras/observed`` says which
@@ -104,6 +108,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         recording_path: str | Path | None = None,
         record_state: bool = True,
         observe_every_agent: bool = True,
+        durability: Durability = "episode",
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -111,6 +116,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
+            durability=durability,
         )
         self._has_state = self._core.spec.state_space is not None
         self._observe_every_agent = observe_every_agent

@@ -9,6 +9,7 @@ from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from marl_minari.descriptor import EnvDescriptor
+from marl_minari.durable import Durability
 
 from ._base import (
     DatasetRecorderMixin,
@@ -46,6 +47,9 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         recording_path: folder for the episode journal (hidden one under the datasets root
             by default).
         record_state: record ``env.state()`` at every row when the env provides it.
+        durability: ``"episode"`` (default) flushes the journal to stable storage after each
+            finished episode and datasets before they are reported written; ``"none"``
+            leaves flushing to the OS (see ``docs/recording.md``, "Guarantees").
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -63,6 +67,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         env_descriptor: EnvDescriptor | None = None,
         recording_path: str | Path | None = None,
         record_state: bool = True,
+        durability: Durability = "episode",
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -70,6 +75,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
+            durability=durability,
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_data_callback

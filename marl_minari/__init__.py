@@ -33,7 +33,7 @@ from marl_minari.errors import (
 from marl_minari.joint import JointEnv
 from marl_minari.layout import LAYOUT_VERSION
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
-from marl_minari.recording import list_recordings, recover_recording
+from marl_minari.recording import discard_recording, list_recordings, recover_recording
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
@@ -67,6 +67,7 @@ __all__ = [
     "load_dataset",
     "make_env",
     "recover_recording",
+    "discard_recording",
     "write_dataset",
 ]
 

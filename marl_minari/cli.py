@@ -140,16 +140,27 @@ def recover(
     recording: Annotated[str | None, typer.Argument(
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,
     dataset_id: Annotated[str | None, typer.Argument(help="Id of the dataset to create.")] = None,
+    discard: Annotated[bool, typer.Option(
+        "--discard", help="Delete the RECORDING folder and its unsaved episodes.")] = False,
 ) -> None:
-    """Turn the finished episodes of an interrupted recording into a dataset."""
-    from marl_minari.recording import list_recordings, recover_recording
+    """Turn the finished episodes of an interrupted recording into a dataset (or discard it)."""
+    from marl_minari.recording import discard_recording, list_recordings, recover_recording
 
+    if discard:
+        if recording is None:
+            raise typer.BadParameter("give the recording folder to discard",
+                                     param_hint="RECORDING")
+        count = discard_recording(recording)
+        typer.echo(f"discarded {recording} ({count} unsaved episodes)")
+        return
     if recording is None:
         found = list_recordings()
         if not found:
             typer.echo("no recordings hold unsaved episodes")
         for item in found:
-            typer.echo(f"{item.path}  {item.episodes} episodes, {item.steps} steps, {item.env}")
+            live = "  (in use by a live process)" if item.in_use else ""
+            typer.echo(f"{item.path}  {item.episodes} episodes, {item.steps} steps, "
+                       f"{item.env}{live}")
         return
     if dataset_id is None:
         raise typer.BadParameter("give the id of the dataset to create", param_hint="DATASET_ID")

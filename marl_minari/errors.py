@@ -71,3 +71,11 @@ class UnknownAgentError(MarlMinariError, KeyError):
     def __str__(self) -> str:
         # KeyError quotes its message; show it as written, like the other errors.
         return str(self.args[0]) if self.args else ""
+
+
+class LockedError(MarlMinariError, TimeoutError):
+    """A dataset or recording is held by another live writer (see ``docs/recording.md``)."""
+
+
+class ConfigurationError(MarlMinariError, ValueError):
+    """An option or environment variable has a value the library cannot use."""

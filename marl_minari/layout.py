@@ -78,3 +78,7 @@ REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
 
 FILL_VALUE: Final = 0
 """Inactive agent rows hold zeros of the leaf dtype (``False`` for bools, ``""`` for text)."""
+
+JOURNALS_KEY: Final = "marl_minari_journals"
+"""Top-level ``metadata.json`` key: ``{journal id: records committed}`` for every recording
+journal whose episodes the dataset holds, so recovery never stores them twice."""

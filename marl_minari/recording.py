@@ -9,8 +9,14 @@ episodes of a recording into a dataset that ``minari.load_dataset`` opens.
 
 Record layout: ``MAGIC (4 bytes) | header length (u32) | payload length (u64) | CRC-32 of
 header and payload (u32) | header (JSON) | payload`` (little endian). The header lists the
-leaves (HDF5 path, dtype, shape), the step count, seed, options and text leaves; the payload
-is the leaves' bytes back to back.
+leaves (HDF5 path, dtype, shape), the step count, seed, options, text leaves, the episode's
+metadata, and the record's id: the journal's id and the record's number in it. The payload is
+the leaves' bytes back to back.
+
+Storing a journal's records in a dataset first notes the target in ``commit.json``; the
+dataset's metadata names the journal records it holds (``marl_minari_journals``), so whatever
+moment a kill strikes, reopening the recording drops exactly the records the dataset holds.
+A recording folder is locked by the process using it (:mod:`marl_minari.locking`).
 """
 
 from __future__ import annotations
@@ -29,16 +35,32 @@ from typing import Any
 
 import numpy as np
 
+from marl_minari import layout
+from marl_minari.durable import DURABILITIES, Durability, sync_folder, sync_handle
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
+from marl_minari.errors import (
+    ConfigurationError,
+    CorruptedDataError,
+    DatasetNotFoundError,
+    LockedError,
+)
+from marl_minari.ids import dataset_dir
+from marl_minari.locking import claim_recording, recording_in_use
 from marl_minari.spec import MultiAgentSpec
-from marl_minari.writer import LeafEpisode, append_to_dataset, episode_leaves, staging_root
+from marl_minari.writer import (
+    JournalMark,
+    LeafEpisode,
+    append_to_dataset,
+    episode_leaves,
+    staging_root,
+)
 from marl_minari.writer import write_dataset as _write_dataset
 
 MAGIC = b"MMEP"
 _FRAME = struct.Struct("<4sIQI")
 JOURNAL_NAME = "episodes.journal"
 SPEC_NAME = "recording.json"
+COMMIT_NAME = "commit.json"
 
 
 def recordings_root() -> Path:
@@ -57,29 +79,51 @@ class RecordingInfo:
     steps: int
     created: float
     env: str
+    in_use: bool = False
 
 
 class Recording:
     """A recording folder: its spec and its episode journal.
 
+    The folder is locked while this object is open: a second recorder, a recovery or a discard
+    of the same folder is refused with :class:`~marl_minari.errors.LockedError`.
+
     Args:
         spec: agents and spaces of the episodes.
         jpeg_encoding: passed on to the dataset created from it.
         path: the folder; a new one under :func:`recordings_root` by default.
+        durability: ``"episode"`` (default) flushes the journal to stable storage after every
+            episode and datasets before success is reported; ``"none"`` leaves it to the OS.
+
+    Raises:
+        LockedError: a live process uses the folder.
+        ConfigurationError: unknown ``durability``.
     """
 
     def __init__(self, spec: MultiAgentSpec, *, jpeg_encoding: bool = True,
-                 path: Path | None = None) -> None:
+                 path: Path | None = None, durability: Durability = "episode") -> None:
+        if durability not in DURABILITIES:
+            raise ConfigurationError(
+                f"durability={durability!r} is not one of {', '.join(DURABILITIES)}")
         stamp = time.strftime("%Y%m%dT%H%M%S")
         self.path = Path(path) if path is not None else (
             recordings_root() / f"{stamp}-{uuid.uuid4().hex[:8]}")
         self.path.mkdir(parents=True, exist_ok=True)
         self.spec = spec
         self.jpeg_encoding = jpeg_encoding
-        _atomic_write(self.path / SPEC_NAME, json.dumps({
-            "spec": spec.to_json(), "jpeg_encoding": jpeg_encoding, "created": time.time()}))
-        self.episodes = _trim_journal(self.path / JOURNAL_NAME)
-        self._journal = open(self.path / JOURNAL_NAME, "ab", buffering=0)  # noqa: SIM115
+        self.durability = durability
+        self._lock = claim_recording(self.path)
+        try:
+            for leftover in self.path.glob("*.tmp"):  # of a writer killed mid-rewrite
+                leftover.unlink()
+            _atomic_write(self.path / SPEC_NAME, json.dumps({
+                "spec": spec.to_json(), "jpeg_encoding": jpeg_encoding,
+                "created": _created(self.path)}))
+            _settle(self.path)
+            self._open_journal()
+        except BaseException:
+            self._lock.release()
+            raise
 
     @classmethod
     def open(cls, path: Path) -> Recording:
@@ -87,6 +131,7 @@ class Recording:
 
         Raises:
             DatasetNotFoundError: ``path`` is not a recording folder.
+            LockedError: a live process uses it.
         """
         path = Path(path)
         try:
@@ -96,9 +141,18 @@ class Recording:
         return cls(MultiAgentSpec.from_json(meta["spec"]), jpeg_encoding=meta["jpeg_encoding"],
                    path=path)
 
-    def append(self, episode: MultiAgentEpisode) -> None:
-        """Append one finished episode; it is in the file when this returns."""
-        self._journal.write(encode_record(episode))
+    @property
+    def _fsync(self) -> bool:
+        return self.durability == "episode"
+
+    def append(self, episode: MultiAgentEpisode,
+               metadata: dict[str, Any] | None = None) -> None:
+        """Append one finished episode (and its episode metadata); it is in the file (and,
+        by default, on stable storage) when this returns."""
+        self._journal.write(encode_record(episode, self._journal_id, self._next_seq, metadata))
+        if self._fsync:
+            sync_handle(self._journal)
+        self._next_seq += 1
         self.episodes += 1
 
     def read(self) -> Iterator[LeafEpisode]:
@@ -106,36 +160,65 @@ class Recording:
         return read_journal(self.path / JOURNAL_NAME)
 
     def write_dataset(self, dataset_id: str, **metadata: Any) -> Path:
-        """Write the journal's episodes as a new dataset, then start an empty journal."""
-        target = _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
-                                jpeg_encoding=self.jpeg_encoding, **metadata)
-        self._restart_journal()
-        return target
+        """Write the journal's episodes as a new dataset, then drop them from the journal."""
+        mark = self._mark(dataset_id)
+        try:
+            return _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
+                                  jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
+                                  journal=mark, **metadata)
+        except LockedError as exc:
+            raise self._still_here(exc) from exc
+        finally:
+            self._drop_stored()
 
-    def add_to_dataset(self, dataset_id: str,
-                       episode_metadata: list[dict[str, Any]] | None = None) -> Path:
-        """Append the journal's episodes to an existing dataset, then empty the journal."""
-        target = append_to_dataset(dataset_id, self.read(), self.spec,
-                                   episode_metadata=episode_metadata)
-        self._restart_journal()
-        return target
+    def add_to_dataset(self, dataset_id: str) -> Path:
+        """Append the journal's episodes to an existing dataset, then drop them."""
+        mark = self._mark(dataset_id)
+        try:
+            return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
+                                     journal=mark)
+        except LockedError as exc:
+            raise self._still_here(exc) from exc
+        finally:
+            self._drop_stored()
 
     def close(self, *, keep: bool) -> None:
         """Close the journal; delete the folder unless ``keep`` or it holds episodes."""
+        try:
+            self._journal.close()
+            if not keep and self.episodes == 0:
+                shutil.rmtree(self.path, ignore_errors=True)
+        finally:
+            self._lock.release()
+
+    def _open_journal(self) -> None:
+        journal = self.path / JOURNAL_NAME
+        self.episodes = _trim_journal(journal)
+        self._journal_id, self._next_seq = _journal_position(journal)
+        self._journal = open(journal, "ab", buffering=0)  # noqa: SIM115
+
+    def _mark(self, dataset_id: str) -> JournalMark:
+        """Note which dataset the journal's records go to, before they go (see _settle)."""
+        mark = (self._journal_id, self._next_seq)
+        _atomic_write(self.path / COMMIT_NAME, json.dumps(
+            {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
+        return mark
+
+    def _still_here(self, error: LockedError) -> LockedError:
+        return LockedError(
+            f"{error} The episodes stay in the recording {self.path}: call the same method "
+            f"again, or later run: marl-minari recover {self.path} <dataset-id>")
+
+    def _drop_stored(self) -> None:
+        """Drop the records the target dataset now holds (none if its write failed)."""
         self._journal.close()
-        if not keep and self.episodes == 0:
-            shutil.rmtree(self.path, ignore_errors=True)
-
-    def _restart_journal(self) -> None:
-        self._journal.close()
-        os.replace(self.path / JOURNAL_NAME, self.path / (JOURNAL_NAME + ".done"))
-        self._journal = open(self.path / JOURNAL_NAME, "ab", buffering=0)  # noqa: SIM115
-        (self.path / (JOURNAL_NAME + ".done")).unlink()
-        self.episodes = 0
+        _settle(self.path)
+        self._open_journal()
 
 
-def encode_record(episode: MultiAgentEpisode) -> bytes:
-    """One journal record for ``episode``."""
+def encode_record(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
+                  metadata: dict[str, Any] | None = None) -> bytes:
+    """One journal record for ``episode``: record ``seq`` of journal ``journal``."""
     leaves, texts, chunks = [], {}, []
     for path, array in episode_leaves(episode):
         if array.dtype == object:
@@ -146,7 +229,8 @@ def encode_record(episode: MultiAgentEpisode) -> bytes:
         chunks.append(array.tobytes())
     header = json.dumps({
         "leaves": leaves, "texts": texts, "steps": episode.total_steps,
-        "seed": episode.seed, "options": episode.options,
+        "seed": episode.seed, "options": episode.options, "metadata": metadata,
+        "journal": journal, "seq": seq,
     }, default=_jsonable).encode()
     payload = b"".join(chunks)
     crc = zlib.crc32(header + payload)
@@ -213,19 +297,85 @@ def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
         offset += array.nbytes
     for path, values in header["texts"].items():
         leaves.append((path, np.array(values, dtype=object)))
-    return LeafEpisode(leaves, header["steps"], header["seed"], header["options"])
+    return LeafEpisode(leaves, header["steps"], header["seed"], header["options"],
+                       header.get("metadata"))
+
+
+def _headers(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON header of every intact record of a journal."""
+    if path.exists():
+        for _, body, header_len in _records(path):
+            yield json.loads(body[:header_len])
+
+
+def _record_id(header: dict[str, Any], position: int) -> tuple[str, int]:
+    """``(journal id, number)`` of a record (records of early journals carry neither)."""
+    return str(header.get("journal", "")), int(header.get("seq", position))
+
+
+def _journal_position(path: Path) -> tuple[str, int]:
+    """The journal's id and the number its next record gets (a fresh id when it is empty)."""
+    last = None
+    for position, header in enumerate(_headers(path)):
+        last = _record_id(header, position)
+    return (uuid.uuid4().hex, 0) if last is None else (last[0], last[1] + 1)
+
+
+def _stored_mark(folder: Path) -> JournalMark | None:
+    """The records ``commit.json`` says were being stored, if the target dataset holds them."""
+    try:
+        note = json.loads((folder / COMMIT_NAME).read_text())
+        metadata = json.loads((dataset_dir(note["dataset"]) / "data" /
+                               layout.METADATA_FILE_NAME).read_text())
+        held = int(metadata.get(layout.JOURNALS_KEY, {}).get(note["journal"], 0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no note, or no dataset holding the records: nothing was stored
+    return (note["journal"], int(note["records"])) if held >= int(note["records"]) else None
+
+
+def _unsaved(header: dict[str, Any], position: int, stored: JournalMark | None) -> bool:
+    journal, seq = _record_id(header, position)
+    return stored is None or journal != stored[0] or seq >= stored[1]
+
+
+def _settle(folder: Path) -> None:
+    """Finish an interrupted hand-over of journal records to a dataset.
+
+    If the dataset named in ``commit.json`` holds the records, they leave the journal (which
+    is rewritten, then swapped in with one rename); either way the note is then removed.
+    Call only while holding the recording's lock.
+    """
+    journal = folder / JOURNAL_NAME
+    stored = _stored_mark(folder)
+    if stored is not None and journal.exists():
+        kept = folder / f"{JOURNAL_NAME}.{uuid.uuid4().hex}.tmp"
+        with open(journal, "rb") as source, open(kept, "wb") as target:
+            for position, (end, body, header_len) in enumerate(_records(journal)):
+                if _unsaved(json.loads(body[:header_len]), position, stored):
+                    source.seek(end - _FRAME.size - len(body))
+                    target.write(source.read(_FRAME.size + len(body)))
+            sync_handle(target)
+        os.replace(kept, journal)
+        sync_folder(folder)
+    (folder / COMMIT_NAME).unlink(missing_ok=True)
 
 
 def list_recordings() -> list[RecordingInfo]:
-    """Recordings under :func:`recordings_root` that still hold finished episodes."""
+    """Recordings under :func:`recordings_root` that still hold unsaved finished episodes.
+
+    Episodes a dataset already holds (a recorder killed right after storing them) are not
+    counted; recordings of dead processes holding nothing are removed on the way.
+    """
     found = []
     for folder in sorted(recordings_root().iterdir()):
         journal = folder / JOURNAL_NAME
-        if not journal.exists():
-            continue
-        steps = [json.loads(body[:header_len])["steps"] for _, body, header_len
-                 in _records(journal)]
+        in_use = recording_in_use(folder)
+        stored = None if in_use else _stored_mark(folder)
+        steps = [header["steps"] for position, header in enumerate(_headers(journal))
+                 if _unsaved(header, position, stored)]
         if not steps:
+            if not in_use:
+                _remove_if_empty(folder)
             continue
         try:
             meta = json.loads((folder / SPEC_NAME).read_text())
@@ -234,12 +384,27 @@ def list_recordings() -> list[RecordingInfo]:
             meta, env = {"created": folder.stat().st_mtime}, {}
         found.append(RecordingInfo(folder, len(steps), sum(steps),
                                    meta.get("created", 0.0),
-                                   env.get("env_id") or env.get("entry_point") or "unknown"))
+                                   env.get("env_id") or env.get("entry_point") or "unknown",
+                                   in_use))
     return found
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """Remove a dead recording holding no unsaved episode (and no damaged tail to inspect)."""
+    if (folder / (JOURNAL_NAME + ".damaged")).exists():
+        return
+    try:
+        recording = Recording.open(folder)
+    except Exception:  # noqa: BLE001 - a folder that cannot be opened is left for the user
+        return
+    recording.close(keep=False)
+
+
 def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Path:
-    """Turn the finished episodes of a (possibly killed) recording into a dataset.
+    """Turn the unsaved finished episodes of a (possibly killed) recording into a dataset.
+
+    Episodes the recording already stored in a dataset before it was killed are not stored
+    again.
 
     Args:
         path: the recording folder (see :func:`list_recordings`).
@@ -250,22 +415,65 @@ def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Pat
         The new dataset's folder. The recording folder is removed once the dataset exists.
 
     Raises:
-        CorruptedDataError: the recording holds no complete episode.
+        CorruptedDataError: the recording holds no unsaved complete episode.
+        LockedError: a live process uses the recording.
     """
     recording = Recording.open(Path(path))
-    if recording.episodes == 0:
+    try:
+        if recording.episodes == 0:
+            raise CorruptedDataError(
+                f"recording {path} holds no complete episode to recover (episodes already "
+                "stored in a dataset are not stored again); remove it with "
+                f"marl-minari recover --discard {path}")
+        target = recording.write_dataset(dataset_id, **metadata)
+    except BaseException:
         recording.close(keep=True)
-        raise CorruptedDataError(f"recording {path} holds no complete episode to recover")
-    target = recording.write_dataset(dataset_id, **metadata)
+        raise
     recording.close(keep=False)
-    shutil.rmtree(recording.path, ignore_errors=True)
     return target
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text)
+def discard_recording(path: str | Path) -> int:
+    """Delete a recording folder and the unsaved episodes in it; return how many there were.
+
+    Raises:
+        DatasetNotFoundError: ``path`` is not a recording folder.
+        LockedError: a live process uses the recording.
+    """
+    folder = Path(path)
+    if not ((folder / SPEC_NAME).is_file() or (folder / JOURNAL_NAME).is_file()):
+        raise DatasetNotFoundError(
+            f"{folder} is not a recording folder (no {SPEC_NAME} or {JOURNAL_NAME}); "
+            "list recordings with: marl-minari recover")
+    lock = claim_recording(folder)
+    try:
+        stored = _stored_mark(folder)
+        count = sum(_unsaved(header, position, stored)
+                    for position, header in enumerate(_headers(folder / JOURNAL_NAME)))
+        shutil.rmtree(folder)
+    finally:
+        lock.release()
+    return count
+
+
+def _created(folder: Path) -> float:
+    """When the recording in ``folder`` was started (now, for a new one)."""
+    try:
+        return float(json.loads((folder / SPEC_NAME).read_text())["created"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return time.time()
+
+
+def _atomic_write(path: Path, text: str, *, sync: bool = False) -> None:
+    temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(temporary, path)
+    if sync:
+        sync_folder(path.parent)
 
 
 def _jsonable(value: Any) -> Any:

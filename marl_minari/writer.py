@@ -6,7 +6,12 @@ byte offset of every contiguous dataset goes into a sidecar index for fast bulk 
 
 Datasets are created in a hidden staging folder under the datasets root and moved into place
 with one ``rename`` after the data and metadata are complete, so a crash never leaves a
-half-written dataset where Minari looks for datasets.
+half-written dataset where Minari looks for datasets. An append commits when its new
+``metadata.json`` replaces the old one: ``episode_*`` groups past ``total_episodes`` are
+leftovers of an interrupted append, ignored by readers and dropped by the next append.
+Every writer of a dataset holds its lock (:mod:`marl_minari.locking`) across its
+read-modify-write, and files are ``fsync``-ed before success is reported
+(:mod:`marl_minari.durable`).
 """
 
 from __future__ import annotations
@@ -30,13 +35,17 @@ from tqdm.auto import tqdm
 
 from marl_minari import layout
 from marl_minari.digests import remember_digests
+from marl_minari.durable import sync_file, sync_folder, sync_tree
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, StepDataError
+from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
+from marl_minari.locking import staging_root as staging_root
 from marl_minari.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
 
-_STAGING = ".marl_minari"
+JournalMark = tuple[str, int]
+"""``(journal id, records)``: the first ``records`` records of a journal are being stored."""
 
 
 class LeafEpisode(NamedTuple):
@@ -46,6 +55,7 @@ class LeafEpisode(NamedTuple):
     total_steps: int
     seed: int | None = None
     options: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 AnyEpisode = MultiAgentEpisode | LeafEpisode
@@ -265,21 +275,11 @@ def write_index(h5_path: Path, offsets: dict[str, list[int]], steps: list[int]) 
     arrays: dict[str, Any] = {
         f"o{i}": np.asarray(offsets[p], dtype=np.int64) for i, p in enumerate(paths)}
     target = h5_path.parent / layout.INDEX_FILE_NAME
-    temporary = target.with_suffix(".tmp")
+    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
     with open(temporary, "wb") as handle:
         np.savez(handle, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
                  steps=np.asarray(steps, dtype=np.int64), **arrays)
     os.replace(temporary, target)
-
-
-def staging_root() -> Path:
-    """Hidden folder under the datasets root for datasets being written and recordings.
-
-    Minari skips hidden folders when listing datasets.
-    """
-    path = datasets_root() / _STAGING
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def dataset_metadata(
@@ -339,6 +339,8 @@ def write_dataset(
     jpeg_encoding: bool = True,
     progress: bool | str = False,
     total: int | None = None,
+    fsync: bool = True,
+    journal: JournalMark | None = None,
     **metadata: Any,
 ) -> Path:
     """Write a new dataset from ``episodes`` and move it into place atomically.
@@ -350,6 +352,9 @@ def write_dataset(
         jpeg_encoding: JPEG-encode image-like leaves, as Minari does.
         progress: show a progress bar (a string is used as its label).
         total: number of episodes, for the progress bar.
+        fsync: flush the dataset's files and folders to stable storage before returning.
+        journal: the recording journal records the episodes come from (noted in the
+            metadata so that recovering the journal never stores them twice).
         **metadata: Minari metadata (``algorithm_name``, ``author``, ``author_email``,
             ``code_permalink``, ``description``, ``requirements``, ``ref_min_score``,
             ``ref_max_score``) and ``extra`` (more top-level keys).
@@ -360,13 +365,17 @@ def write_dataset(
     Raises:
         InvalidDatasetIdError: malformed id.
         DatasetExistsError: a dataset with this id exists.
+        LockedError: another writer held the dataset's lock too long.
     """
-    target = _check_new(dataset_id)
-    work = staging_root() / f"dataset-{uuid.uuid4().hex}"
-    data = work / "data"
-    data.mkdir(parents=True)
-    try:
+    _check_new(dataset_id)
+    lock_timeout()  # a bad setting is reported before the work, not after
+    root = staging_root()
+    remove_stale_staging(root)
+    with staging_folder(root, "dataset") as work:
+        data = work / "data"
+        data.mkdir()
         steps = 0
+        notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(data / layout.MAIN_FILE_NAME, spec,
                                jpeg_encoding=jpeg_encoding) as writer:
             label = progress if isinstance(progress, str) else f"writing {dataset_id}"
@@ -374,15 +383,26 @@ def write_dataset(
                                 disable=not progress):
                 writer.write(episode)
                 steps += episode.total_steps
+                notes.append(_note(episode))
             count = writer.total_episodes
+        extra = dict(metadata.pop("extra", None) or {})
+        if any(note is not None for note in notes):
+            extra["episode_metadata"] = notes
+        _check_episode_metadata(extra.get("episode_metadata"), count, dataset_id)
+        if journal is not None:
+            extra[layout.JOURNALS_KEY] = {journal[0]: journal[1]}
         meta = dataset_metadata(dataset_id, spec, total_episodes=count, total_steps=steps,
-                                jpeg_encoding=jpeg_encoding, **metadata)
-        _write_metadata(data, meta)
+                                jpeg_encoding=jpeg_encoding, extra=extra, **metadata)
+        _write_metadata(data, meta, _size_mb(p for p in data.iterdir() if p.is_file()))
         _remember_digests(work)
-        _move_into_place(work, target, dataset_id)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+        if fsync:
+            sync_tree(work)
+        with dataset_lock(dataset_id):
+            target = _check_new(dataset_id)
+            _move_into_place(work, target, dataset_id)
+            if fsync:
+                sync_folder(target.parent)
+                sync_folder(target.parent.parent)
     return target
 
 
@@ -392,55 +412,100 @@ def append_to_dataset(
     spec: MultiAgentSpec,
     *,
     progress: bool = False,
-    episode_metadata: list[dict[str, Any]] | None = None,
+    fsync: bool = True,
+    journal: JournalMark | None = None,
 ) -> Path:
     """Append ``episodes`` to an existing dataset, all or nothing.
 
-    ``episode_metadata`` (one dict per new episode, from an episode-metadata callback) is
-    appended to the dataset's ``episode_metadata`` list.
-
-    The data file is copied, appended to and swapped in with ``rename`` after the metadata is
-    ready, so a crash leaves the dataset as it was.
+    The data file is copied, appended to and swapped in; the append commits when the new
+    ``metadata.json`` replaces the old one, so a crash at any moment leaves the dataset as it
+    was or with every new episode. The dataset's lock is held throughout, so concurrent
+    appenders take turns. Episode metadata carried by the episodes (journal records) is
+    appended to ``episode_metadata``, which stays one entry (or ``null``) per episode.
 
     Raises:
         DatasetNotFoundError: no dataset with this id.
         IncompatibleSourcesError: the dataset's agents or spaces differ from ``spec``.
+        LockedError: another writer held the dataset's lock too long.
     """
     from marl_minari.reader import read_spec
 
-    target = dataset_dir(dataset_id)
-    data = target / "data"
-    if not (data / layout.METADATA_FILE_NAME).exists():
-        raise DatasetNotFoundError(f"no dataset {dataset_id!r} at {target} to add episodes to")
-    metadata = json.loads((data / layout.METADATA_FILE_NAME).read_text())
-    stored = read_spec(data)
-    _check_same_spaces(stored, spec, dataset_id)
-    work = staging_root() / f"append-{uuid.uuid4().hex}"
-    work.mkdir()
-    try:
+    data = dataset_dir(dataset_id) / "data"
+    root = staging_root()
+    remove_stale_staging(root)
+    with dataset_lock(dataset_id), staging_folder(root, "append") as work:
+        if not (data / layout.METADATA_FILE_NAME).exists():
+            raise DatasetNotFoundError(
+                f"no dataset {dataset_id!r} at {data.parent} to add episodes to")
+        metadata = json.loads((data / layout.METADATA_FILE_NAME).read_text())
+        stored = read_spec(data)
+        _check_same_spaces(stored, spec, dataset_id)
+        committed = int(metadata["total_episodes"])
         scratch = work / layout.MAIN_FILE_NAME
         shutil.copyfile(data / layout.MAIN_FILE_NAME, scratch)
+        _drop_uncommitted(scratch, committed)
         steps = 0
+        notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(scratch, stored, jpeg_encoding=bool(
                 metadata.get("jpeg_encoding", True))) as writer:
             for episode in tqdm(episodes, desc=f"adding to {dataset_id}", unit="ep",
                                 disable=not progress):
                 writer.write(episode)
                 steps += episode.total_steps
+                notes.append(_note(episode))
             count = writer.total_episodes
-        if episode_metadata:
-            before = metadata.get("episode_metadata")
-            if not isinstance(before, list):
-                before = [None] * int(metadata["total_episodes"])
-            metadata["episode_metadata"] = before + list(episode_metadata)
+        _extend_episode_metadata(metadata, committed, notes)
+        if journal is not None:
+            metadata.setdefault(layout.JOURNALS_KEY, {})[journal[0]] = journal[1]
         metadata.update(total_episodes=count, total_steps=metadata["total_steps"] + steps)
+        kept = (p for p in data.iterdir() if p.is_file() and p.name not in (
+            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME))
+        _write_metadata(work, metadata, _size_mb([scratch, *kept]))
+        if fsync:
+            sync_file(scratch)
+            sync_file(work / layout.METADATA_FILE_NAME)
         (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         os.replace(scratch, data / layout.MAIN_FILE_NAME)
-        _write_metadata(data, metadata)
-        _remember_digests(target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+        # The commit point: until this rename, readers see the old episode count.
+        os.replace(work / layout.METADATA_FILE_NAME, data / layout.METADATA_FILE_NAME)
+        if fsync:
+            sync_folder(data)
+        _remember_digests(data.parent)
+    return data.parent
+
+
+def _note(episode: AnyEpisode) -> dict[str, Any] | None:
+    """The episode metadata an episode carries (journal records keep the callback's dict)."""
+    return episode.metadata if isinstance(episode, LeafEpisode) else None
+
+
+def _check_episode_metadata(notes: Any, count: int, dataset_id: str) -> None:
+    if notes is not None and (not isinstance(notes, list) or len(notes) != count):
+        size = len(notes) if isinstance(notes, list) else type(notes).__name__
+        raise LayoutError(
+            f"dataset {dataset_id!r}: episode_metadata must be a list with one dict (or None) "
+            f"per episode, got {size} for {count} episodes"
+        )
+
+
+def _extend_episode_metadata(metadata: dict[str, Any], committed: int,
+                             notes: list[dict[str, Any] | None]) -> None:
+    """Keep ``episode_metadata`` one entry per episode (``None`` where there is none)."""
+    before = metadata.get("episode_metadata")
+    if before is None and all(note is None for note in notes):
+        return
+    before = list(before) if isinstance(before, list) else []
+    before = (before + [None] * committed)[:committed]
+    metadata["episode_metadata"] = before + notes
+
+
+def _drop_uncommitted(path: Path, committed: int) -> None:
+    """Delete ``episode_k`` groups with ``k >= committed`` (left by an interrupted append)."""
+    with h5py.File(path, "a") as file:
+        for name in list(file):
+            number = name.removeprefix("episode_")
+            if number.isdigit() and int(number) >= committed:
+                del file[name]
 
 
 def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: str) -> None:
@@ -472,11 +537,11 @@ def _check_new(dataset_id: str) -> Path:
     return target
 
 
-def _write_metadata(data: Path, metadata: dict[str, Any]) -> None:
-    metadata["dataset_size"] = _size_mb(data)
-    temporary = data / (layout.METADATA_FILE_NAME + ".tmp")
+def _write_metadata(folder: Path, metadata: dict[str, Any], size_mb: float) -> None:
+    metadata["dataset_size"] = size_mb
+    temporary = folder / f"{layout.METADATA_FILE_NAME}.{uuid.uuid4().hex}.tmp"
     temporary.write_text(json.dumps(metadata, default=_json_default))
-    os.replace(temporary, data / layout.METADATA_FILE_NAME)
+    os.replace(temporary, folder / layout.METADATA_FILE_NAME)
 
 
 def _json_default(value: Any) -> Any:
@@ -496,8 +561,8 @@ def _remember_digests(folder: Path) -> None:
                               if (folder / "data" / name).is_file()])
 
 
-def _size_mb(data: Path) -> float:
-    return round(sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) / 1e6, 1)
+def _size_mb(files: Iterable[Path]) -> float:
+    return round(sum(p.stat().st_size for p in files) / 1e6, 1)
 
 
 def _move_into_place(work: Path, target: Path, dataset_id: str) -> None:

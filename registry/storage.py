@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -675,22 +674,17 @@ class RegistryStorage(CloudStorage):
 def staging_area(root: Path) -> Iterator[Path]:
     """A fresh hidden folder under ``root`` (same file system: renames are atomic).
 
-    It is removed on exit, whatever happened; Minari does not list hidden folders.
+    It is removed on exit, whatever happened; Minari does not list hidden folders. Folders
+    left by killed downloads are removed here, once their writer is dead.
     """
     from marl_minari.ids import datasets_root
-    from marl_minari.writer import staging_root
+    from marl_minari.locking import remove_stale_staging, staging_folder, staging_root
 
-    if root.resolve() == datasets_root().resolve():
-        parent = staging_root()
-    else:
-        parent = root / STAGING_FOLDER
-        parent.mkdir(parents=True, exist_ok=True)
-    work = parent / f"download-{uuid.uuid4().hex}"
-    work.mkdir()
-    try:
+    parent = (staging_root() if root.resolve() == datasets_root().resolve()
+              else root / STAGING_FOLDER)
+    remove_stale_staging(parent)
+    with staging_folder(parent, "download") as work:
         yield work
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def install(staged: Path, root: Path, dataset_id: str, *, replace: bool, work: Path) -> Path:

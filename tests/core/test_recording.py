@@ -91,12 +91,15 @@ def test_damaged_last_record_fails_its_checksum(tmp_path: Path) -> None:
 
 def test_appending_after_a_torn_tail_keeps_the_new_records(tmp_path: Path) -> None:
     episodes = _episodes(4)
-    _record(tmp_path / "rec", episodes[:2]).close(keep=True)
+    recording = _record(tmp_path / "rec", episodes[:1])
     journal = tmp_path / "rec" / JOURNAL_NAME
+    first = journal.stat().st_size
+    recording.append(episodes[1])
+    recording.close(keep=True)
     size = journal.stat().st_size
     with open(journal, "r+b") as handle:
         handle.truncate(size - 7)  # killed while writing the second record
-    torn = journal.read_bytes()[len(encode_record(episodes[0])):]
+    torn = journal.read_bytes()[first:]
     resumed = _record(tmp_path / "rec", episodes[2:])
     assert resumed.episodes == 3
     resumed.close(keep=True)

@@ -139,7 +139,7 @@ def test_metadata_has_minari_keys_and_the_multi_agent_key(datasets_root: Path) -
     assert (target / "data" / layout.INDEX_FILE_NAME).exists()
     # nothing is left in the staging folder
     assert not [p for p in (datasets_root / ".marl_minari").iterdir()
-                if p.name != "recordings"]
+                if p.name not in ("recordings", "locks")]
 
 
 @pytest.mark.parametrize("dataset_id", ["t/x-v0", "../x-v0", "x", "ns/../x-v0", "x-v0/"])
@@ -173,7 +173,7 @@ def test_a_failing_episode_source_leaves_nothing_behind(datasets_root: Path) -> 
         write_dataset("team/broken-v0", source(), spec)
     assert not (datasets_root / "team" / "broken-v0").exists()
     assert not [p for p in (datasets_root / ".marl_minari").iterdir()
-                if p.name != "recordings"]
+                if p.name not in ("recordings", "locks")]
     write_dataset("team/broken-v0", episodes, spec)  # the id is still free
     assert mm.load_dataset("team/broken-v0").total_episodes == 3
 
