@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,9 +27,7 @@ def datasets_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     root = tmp_path / "minari-datasets"
     root.mkdir()
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield root
+    yield root
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +91,82 @@ def record_parallel() -> Callable[..., tuple[Any, list[dict[str, Any]]]]:
         return dataset, records
 
     return record
+
+
+@pytest.fixture(scope="session")
+def _recording_cache(tmp_path_factory: pytest.TempPathFactory
+                     ) -> Callable[..., tuple[Path, list[dict[str, Any]]]]:
+    """``cache(env_id, episodes, collector_kwargs, env_kwargs)`` -> ``(dataset folder, play
+    records)``: each distinct recording is made once per session, in a root of its own."""
+    import marl_minari as mm
+
+    root = tmp_path_factory.mktemp("recordings")
+    made: dict[str, tuple[Path, list[dict[str, Any]]]] = {}
+
+    def record(env_id: str, episodes: int, collector_kwargs: dict[str, Any],
+               env_kwargs: dict[str, Any]) -> tuple[Path, list[dict[str, Any]]]:
+        key = json.dumps([env_id, episodes, collector_kwargs, env_kwargs], sort_keys=True)
+        if key not in made:
+            dataset_id = f"cache/d{len(made)}-v0"
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MINARI_DATASETS_PATH", str(root))
+                collector = mm.ParallelDataCollector(mm.make_env(env_id, **env_kwargs),
+                                                     **collector_kwargs)
+                records = play_parallel(collector, episodes)
+                collector.create_dataset(dataset_id, description="recorded by the test suite",
+                                         **TEST_METADATA)
+                collector.close()
+            made[key] = (root / dataset_id, records)
+        return made[key]
+
+    return record
+
+
+def place_dataset(source: Path, dataset_id: str, root: Path) -> None:
+    """Copy the dataset folder ``source`` under ``root`` as ``dataset_id``."""
+    namespace, _, name = dataset_id.rpartition("/")
+    target = root / namespace / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (target.parent / "namespace_metadata.json").write_text("{}")
+    shutil.copytree(source, target)
+    meta_path = target / "data" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["dataset_id"] = dataset_id
+    meta_path.write_text(json.dumps(meta))
+
+
+@pytest.fixture
+def recorded_parallel(_recording_cache: Callable[..., tuple[Path, list[dict[str, Any]]]],
+                      datasets_root: Path) -> Callable[..., tuple[Any, list[dict[str, Any]]]]:
+    """:func:`record_parallel` (same arguments, same result) for tests that only read the
+    dataset: each distinct recording is made once per session and copied into this test's
+    datasets root under the id asked for."""
+    import marl_minari as mm
+
+    def get(env_id: str, episodes: int = 3, dataset_id: str = "tests/recorded-v0",
+            **kwargs: Any) -> tuple[Any, list[dict[str, Any]]]:
+        collector_kwargs = {k[len("collector_"):]: v for k, v in kwargs.items()
+                            if k.startswith("collector_")}
+        env_kwargs = {k: v for k, v in kwargs.items() if not k.startswith("collector_")}
+        source, records = _recording_cache(env_id, episodes, collector_kwargs, env_kwargs)
+        place_dataset(source, dataset_id, datasets_root)
+        return mm.load_dataset(dataset_id), records
+
+    return get
+
+
+@pytest.fixture
+def recorded(recorded_parallel: Callable[..., tuple[Any, list[dict[str, Any]]]]
+             ) -> Callable[..., Any]:
+    """``recorded(env_id, episodes=3, dataset_id="tests/recorded-v0", jpeg=True, **env_kw)``:
+    a dataset recorded from a real env (once per session) placed under this test's root."""
+
+    def get(env_id: str, episodes: int = 3, dataset_id: str = "tests/recorded-v0",
+            jpeg: bool = True, **kwargs: Any) -> Any:
+        return recorded_parallel(env_id, episodes, dataset_id, collector_jpeg_encoding=jpeg,
+                                 **kwargs)[0]
+
+    return get
 
 
 @pytest.fixture(scope="session")

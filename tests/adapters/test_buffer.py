@@ -10,6 +10,8 @@ import pytest
 from adapter_helpers import write_vault
 from flashbax.buffers.trajectory_buffer import TrajectoryBuffer, TrajectoryBufferState
 from marl_minari.adapters import SOURCE_KEY, from_vault, make_buffer, to_vault
+from marl_minari.adapters.buffer import MultiSourceBufferState
+from scipy.stats import chisquare
 
 from marl_minari.errors import IncompatibleSourcesError
 
@@ -48,21 +50,106 @@ def test_dataset_and_vaults_sampled_under_jit(recorded, vaults: Path) -> None:
         buffer.add(state, batch)
 
 
-def test_weights_and_boundaries(recorded, vaults: Path) -> None:
+def _episode_pieces(state: MultiSourceBufferState) -> list[tuple[int, int, int]]:
+    """``(source, first, length)`` of every episode in the buffer, found from the stored
+    ``terminals``/``truncations`` and ``source`` columns alone (a source's last piece may be
+    an unfinished episode)."""
+    experience = state.experience
+    done = np.maximum(np.asarray(experience["terminals"][0]),
+                      np.asarray(experience["truncations"][0])).max(-1) > 0
+    source = np.asarray(experience[SOURCE_KEY][0])
+    pieces, first = [], 0
+    for t in range(len(source)):
+        if done[t] or t + 1 == len(source) or source[t + 1] != source[t]:
+            pieces.append((int(source[t]), first, t + 1 - first))
+            first = t + 1
+    return pieces
+
+
+def _valid_starts(state: MultiSourceBufferState, length: int, period: int
+                  ) -> dict[int, list[int]]:
+    """Per source: every start of ``length`` steps inside one episode, every ``period`` steps
+    from the episode's first step."""
+    out: dict[int, list[int]] = {}
+    for source, first, size in _episode_pieces(state):
+        out.setdefault(source, []).extend(range(first, first + size - length + 1, period))
+    return out
+
+
+def _sampled_starts(buffer: TrajectoryBuffer, state: MultiSourceBufferState, draws: int
+                    ) -> np.ndarray:
+    """Start position of ``draws`` sampled sequences, found by their first observation."""
+    observations = np.asarray(state.experience["observations"][0])
+    position = {row.tobytes(): t for t, row in enumerate(observations)}
+    assert len(position) == len(observations), "observations must tell the steps apart"
+    sample = jax.jit(buffer.sample)
+    starts = []
+    for key in jax.random.split(jax.random.PRNGKey(7), draws // 500):
+        first = np.asarray(sample(state, key).experience["observations"][:, 0])
+        starts.extend(position[row.tobytes()] for row in first)
+    return np.asarray(starts)
+
+
+def _assert_uniform(counts: np.ndarray, expected: np.ndarray, what: str) -> None:
+    """Chi-square goodness of fit; seeded draws, so a pass or fail is reproducible."""
+    result = chisquare(counts, expected * counts.sum() / expected.sum())
+    assert result.pvalue > 1e-3, (what, result, counts)
+
+
+def test_sampling_distribution(recorded, vaults: Path) -> None:
+    """Every valid start equally likely by default; ``weights`` pick the source, then a start
+    uniformly inside it; ``period`` counts from each episode's first step."""
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=7)
+    write_vault(vaults, "og", "u", steps=17, max_cycles=5, seed=100)
+    sources = [dataset, str(vaults / "og" / "u")]
+
+    buffer, state = make_buffer(sources, sample_batch_size=500, sample_sequence_length=3)
+    valid = _valid_starts(state, 3, 1)
+    every = sorted(valid[0] + valid[1])
+    assert np.array_equal(np.asarray(state.starts), every)
+    drawn = _sampled_starts(buffer, state, 40_000)
+    assert set(drawn.tolist()) == set(every)  # every valid start, nothing across an episode
+    counts = np.asarray([np.sum(drawn == start) for start in every])
+    _assert_uniform(counts, np.ones(len(every)), "every valid sequence equally likely")
+
+    buffer, state = make_buffer(sources, sample_batch_size=500, sample_sequence_length=2,
+                                weights=[1.0, 3.0])
+    valid = _valid_starts(state, 2, 1)
+    drawn = _sampled_starts(buffer, state, 40_000)
+    from_vault_source = np.isin(drawn, valid[1])
+    _assert_uniform(np.asarray([(~from_vault_source).sum(), from_vault_source.sum()]),
+                    np.asarray([1.0, 3.0]), "source shares follow the weights")
+    for source, starts in valid.items():
+        counts = np.asarray([np.sum(drawn == start) for start in starts])
+        _assert_uniform(counts, np.ones(len(starts)), f"uniform inside source {source}")
+
+    for period in (2, 3):  # sampling draws from the start table, checked above
+        _, state = make_buffer(sources, sample_batch_size=500, sample_sequence_length=2,
+                               period=period)
+        valid = _valid_starts(state, 2, period)
+        every = sorted(valid[0] + valid[1])
+        assert np.array_equal(np.asarray(state.starts), every), period
+        assert np.array_equal(np.asarray(state.source_offsets),
+                              [0, len(valid[0]), len(every)]), period
+
+    zero, only_vault = make_buffer(sources, sample_batch_size=32, sample_sequence_length=3,
+                                   weights=[0.0, 1.0])
+    batch = jax.jit(zero.sample)(only_vault, jax.random.PRNGKey(1)).experience
+    assert np.all(np.asarray(batch[SOURCE_KEY]) == 1)
+
+
+def test_boundaries_and_bad_weights(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
     write_vault(vaults, "og", "u", steps=12, max_cycles=5)
     path = str(vaults / "og" / "u")
-    buffer, state = make_buffer([dataset, path], sample_batch_size=32,
-                                sample_sequence_length=3, weights=[0.0, 1.0])
-    batch = jax.jit(buffer.sample)(state, jax.random.PRNGKey(1)).experience
-    assert np.all(np.asarray(batch[SOURCE_KEY]) == 1)
+    _, state = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3)
     _, crossing = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3,
                               respect_episode_boundaries=False)
+    # Without episode boundaries a sequence may cross episodes, never sources.
+    source_lengths = [dataset.total_steps, 12]
+    assert np.array_equal(np.asarray(crossing.starts), list(range(source_lengths[0] - 2)) + list(
+        range(source_lengths[0], source_lengths[0] + source_lengths[1] - 2)))
     assert crossing.starts.shape[0] > state.starts.shape[0]
-    _, sparse = make_buffer([dataset], sample_batch_size=8, sample_sequence_length=3,
-                            period=2)
-    assert np.all(np.diff(np.asarray(sparse.starts)) >= 1)
-    assert sparse.starts.shape[0] < state.source_offsets[1]
     with pytest.raises(ValueError, match="no sequence of 6 steps"):
         make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=6,
                     weights=[1.0, 1.0])

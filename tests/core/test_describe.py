@@ -142,10 +142,10 @@ def check_against_plain(description: DatasetDescription, dataset_id: str,
 # --------------------------------------------------------------------------- datasets
 @pytest.mark.parametrize("env", [KAZ, SPREAD, SPREAD_CONTINUOUS],
                          ids=["kaz-dying-agents", "spread", "spread-continuous"])
-def test_statistics_equal_plain_minari(record_parallel: Recorder,
+def test_statistics_equal_plain_minari(recorded_parallel: Recorder,
                                        env: tuple[str, dict[str, Any]]) -> None:
     env_id, kwargs = env
-    dataset, records = record_parallel(env_id, episodes=3, **kwargs)
+    dataset, records = recorded_parallel(env_id, episodes=3, **kwargs)
     if env is KAZ:
         assert not dataset.to_arrays().active.all(), "an agent must die for this test to bite"
     description = describe("tests/recorded-v0", chunk_steps=40)
@@ -162,8 +162,8 @@ def test_statistics_equal_plain_minari(record_parallel: Recorder,
     json.dumps(whole, allow_nan=False)
 
 
-def test_metadata_and_text(record_parallel: Recorder) -> None:
-    record_parallel(*SPREAD[:1], episodes=2, **SPREAD[1])
+def test_metadata_and_text(recorded_parallel: Recorder) -> None:
+    recorded_parallel(*SPREAD[:1], episodes=2, **SPREAD[1])
     description = describe("tests/recorded-v0")
     meta = description.metadata
     assert meta["env"]["env_id"] == "mpe2/simple_spread_v3"
@@ -334,10 +334,10 @@ def png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) -> None:
+def test_dataset_card_is_published(recorded_parallel: Recorder, tmp_path: Path) -> None:
     from marl_minari.registry import publish
 
-    record_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
+    recorded_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
     description = describe("tests/kaz-v0")
     card = dataset_card(description, dataset_dir("tests/kaz-v0") / "README.md")
     text = card.read_text()
@@ -424,12 +424,12 @@ def test_size_categories() -> None:
 
 
 # --------------------------------------------------------------------------- command
-def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
+def test_describe_command(recorded_parallel: Recorder, tmp_path: Path) -> None:
     from marl_minari.cli import _register_optional_commands, app
 
     _register_optional_commands()
-    record_parallel(SPREAD[0], episodes=3, dataset_id="tests/spread-v0", **SPREAD[1])
-    record_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
+    recorded_parallel(SPREAD[0], episodes=3, dataset_id="tests/spread-v0", **SPREAD[1])
+    recorded_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
     raw = write_ogmarl_vault(tmp_path / "vaults", "toy_env", "Good")
     runner = CliRunner()
 

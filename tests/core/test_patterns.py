@@ -303,6 +303,23 @@ def test_step_and_episode_rows_follow_the_arrays() -> None:
         assert np.array_equal(episodes["state"][i], episode.state)
 
 
+def _tictactoe_results(game: int) -> dict[str, float]:
+    """Each player's total reward in game ``game`` of ``record_tictactoe``, replayed on the
+    PettingZoo env itself (same seed, same move choices)."""
+    env = mm.make_env("classic/tictactoe-v3", api="aec")
+    env.reset(seed=game)
+    rng = np.random.default_rng(game)
+    totals = dict.fromkeys(env.possible_agents, 0.0)
+    for _ in env.agent_iter():
+        observation, _, terminated, truncated, _ = env.last()
+        env.step(None if terminated or truncated else int(
+            rng.choice(np.flatnonzero(observation["action_mask"]))))
+        for agent, reward in env.rewards.items():
+            totals[agent] += float(reward)
+    env.close()
+    return totals
+
+
 def test_turn_based_rows_go_from_turn_to_turn(record_tictactoe: Any) -> None:
     dataset = record_tictactoe("patterns/tictactoe-v0", 5)
     arrays = dataset.to_arrays()
@@ -320,10 +337,21 @@ def test_turn_based_rows_go_from_turn_to_turn(record_tictactoe: Any) -> None:
                               expected.next_observations["observation"])
         assert np.array_equal(mine["legal_mask"], expected.action_masks.astype(bool))
         assert np.array_equal(mine["next_legal_mask"], expected.next_action_masks.astype(bool))
-    # Every game ends with both players done; the winner's last reward is +1.
+    # A player's 9-step return from its first turn is its game result: the env's own rewards
+    # for the same seeded game, +1 for the winner and -1 for the loser, or 0 for both.
     last = P.n_step(rows, 9, 1.0)
     firsts = last["agent_t"] == 0
-    assert sorted(set(last["reward"][firsts].tolist())) <= [-1.0, 0.0, 1.0]
+    results = {(int(e), dataset.possible_agents[int(i)]): r for e, i, r in zip(
+        last["episode_id"][firsts], last["agent_index"][firsts], last["reward"][firsts],
+        strict=True)}
+    assert set(results.values()) <= {-1.0, 0.0, 1.0}
+    decided = 0
+    for game in range(5):
+        expected = _tictactoe_results(game)
+        assert {a: results[(game, a)] for a in expected} == expected, game
+        assert sorted(expected.values()) in ([-1.0, 1.0], [0.0, 0.0]), game
+        decided += max(expected.values()) == 1.0
+    assert decided > 0, "a game must have a winner for this test to bite"
     with pytest.raises(ValueError, match="turn-based"):
         P.agent_step_rows(arrays, dataset.spec, only_acted=False)
 

@@ -222,6 +222,14 @@ def _shift_last(arrays: dict) -> None:
             arrays[key][-1] -= 16
 
 
+def _shift_middle(arrays: dict) -> None:
+    # Episode 2 of 4: the first and the last episode are left intact, so a check that only
+    # looks at the ends passes; the reads must still not use the shifted offsets.
+    for key in arrays:
+        if key.startswith("o") and arrays[key][2] >= 0:
+            arrays[key][2] += 16
+
+
 def _steps_first(arrays: dict) -> None:
     arrays["steps"][0] += 1
     arrays["steps"][2] -= 1
@@ -246,14 +254,23 @@ def _fewer_episodes(arrays: dict) -> None:
             arrays[key] = arrays[key][:-1]
 
 
-@pytest.mark.parametrize("edit", [_shift_first, _shift_last, _steps_first, _steps_middle,
-                                  _file_size, _reversed_paths, _fewer_episodes])
+# The reader checks the index against the file at the first and the last episode only, so a
+# shifted middle offset is used and returns another episode's bytes (known gap: verify every
+# episode's offsets); strict, so the mark has to go once the check covers every episode.
+_MIDDLE_NOT_CHECKED = pytest.mark.xfail(
+    strict=True, reason="the offset index is checked at the first and last episode only")
+
+
+@pytest.mark.parametrize("edit", [_shift_first, pytest.param(_shift_middle,
+                                                             marks=_MIDDLE_NOT_CHECKED),
+                                  _shift_last, _steps_first, _steps_middle, _file_size,
+                                  _reversed_paths, _fewer_episodes])
 def test_tampered_index_is_ignored_and_reads_stay_correct(written: tuple, edit: Any) -> None:
     dataset, episodes = written
     assert _index_used(dataset)
     _edit_index(dataset, edit)
-    assert not _index_used(dataset)
     _assert_arrays_match(dataset.to_arrays(), episodes, [0, 1, 2, 3])
+    assert not _index_used(dataset)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])

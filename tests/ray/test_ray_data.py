@@ -95,9 +95,9 @@ def _record_coins(dataset_id: str, episodes: int) -> mm.MultiAgentDataset:
 
 
 @pytest.fixture
-def spread(record_parallel: Any) -> mm.MultiAgentDataset:
-    dataset, _ = record_parallel("mpe2/simple_spread_v3", episodes=6,
-                                 dataset_id="ray/spread-v0", max_cycles=8)
+def spread(recorded_parallel: Any) -> mm.MultiAgentDataset:
+    dataset, _ = recorded_parallel("mpe2/simple_spread_v3", episodes=6,
+                                   dataset_id="ray/spread-v0", max_cycles=8)
     return dataset
 
 

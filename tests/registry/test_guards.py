@@ -6,7 +6,9 @@ import hashlib
 import json
 import logging
 import shutil
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import minari
@@ -179,12 +181,28 @@ def test_published_version_is_never_overwritten(registry_dir: Path,
 
 def test_concurrent_manifest_creation_loses_cleanly(registry_dir: Path,
                                                     small_dataset: Callable[..., str]) -> None:
+    """Writers released together at one manifest key: exactly one wins, the file holds the
+    winner's bytes whole, the losers leave nothing behind."""
     dataset_id = small_dataset()
     storage = registry.open_remote()
-    assert storage._write_new("x/manifest.json", b"first")  # type: ignore[attr-defined]
-    assert not storage._write_new("x/manifest.json", b"second")  # type: ignore[attr-defined]
-    assert (registry_dir / "x" / "manifest.json").read_bytes() == b"first"
+    writers, rounds = 8, 25
+    for round_ in range(rounds):
+        key = f"race-{round_}/manifest.json"
+        start = threading.Barrier(writers)
+
+        def write(writer: int, key: str = key, start: threading.Barrier = start) -> bool:
+            start.wait()
+            payload = f"writer {writer} ".encode() * 4096  # several writes' worth per file
+            return storage._write_new(key, payload)  # type: ignore[attr-defined]
+
+        with ThreadPoolExecutor(writers) as pool:
+            won = list(pool.map(write, range(writers)))
+        assert won.count(True) == 1, (round_, won)
+        winner = won.index(True)
+        assert (registry_dir / key).read_bytes() == f"writer {winner} ".encode() * 4096
+        assert sorted(p.name for p in (registry_dir / key).parent.iterdir()) == ["manifest.json"]
     registry.publish(dataset_id)
+    assert [d.dataset_id for d in registry.list_datasets()] == [dataset_id]
 
 
 def test_interrupted_publish_never_shows_up(registry_dir: Path,
