@@ -15,8 +15,9 @@ from marl_minari.errors import MarlMinariError
 
 RemoteOption = Annotated[str | None, typer.Option(
     "--remote", "-r",
-    help="Registry: file:///dir, a directory path, s3://bucket[/prefix], http(s)://host/path "
-         "(read-only). Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
+    help="Registry: file:///dir, a directory path, s3://bucket or s3://bucket/prefix, "
+         "http://host/path or https://host/path (read-only). "
+         "Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
 
 
 def _fail(exc: MarlMinariError) -> typer.Exit:
@@ -39,7 +40,8 @@ def publish(
     except MarlMinariError as exc:
         raise _fail(exc) from None
     for current, outcome in result.outcomes.items():
-        typer.echo(f"{outcome:<10} {current}")
+        note = "  (already published with the same files)" if outcome == "unchanged" else ""
+        typer.echo(f"{outcome:<10} {current}{note}")
     typer.echo(f"{dataset_id}: {len(result.manifest.files)} files, "
                f"{result.manifest.total_size} bytes on {result.remote}")
 
@@ -50,7 +52,7 @@ def remote_list(
 ) -> None:
     """List the datasets published on a registry."""
     from marl_minari.registry import list_datasets, resolve_remote
-    from marl_minari.registry.storage import scrub
+    from marl_minari.registry.credentials import scrub
 
     try:
         found = list_datasets(remote, prefix=prefix)

@@ -5,11 +5,16 @@ Endpoint, region and credentials come from boto3's usual sources: ``AWS_ENDPOINT
 ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and ``~/.aws/config``,
 instance roles, and ``AWS_MAX_ATTEMPTS`` / ``AWS_RETRY_MODE`` for retries. Nothing of that is
 stored in the registry or printed: error messages go through
-:func:`marl_minari.registry.storage.scrub`.
+:func:`marl_minari.registry.credentials.scrub`. Credentials in the URL (``s3://KEY:SECRET@...``)
+are refused without being echoed.
 
-Concurrency: the manifest is created with ``If-None-Match: *`` (fails if another publisher
-created it first) and the index is replaced with ``If-Match: <etag>`` (retried on conflict).
-Stores without conditional writes get a check-then-write fallback.
+Concurrency: a publish uploads below ``<dataset>/.pending-<id>/``, creates the manifest with
+``If-None-Match: *`` (fails if another publisher created it first), then copies its files into
+place on the server side; the index is replaced with ``If-Match: <etag>`` (retried on
+conflict). Stores without conditional writes get a check-then-write fallback.
+
+boto3 is imported only when an ``s3://`` remote is opened, so its absence is a
+:class:`~marl_minari.errors.RemoteError` with the install line, never an ``ImportError``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,13 +39,16 @@ from marl_minari.digests import (
 )
 from marl_minari.errors import CorruptedDataError, RemoteError
 
-from .manifest import Progress, changed_since_hashed, missing_remote_file
-from .storage import RegistryStorage, logger, uploaded_digests
+from .manifest import missing_remote_file
+from .settings import RemoteSettings
+from .storage import RegistryStorage, logger, too_large, uploaded_digests
+from .transfer import DeadlineExceeded, Progress, changed_since_hashed
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _UNSUPPORTED = {"NotImplemented", "501"}
+_DELETE_BATCH = 1000
 
 
 def _boto() -> Any:
@@ -86,11 +95,20 @@ class S3Storage(RegistryStorage):
     kind = "s3"
     writable = True
 
-    def __init__(self, name: str, token: str | None = None) -> None:
-        super().__init__(name, token)
+    def __init__(self, name: str, token: str | None = None, *,
+                 settings: RemoteSettings | None = None) -> None:
+        super().__init__(name, token, settings=settings)
+        _boto()
+        authority = name.split("/", 1)[0]
+        if "@" in authority:
+            raise self._fail(
+                f"s3://{name} carries credentials in the URL; s3:// remotes read them from "
+                "the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...): "
+                "remove the part before '@'"
+            )
         bucket, _, prefix = unquote(name).partition("/")
         if not _BUCKET_RE.match(bucket):
-            raise RemoteError(f"malformed S3 bucket name {bucket!r} in s3://{name}")
+            raise self._fail(f"malformed S3 bucket name {bucket!r} in s3://{name}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._client: Any = None
@@ -138,17 +156,23 @@ class S3Storage(RegistryStorage):
             return self._fail(f"{message}: bucket {self.bucket!r} does not exist")
         return self._fail(message, exc)
 
-    def _read_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+    def _read_versioned(self, key: str, limit: int) -> tuple[bytes | None, str | None]:
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-            return response["Body"].read(), response.get("ETag")
+            with response["Body"] as body:
+                if int(response.get("ContentLength") or 0) > limit:
+                    raise too_large(f"{self.location}/{key}", limit)
+                data = body.read(limit + 1)
         except self._errors() as exc:
             if self._code(exc) in _MISSING:
                 return None, None
             raise self._explain(f"cannot read {self.location}/{key}", exc) from None
+        if len(data) > limit:
+            raise too_large(f"{self.location}/{key}", limit)
+        return data, response.get("ETag")
 
-    def _read(self, key: str) -> bytes | None:
-        return self._read_versioned(key)[0]
+    def _read(self, key: str, limit: int) -> bytes | None:
+        return self._read_versioned(key, limit)[0]
 
     def _write(self, key: str, data: bytes) -> None:
         try:
@@ -192,7 +216,7 @@ class S3Storage(RegistryStorage):
     def _write_new(self, key: str, data: bytes) -> bool:
         done = self._conditional_put(key, data, {"IfNoneMatch": "*"})
         if done is None:
-            if self._read(key) is not None:
+            if self.client_has(key):
                 return False
             self._write(key, data)
             return True
@@ -219,12 +243,45 @@ class S3Storage(RegistryStorage):
             raise RemoteError(f"{source} changed while it was uploaded; publish again")
         return uploaded_digests(source, size, computed, known)
 
+    def client_has(self, key: str) -> bool:
+        """Whether an object exists at ``key``."""
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except self._errors() as exc:
+            if self._code(exc) in _MISSING:
+                return False
+            raise self._explain(f"cannot read {self.location}/{key}", exc) from None
+
+    def _move(self, source: str, target: str) -> None:
+        # A server-side copy (multipart above boto3's threshold): no bytes pass through here.
+        # The source is deleted with its pending prefix.
+        try:
+            self.client.copy({"Bucket": self.bucket, "Key": self._key(source)}, self.bucket,
+                             self._key(target))
+        except self._errors() as exc:
+            raise self._explain(f"cannot copy {source} to {target} on {self.location}",
+                                exc) from None
+
+    def _delete_tree(self, prefix: str) -> None:
+        try:
+            keys = [self._key(key) for key in self._list_keys(f"{prefix}/")]
+            for start in range(0, len(keys), _DELETE_BATCH):
+                batch = keys[start:start + _DELETE_BATCH]
+                self.client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": key} for key in batch], "Quiet": True})
+        except (RemoteError, *self._errors()) as exc:  # type: ignore[misc]
+            # Leftovers are hidden (never listed, never downloaded): worth a warning only.
+            logger.warning("%s", self._fail(f"could not delete {self.location}/{prefix}/", exc))
+
     def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
+        seconds = self.settings.download_deadline(size)
         try:
             with open(target, "wb") as handle:
-                sink = _HashingSink(handle, size, algorithm, where)
+                sink = _HashingSink(handle, size, algorithm, where,
+                                    time.monotonic() + seconds)
                 # A sink that cannot seek makes boto3 fetch ranges in parallel but hand them
                 # over in order, so every byte is hashed once, as it arrives.
                 self.client.download_fileobj(self.bucket, self._key(key), sink,
@@ -233,6 +290,10 @@ class S3Storage(RegistryStorage):
             if self._code(exc) in _MISSING:
                 raise missing_remote_file(where) from None
             raise self._explain(f"download of {where} failed", exc) from None
+        except DeadlineExceeded:
+            raise self._fail(f"download of {where} did not finish within {seconds:.1f} s, the "
+                             f"deadline for {size} bytes (RemoteSettings.download_deadline); "
+                             "try again later") from None
         except OSError as exc:
             raise self._fail(f"download of {where} failed", exc) from None
         return sink.size, sink.digests.hexdigests()[algorithm]
@@ -253,9 +314,11 @@ class S3Storage(RegistryStorage):
 class _HashingSink:
     """Write-only, non-seekable file object that hashes, counts and limits what it writes."""
 
-    def __init__(self, handle: Any, limit: int, algorithm: str, where: str) -> None:
+    def __init__(self, handle: Any, limit: int, algorithm: str, where: str,
+                 deadline: float) -> None:
         self._handle = handle
         self._limit = limit
+        self._deadline = deadline
         self._where = where
         self.size = 0
         self.digests = MultiHash((algorithm,))
@@ -265,6 +328,8 @@ class _HashingSink:
         if self.size > self._limit:
             raise CorruptedDataError(f"{self._where} has more than the {self._limit} bytes the "
                                      "manifest records")
+        if time.monotonic() > self._deadline:
+            raise DeadlineExceeded
         self.digests.update(data)
         self._handle.write(data)
         return len(data)

@@ -77,8 +77,7 @@ def test_publish_list_download(s3_remote: str, s3_client: Any,
     registry.download(dataset_id, remote=s3_remote)
     assert mm.load_dataset(dataset_id).total_episodes == 2
 
-    with pytest.raises(DatasetExistsError):
-        registry.publish(dataset_id, s3_remote)
+    assert registry.publish(dataset_id, s3_remote).outcomes == {dataset_id: "unchanged"}
 
 
 def test_minari_functions_over_s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch,
@@ -156,7 +155,7 @@ def test_s3_overwrite_refused_and_conditional_create(s3_remote: str, s3_client: 
     storage = registry.open_remote(s3_remote)
     assert storage._write_new("probe/manifest.json", b"1")  # type: ignore[attr-defined]
     assert not storage._write_new("probe/manifest.json", b"2")  # type: ignore[attr-defined]
-    assert storage._read("probe/manifest.json") == b"1"  # type: ignore[attr-defined]
+    assert storage._read("probe/manifest.json", 100) == b"1"  # type: ignore[attr-defined]
 
 
 def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
@@ -213,7 +212,7 @@ def test_s3_errors_carry_no_credentials(s3_remote: str, small_dataset: Callable[
         errors.append(str(info.value))
     assert "does not exist" in errors[1]
     bucket, prefix = _bucket_and_prefix(s3_remote)
-    stored = registry.open_remote(s3_remote)._read("_index.json")  # type: ignore[attr-defined]
+    stored = registry.open_remote(s3_remote)._read("_index.json", 1 << 20)  # type: ignore[attr-defined]
     for text in [*errors, caplog.text, stored.decode()]:
         assert S3_SECRET not in text
 
