@@ -22,12 +22,29 @@ SECRET_ENV_VARS: Final = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACC
 
 MASK: Final = "***"
 
-_USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+_USERINFO = r"(?P<userinfo>[^@\s/]*:[^@\s]*|[^/@\s]+)@"
+"""User-info before an ``@``: with a ``:`` it may hold unencoded ``/`` (AWS secret keys do, and
+users paste them so); without one it is a plain user name. A path that contains ``@`` may be
+taken for user-info: over-scrubbing a message is the safe side."""
+_USERINFO_RE = re.compile(rf"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://){_USERINFO}")
+_LEADING_USERINFO_RE = re.compile(rf"^{_USERINFO}")
 _SIGNED_QUERY_RE = re.compile(r"([?&](?:X-Amz-[A-Za-z-]+|Signature|AWSAccessKeyId|token|"
                               r"access_token|sig)=)[^&\s'\"]+", re.IGNORECASE)
 _MIN_SECRET_LENGTH: Final = 4
 """Shorter values are not replaced on their own (they would mask ordinary words); URL
 user-info of any length is still removed by its position."""
+
+
+def split_userinfo(name: str) -> tuple[str | None, str]:
+    """``("user:password", "host/path")`` for a remote name (the URL after ``kind://``).
+
+    ``(None, name)`` when it has no user-info. Unlike ``urllib.parse``, a ``/`` inside the
+    password is kept in the password, not read as the start of the path.
+    """
+    found = _LEADING_USERINFO_RE.match(name)
+    if found is None:
+        return None, name
+    return found.group("userinfo"), name[found.end():]
 
 
 def url_secrets(url: str) -> list[str]:
@@ -37,12 +54,9 @@ def url_secrets(url: str) -> list[str]:
     percent-decoded.
     """
     _, separator, rest = url.partition("://")
-    if not separator:
-        rest = url
-    authority = rest.split("/", 1)[0]
-    if "@" not in authority:
+    userinfo, _ = split_userinfo(rest if separator else url)
+    if userinfo is None:
         return []
-    userinfo = authority.rsplit("@", 1)[0]
     user, _, password = userinfo.partition(":")
     pieces = {userinfo, user, password}
     pieces |= {unquote(piece) for piece in pieces}

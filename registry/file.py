@@ -28,6 +28,7 @@ from urllib.parse import unquote
 from marl_minari.digests import FileDigests, RememberedDigests
 from marl_minari.errors import RemoteError
 
+from .credentials import url_secrets
 from .manifest import missing_remote_file
 from .settings import RemoteSettings
 from .storage import RegistryStorage, too_large, upload_algorithms, uploaded_digests
@@ -45,6 +46,9 @@ class FileStorage(RegistryStorage):
     def __init__(self, name: str, token: str | None = None, *,
                  settings: RemoteSettings | None = None) -> None:
         super().__init__(name, token, settings=settings)
+        if url_secrets(f"file://{name}"):
+            raise self._fail(f"file://{name} carries credentials (user-info before '@'); "
+                             "file:// remotes take none: remove the part before '@'")
         path = Path(unquote(name)).expanduser() if name else Path(".")
         self.root = path if path.is_absolute() else Path.cwd() / path
 
@@ -59,6 +63,8 @@ class FileStorage(RegistryStorage):
     def _read(self, key: str, limit: int) -> bytes | None:
         try:
             with open(self._path(key), "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > limit:
+                    raise too_large(f"{self.location}/{key}", limit)
                 data = handle.read(limit + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None

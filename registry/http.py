@@ -26,7 +26,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from marl_minari.errors import RemoteError
 
-from .credentials import scrub
+from .credentials import scrub, split_userinfo
 from .manifest import missing_remote_file, wrong_size
 from .settings import RemoteSettings
 from .storage import RegistryStorage, too_large
@@ -59,11 +59,14 @@ class HttpStorage(RegistryStorage):
     def __init__(self, name: str, token: str | None = None, *,
                  settings: RemoteSettings | None = None) -> None:
         super().__init__(name, token, settings=settings)
+        userinfo, address = split_userinfo(name)
         try:
-            parts = urlsplit(f"{self.scheme}://{name}")
+            parts = urlsplit(f"{self.scheme}://{address}")
             hostname, port = parts.hostname, parts.port
-        except ValueError as exc:
-            raise self._fail(f"malformed URL {self.scheme}://{name}", exc) from None
+        except ValueError:
+            # The parser's message quotes the part it failed on, which may be a credential.
+            raise self._fail(f"malformed URL {self.scheme}://{name}: expected "
+                             f"{self.scheme}://[user:password@]host[:port]/path") from None
         if not hostname:
             raise self._fail(f"no host in {self.scheme}://{name}")
         netloc = hostname if ":" not in hostname else f"[{hostname}]"
@@ -71,8 +74,8 @@ class HttpStorage(RegistryStorage):
             netloc = f"{netloc}:{port}"
         self._base = urlunsplit((self.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self._headers = {"User-Agent": "marl-minari-registry"}
-        if parts.username is not None:
-            user, password = unquote(parts.username), unquote(parts.password or "")
+        if userinfo is not None:
+            user, _, password = (unquote(piece) for piece in userinfo.partition(":"))
             pair = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {pair}"
             self._secrets.append(pair)

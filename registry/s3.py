@@ -39,6 +39,7 @@ from marl_minari.digests import (
 )
 from marl_minari.errors import CorruptedDataError, RemoteError
 
+from .credentials import url_secrets
 from .manifest import missing_remote_file
 from .settings import RemoteSettings
 from .storage import RegistryStorage, logger, too_large, uploaded_digests
@@ -99,8 +100,7 @@ class S3Storage(RegistryStorage):
                  settings: RemoteSettings | None = None) -> None:
         super().__init__(name, token, settings=settings)
         _boto()
-        authority = name.split("/", 1)[0]
-        if "@" in authority:
+        if url_secrets(f"s3://{name}"):
             raise self._fail(
                 f"s3://{name} carries credentials in the URL; s3:// remotes read them from "
                 "the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...): "
