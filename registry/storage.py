@@ -489,7 +489,7 @@ class RegistryStorage(CloudStorage):
                 winner = self.manifest(dataset_id)
                 if not winner.same_content(manifest):
                     raise DatasetExistsError(
-                        f"{dataset_id!r} was published on {self.location} with other files by "
+                        f"{dataset_id!r} was published on {self.location} with different files by "
                         "another publisher while this publish ran; versions are immutable: "
                         "bump the version (-vN+1) and publish again"
                     )
