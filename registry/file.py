@@ -31,8 +31,14 @@ from marl_minari.errors import RemoteError
 from .credentials import url_secrets
 from .manifest import missing_remote_file
 from .settings import RemoteSettings
-from .storage import RegistryStorage, too_large, upload_algorithms, uploaded_digests
-from .transfer import Progress, copy_file_and_hash
+from .storage import RegistryStorage
+from .transfer import (
+    Progress,
+    copy_file_and_hash,
+    too_large,
+    upload_algorithms,
+    uploaded_digests,
+)
 
 LOCK_FILE_NAME = ".index.lock"
 

@@ -29,8 +29,8 @@ from marl_minari.errors import RemoteError
 from .credentials import scrub, split_userinfo
 from .manifest import missing_remote_file, wrong_size
 from .settings import RemoteSettings
-from .storage import RegistryStorage, too_large
-from .transfer import DeadlineExceeded, Progress, copy_and_hash
+from .storage import RegistryStorage
+from .transfer import DeadlineExceeded, Progress, copy_and_hash, too_large
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):

@@ -38,6 +38,7 @@ MAX_FILE_SIZE: Final = 1 << 50
 MAX_MANIFEST_BYTES: Final = 64 << 20
 """Largest ``manifest.json`` read (``MAX_FILES`` entries take about 25 MB)."""
 
+_DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
 _PART_RE = re.compile(r"^[A-Za-z0-9_][\w.+=@,-]*$")
 
 
@@ -88,6 +89,21 @@ class FileEntry:
     def check_digest(self) -> str:
         """The recorded digest of :attr:`check_algorithm`."""
         return self.blake3 if self.blake3 is not None else self.sha256
+
+    def check_arrived(self, where: str, size: int, digest: str) -> None:
+        """Check a downloaded copy of this file: its size and :attr:`check_algorithm` digest.
+
+        Raises:
+            CorruptedDataError: either differs from the manifest.
+        """
+        if size != self.size:
+            raise wrong_size(where, size, self.size)
+        if digest != self.check_digest:
+            raise CorruptedDataError(
+                f"{where} has {_DIGEST_LABELS[self.check_algorithm]} {digest}, the manifest "
+                f"records {self.check_digest}: the remote file was modified or damaged after "
+                "publishing"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as stored in ``manifest.json``."""

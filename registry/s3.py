@@ -42,8 +42,14 @@ from marl_minari.errors import CorruptedDataError, RemoteError
 from .credentials import url_secrets
 from .manifest import missing_remote_file
 from .settings import RemoteSettings
-from .storage import RegistryStorage, logger, too_large, uploaded_digests
-from .transfer import DeadlineExceeded, Progress, changed_since_hashed
+from .storage import RegistryStorage, logger
+from .transfer import (
+    DeadlineExceeded,
+    Progress,
+    changed_since_hashed,
+    too_large,
+    uploaded_digests,
+)
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}

@@ -38,8 +38,6 @@ from typing import Any, ClassVar, Final
 from minari.storage.remotes.cloud_storage import CloudStorage
 
 from marl_minari.digests import (
-    ALGORITHMS,
-    BLAKE3,
     SHA256,
     FileDigests,
     RememberedDigests,
@@ -77,44 +75,15 @@ from .manifest import (
     Manifest,
     dataset_files,
     new_manifest,
-    wrong_size,
 )
 from .settings import RemoteSettings
-from .transfer import Digests, Progress, changed_since_hashed, tqdm_progress
+from .transfer import Progress, tqdm_progress
 
 logger = logging.getLogger("marl_minari.registry")
 
 PENDING_PREFIX: Final = ".pending-"
 """Hidden folder inside a dataset's folder on the remote that holds one publish's files until
 it has claimed the version."""
-
-_DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
-
-
-def upload_algorithms(known: RememberedDigests | None) -> tuple[str, ...]:
-    """The digests an upload computes on the way: none when they are remembered."""
-    return () if known is not None else ALGORITHMS
-
-
-def uploaded_digests(source: Path, size: int, computed: Digests,
-                     known: RememberedDigests | None) -> FileDigests:
-    """Size and digests of a file just uploaded: the remembered ones, or those computed.
-
-    The upload has already checked that ``source`` kept the identity ``known`` was hashed
-    with; the size is checked again here.
-    """
-    if known is None:
-        return FileDigests(size, computed[SHA256], computed[BLAKE3])
-    if size != known.digests.size:
-        raise changed_since_hashed(source)
-    return known.digests
-
-
-def too_large(where: str, limit: int) -> CorruptedDataError:
-    """The error for a small object (index, manifest, metadata) above its size cap."""
-    return CorruptedDataError(f"{where} is larger than the {limit} bytes this package reads for "
-                              "such a file: it is damaged or not a marl-minari registry file")
-
 
 class RegistryStorage(CloudStorage):
     """Base of the marl-minari remote kinds; see the module docstring.
@@ -586,15 +555,7 @@ class RegistryStorage(CloudStorage):
             key = f"{dataset_id}/{entry.path}"
             size, digest = self._get_file(key, target, entry.size, entry.check_algorithm,
                                           progress)
-            where = f"{self.location}/{key}"
-            if size != entry.size:
-                raise wrong_size(where, size, entry.size)
-            if digest != entry.check_digest:
-                label = _DIGEST_LABELS[entry.check_algorithm]
-                raise CorruptedDataError(
-                    f"{where} has {label} {digest}, the manifest records {entry.check_digest}: "
-                    "the remote file was modified or damaged after publishing"
-                )
+            entry.check_arrived(f"{self.location}/{key}", size, digest)
         metadata = read_json_object(staged / METADATA_PATH)
         if metadata.get("dataset_id") != dataset_id:
             raise CorruptedDataError(f"{dataset_id!r} on {self.location}: its metadata names "
@@ -618,18 +579,27 @@ class RegistryStorage(CloudStorage):
     def reindex(self) -> dict[str, Any]:
         """Rebuild the index from the manifests and namespace files on the remote.
 
-        Recovers entries lost to a publish interrupted between its manifest and its index
-        entry, or to concurrent writers on a backend without conditional writes.
+        Recovers entries lost to a publish interrupted after its files were in place but
+        before its index entry, or to concurrent writers on a backend without conditional
+        writes. A version whose files are not all there (a publish stopped right after its
+        claim) is skipped with a warning: publishing the same files again completes it.
         """
         self._require_writable()
         keys = list(self._list_keys(""))
         manifests = [key.rpartition("/")[0] for key in keys
                      if key.rpartition("/")[2] == MANIFEST_FILE_NAME and "/" in key]
+        present = set(keys)
         datasets: dict[str, Any] = {}
         for dataset_id in manifests:
             try:
                 manifest = self.manifest(dataset_id)
                 metadata = self.get_dataset_metadata_file(dataset_id)
+                missing = [e.path for e in manifest.files
+                           if f"{dataset_id}/{e.path}" not in present]
+                if missing:
+                    raise DatasetNotFoundError(
+                        f"its publish stopped before {missing[0]} was in place; publish the "
+                        "same files again to complete it")
             except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
                 warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
                 continue

@@ -17,7 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from marl_minari.digests import MultiHash, StatKey, hash_handle, stat_key
+from marl_minari.digests import (
+    ALGORITHMS,
+    BLAKE3,
+    SHA256,
+    FileDigests,
+    MultiHash,
+    RememberedDigests,
+    StatKey,
+    hash_handle,
+    stat_key,
+)
 from marl_minari.errors import CorruptedDataError
 
 CHUNK_SIZE: Final = 8 << 20
@@ -214,3 +224,28 @@ def tqdm_progress(total: int, description: str) -> tuple[Progress, Callable[[], 
             bar.update(count)
 
     return update, bar.close
+
+
+def upload_algorithms(known: RememberedDigests | None) -> tuple[str, ...]:
+    """The digests an upload computes on the way: none when they are remembered."""
+    return () if known is not None else ALGORITHMS
+
+
+def uploaded_digests(source: Path, size: int, computed: Digests,
+                     known: RememberedDigests | None) -> FileDigests:
+    """Size and digests of a file just uploaded: the remembered ones, or those computed.
+
+    The upload has already checked that ``source`` kept the identity ``known`` was hashed
+    with; the size is checked again here.
+    """
+    if known is None:
+        return FileDigests(size, computed[SHA256], computed[BLAKE3])
+    if size != known.digests.size:
+        raise changed_since_hashed(source)
+    return known.digests
+
+
+def too_large(where: str, limit: int) -> CorruptedDataError:
+    """The error for a small object (index, manifest, metadata) above its size cap."""
+    return CorruptedDataError(f"{where} is larger than the {limit} bytes this package reads for "
+                              "such a file: it is damaged or not a marl-minari registry file")

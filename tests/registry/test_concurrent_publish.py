@@ -140,6 +140,8 @@ def test_crash_after_the_claim_is_completed_by_republishing(
             registry.publish(dataset_id)
     assert (registry_dir / dataset_id / "manifest.json").exists()  # claimed, not listed
     assert registry.list_datasets() == []
+    with pytest.warns(UserWarning, match="publish the same files again"):
+        assert registry.reindex() == 0  # files not in place: never listed
 
     other_root = registry_dir.parent / "other-root"  # other files under the same id: refused
     original_root = os.environ["MINARI_DATASETS_PATH"]
