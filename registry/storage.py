@@ -593,13 +593,13 @@ class RegistryStorage(CloudStorage):
         for dataset_id in manifests:
             try:
                 manifest = self.manifest(dataset_id)
-                metadata = self.get_dataset_metadata_file(dataset_id)
                 missing = [e.path for e in manifest.files
                            if f"{dataset_id}/{e.path}" not in present]
                 if missing:
                     raise DatasetNotFoundError(
                         f"its publish stopped before {missing[0]} was in place; publish the "
                         "same files again to complete it")
+                metadata = self.get_dataset_metadata_file(dataset_id)
             except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
                 warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
                 continue
