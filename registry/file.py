@@ -92,6 +92,8 @@ class FileStorage(RegistryStorage):
             target.parent.mkdir(parents=True, exist_ok=True)
             self._write_file(temporary, data)
             os.replace(temporary, target)
+            if self.settings.fsync:
+                self._sync_dir(target.parent)
         except OSError as exc:
             raise self._fail(f"cannot write {key} to {self.location}", exc) from None
         finally:
@@ -162,9 +164,13 @@ class FileStorage(RegistryStorage):
                              exc) from None
 
     def _finish_moves(self, prefix: str) -> None:
-        # The renames are the published files; flush the folders that record them.
+        # The renames are the published files: flush the folders that record them, and the
+        # folders above, which may have been created by this publish.
         if self.settings.fsync:
-            self._sync_tree(self._path(prefix))
+            folder = self._path(prefix)
+            self._sync_tree(folder)
+            for parent in folder.relative_to(self.root).parents:
+                self._sync_dir(self.root / parent)
 
     def _delete_tree(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)

@@ -142,6 +142,9 @@ class HttpStorage(RegistryStorage):
             except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
                 raise self._fail(f"connection to {self.location} dropped while downloading "
                                  f"{key}", exc) from None
+            except OSError as exc:  # the local side: disk full, permissions
+                raise self._fail(f"cannot write the download of {where} to {target}",
+                                 exc) from None
         if announced is not None and received < announced:
             raise self._fail(f"connection to {self.location} dropped while downloading {key} "
                              f"after {received} of {announced} bytes")
