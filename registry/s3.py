@@ -8,9 +8,10 @@ stored in the registry or printed: error messages go through
 :func:`marl_minari.registry.credentials.scrub`. Credentials in the URL (``s3://KEY:SECRET@...``)
 are refused without being echoed.
 
-Concurrency: a publish uploads below ``<dataset>/.pending-<id>/``, creates the manifest with
-``If-None-Match: *`` (fails if another publisher created it first), then copies its files into
-place on the server side; the index is replaced with ``If-Match: <etag>`` (retried on
+Concurrency: a publish uploads each file as a multipart upload it leaves open (invisible),
+creates the manifest with ``If-None-Match: *`` (fails if another publisher created it first),
+and only then completes its uploads, a server-side step that moves no data; a publish that
+lost the claim aborts its uploads. The index is replaced with ``If-Match: <etag>`` (retried on
 conflict). Stores without conditional writes get a check-then-write fallback.
 
 boto3 is imported only when an ``s3://`` remote is opened, so its absence is a
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -42,7 +44,7 @@ from marl_minari.errors import CorruptedDataError, RemoteError
 from .credentials import url_secrets
 from .manifest import missing_remote_file
 from .settings import RemoteSettings
-from .storage import RegistryStorage, logger
+from .storage import RegistryStorage, Staging, logger
 from .transfer import (
     DeadlineExceeded,
     Progress,
@@ -55,7 +57,10 @@ _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _UNSUPPORTED = {"NotImplemented", "501"}
-_DELETE_BATCH = 1000
+_PART_SIZE = 8 << 20
+"""Bytes per part of a staged upload (S3 wants at least 5 MiB for every part but the last)."""
+_MAX_PARTS = 10_000
+_PART_WORKERS = 8
 
 
 def _boto() -> Any:
@@ -222,7 +227,7 @@ class S3Storage(RegistryStorage):
     def _write_new(self, key: str, data: bytes) -> bool:
         done = self._conditional_put(key, data, {"IfNoneMatch": "*"})
         if done is None:
-            if self.client_has(key):
+            if self._exists(key):
                 return False
             self._write(key, data)
             return True
@@ -249,8 +254,7 @@ class S3Storage(RegistryStorage):
             raise RemoteError(f"{source} changed while it was uploaded; publish again")
         return uploaded_digests(source, size, computed, known)
 
-    def client_has(self, key: str) -> bool:
-        """Whether an object exists at ``key``."""
+    def _exists(self, key: str) -> bool:
         try:
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
@@ -259,26 +263,84 @@ class S3Storage(RegistryStorage):
                 return False
             raise self._explain(f"cannot read {self.location}/{key}", exc) from None
 
-    def _move(self, source: str, target: str) -> None:
-        # A server-side copy (multipart above boto3's threshold): no bytes pass through here.
-        # The source is deleted with its pending prefix.
+    # A publish stages each file as a multipart upload to its published key, left open: its
+    # parts are invisible (no reader or other publisher sees them, and another publisher's
+    # parts for the same key are a different upload). Only the publish that claimed the
+    # version completes its uploads, which is a server-side step; the loser aborts its own.
+    def _stage_file(self, staging: Staging, relative: str, source: Path,
+                    progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
+        key = self._key(f"{staging.dataset_id}/{relative}")
+        where = f"{self.location}/{staging.dataset_id}/{relative}"
+        before = stat_key(os.stat(source))
+        if known is not None and before != known.stat:
+            raise changed_since_hashed(source)
+        size = before[2]
+        if size == 0:
+            staging.uploads[relative] = _StagedUpload(key, None)  # written at commit
+            return uploaded_digests(source, 0, MultiHash(ALGORITHMS).hexdigests(), known)
         try:
-            self.client.copy({"Bucket": self.bucket, "Key": self._key(source)}, self.bucket,
-                             self._key(target))
+            upload_id = self.client.create_multipart_upload(Bucket=self.bucket,
+                                                            Key=key)["UploadId"]
         except self._errors() as exc:
-            raise self._explain(f"cannot copy {source} to {target} on {self.location}",
-                                exc) from None
-
-    def _delete_tree(self, prefix: str) -> None:
+            raise self._explain(f"cannot start the upload of {where}", exc) from None
+        staged = staging.uploads[relative] = _StagedUpload(key, upload_id)
+        part_size = max(_PART_SIZE, -(-size // _MAX_PARTS))
+        offsets = range(0, size, part_size)
         try:
-            keys = [self._key(key) for key in self._list_keys(f"{prefix}/")]
-            for start in range(0, len(keys), _DELETE_BATCH):
-                batch = keys[start:start + _DELETE_BATCH]
-                self.client.delete_objects(Bucket=self.bucket, Delete={
-                    "Objects": [{"Key": key} for key in batch], "Quiet": True})
-        except (RemoteError, *self._errors()) as exc:  # type: ignore[misc]
-            # Leftovers are hidden (never listed, never downloaded): worth a warning only.
-            logger.warning("%s", self._fail(f"could not delete {self.location}/{prefix}/", exc))
+            with open(source, "rb", buffering=0) as handle, \
+                    ThreadPoolExecutor(max_workers=1) as hasher, \
+                    ThreadPoolExecutor(max_workers=_PART_WORKERS) as senders:
+                hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
+
+                def send(number: int, offset: int) -> dict[str, Any]:
+                    data = os.pread(handle.fileno(), part_size, offset)
+                    answer = self.client.upload_part(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id,
+                        PartNumber=number, Body=data)
+                    if progress is not None:
+                        progress(len(data))
+                    return {"PartNumber": number, "ETag": answer["ETag"],
+                            **{k: v for k, v in answer.items() if k.startswith("Checksum")
+                               and isinstance(v, str)}}
+
+                staged.parts = list(senders.map(send, range(1, len(offsets) + 1), offsets))
+                hashed, computed = hashing.result() if hashing else (size, {})
+        except self._errors() as exc:
+            raise self._explain(f"cannot upload {source.name} to {where}", exc) from None
+        except OSError as exc:
+            raise self._fail(f"cannot read {source} to upload it", exc) from None
+        if stat_key(os.stat(source)) != before or hashed != size:
+            raise RemoteError(f"{source} changed while it was uploaded; publish again")
+        return uploaded_digests(source, size, computed, known)
+
+    def _commit_staging(self, staging: Staging, files: list[str]) -> None:
+        for relative in files:
+            staged = staging.uploads[relative]
+            try:
+                if staged.upload_id is None:
+                    self.client.put_object(Bucket=self.bucket, Key=staged.key, Body=b"")
+                else:
+                    self.client.complete_multipart_upload(
+                        Bucket=self.bucket, Key=staged.key, UploadId=staged.upload_id,
+                        MultipartUpload={"Parts": staged.parts})
+            except self._errors() as exc:
+                raise self._explain(f"cannot complete the upload of {self.location}/"
+                                    f"{staging.dataset_id}/{relative}", exc) from None
+            del staging.uploads[relative]
+
+    def _discard_staging(self, staging: Staging) -> None:
+        for staged in staging.uploads.values():
+            if staged.upload_id is None:
+                continue
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=staged.key,
+                                                   UploadId=staged.upload_id)
+            except self._errors() as exc:
+                # An open upload is invisible; it only holds storage until the bucket's
+                # lifecycle rule (AbortIncompleteMultipartUpload) removes it.
+                logger.warning("%s", self._fail(f"could not abort an upload to {self.location}",
+                                                exc))
+        staging.uploads.clear()
 
     def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
@@ -315,6 +377,15 @@ class S3Storage(RegistryStorage):
                     yield key[len(self.prefix) + 1:] if self.prefix else key
         except self._errors() as exc:
             raise self._explain(f"cannot list {self.location}", exc) from None
+
+
+@dataclass
+class _StagedUpload:
+    """An open multipart upload of one staged file (``upload_id`` None: an empty file)."""
+
+    key: str
+    upload_id: str | None
+    parts: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _HashingSink:

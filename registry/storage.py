@@ -32,6 +32,7 @@ import uuid
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -84,6 +85,17 @@ logger = logging.getLogger("marl_minari.registry")
 PENDING_PREFIX: Final = ".pending-"
 """Hidden folder inside a dataset's folder on the remote that holds one publish's files until
 it has claimed the version."""
+
+@dataclass
+class Staging:
+    """The files of one publish on their way to becoming a version (see ``_stage_file``)."""
+
+    dataset_id: str
+    prefix: str
+    """Hidden key prefix, ``<dataset>/.pending-<random>``, for kinds that stage below it."""
+    uploads: dict[str, Any] = field(default_factory=dict)
+    """Per file, what a kind needs to commit or discard it (e.g. an S3 multipart upload)."""
+
 
 class RegistryStorage(CloudStorage):
     """Base of the marl-minari remote kinds; see the module docstring.
@@ -153,12 +165,31 @@ class RegistryStorage(CloudStorage):
         """
         raise self._read_only()
 
+    def _stage_file(self, staging: Staging, relative: str, source: Path,
+                    progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
+        """Upload ``source`` as the file ``relative`` of a new version, invisibly.
+
+        Nothing a reader or another publisher sees may change until :meth:`_commit_staging`.
+        By default the file goes below the hidden key prefix ``staging.prefix``.
+        """
+        return self._put_file(f"{staging.prefix}/{relative}", source, progress, known)
+
+    def _commit_staging(self, staging: Staging, files: list[str]) -> None:
+        """Put every staged file at its published key (after the version was claimed)."""
+        for relative in files:
+            self._move(f"{staging.prefix}/{relative}", f"{staging.dataset_id}/{relative}")
+        self._finish_moves(staging.dataset_id)
+
+    def _discard_staging(self, staging: Staging) -> None:
+        """Remove what is left of a staging (all of it if it was never committed)."""
+        self._delete_tree(staging.prefix)
+
     def _move(self, source: str, target: str) -> None:
         """Move the object at key ``source`` to key ``target`` (replacing it)."""
         raise self._read_only()
 
     def _finish_moves(self, prefix: str) -> None:
-        """Called after the moves into ``prefix``: make them durable where that applies."""
+        """Called after files were put in place below ``prefix``: make them durable."""
 
     def _delete_tree(self, prefix: str) -> None:
         """Delete every key below ``prefix/`` (best effort: leftovers are hidden)."""
@@ -451,9 +482,9 @@ class RegistryStorage(CloudStorage):
         if existing is not None:
             return self._already_published(dataset_id, local, files, existing, metadata)
         namespaces = self.ensure_remote_namespaces(dataset_id)
-        pending = f"{dataset_id}/{PENDING_PREFIX}{uuid.uuid4().hex}"
+        staging = Staging(dataset_id, f"{dataset_id}/{PENDING_PREFIX}{uuid.uuid4().hex}")
         try:
-            manifest = new_manifest(dataset_id, self._upload(pending, local, files, progress))
+            manifest = new_manifest(dataset_id, self._upload(staging, local, files, progress))
             if not self._write_new(f"{dataset_id}/{MANIFEST_FILE_NAME}", manifest.to_json()):
                 winner = self.manifest(dataset_id)
                 if not winner.same_content(manifest):
@@ -463,24 +494,28 @@ class RegistryStorage(CloudStorage):
                         "bump the version (-vN+1) and publish again"
                     )
                 return self._already_published(dataset_id, local, files, winner, metadata)
-            for relative in files:
-                self._move(f"{pending}/{relative}", f"{dataset_id}/{relative}")
-            self._finish_moves(dataset_id)
+            self._commit_staging(staging, files)
         finally:
-            self._delete_tree(pending)
+            self._discard_staging(staging)
         self._record(dataset_id, metadata, manifest, namespaces)
         logger.info("published %s to %s (%d files, %d bytes)", dataset_id, self.location,
                     len(manifest.files), manifest.total_size)
         return manifest, "published"
 
-    def _upload(self, prefix: str, local: Path, files: list[str],
+    def _upload(self, target: Staging | str, local: Path, files: list[str],
                 progress: Progress | None) -> list[FileEntry]:
-        """Upload ``files`` of ``local`` below the key ``prefix``; their manifest entries."""
+        """Upload ``files`` of ``local``; their manifest entries.
+
+        ``target``: a :class:`Staging` (invisible until committed), or the dataset id (the
+        published keys, once the version is claimed with these files).
+        """
         known = remembered_digests(local)
         entries = []
         for relative in files:
-            digests = self._put_file(f"{prefix}/{relative}", local / relative, progress,
-                                     known.get(relative))
+            source, remembered = local / relative, known.get(relative)
+            digests = (self._stage_file(target, relative, source, progress, remembered)
+                       if isinstance(target, Staging) else
+                       self._put_file(f"{target}/{relative}", source, progress, remembered))
             entries.append(FileEntry(relative, digests.size, digests.sha256, digests.blake3))
         return entries
 

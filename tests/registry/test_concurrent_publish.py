@@ -119,6 +119,7 @@ def test_concurrent_publish_s3(two_versions: dict[str, Path], s3_remote: str,
     bucket = s3_remote.removeprefix("s3://").split("/")[0]
     keys = [item["Key"] for item in s3_client.list_objects_v2(Bucket=bucket)["Contents"]]
     assert not [key for key in keys if "/.pending-" in key]
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
 def test_crash_after_the_claim_is_completed_by_republishing(

@@ -164,6 +164,8 @@ def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
     with pytest.raises(Interrupted):
         registry.publish(dataset_id, s3_remote, progress=interrupt_after(2))
     assert not any(k.endswith("manifest.json") for k in _keys(s3_client, s3_remote))
+    bucket = s3_remote.removeprefix("s3://").split("/")[0]
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert registry.list_datasets(s3_remote) == []
     assert minari.list_remote_datasets(remote_path=s3_remote) == {}
     assert registry.publish(dataset_id, s3_remote).outcomes == {dataset_id: "published"}
@@ -235,3 +237,23 @@ def test_remotes_of_one_configuration_share_a_client(s3_remote: str,
     third = registry.open_remote(s3_remote)
     assert third.client is not first.client  # type: ignore[attr-defined]
     assert third.client.meta.config.retries["total_max_attempts"] == 3  # type: ignore[attr-defined]
+
+
+def test_s3_multipart_staging_of_large_and_empty_files(
+        s3_remote: str, s3_client: Any, small_dataset: Callable[..., str]) -> None:
+    # A file of several parts (8 MiB each) and an empty one go through the open multipart
+    # uploads a publish stages, and come back byte for byte.
+    import os
+
+    dataset_id = small_dataset()
+    payload = os.urandom((17 << 20) + 123)
+    (dataset_dir(dataset_id) / "extra.bin").write_bytes(payload)
+    (dataset_dir(dataset_id) / "empty.txt").write_bytes(b"")
+    manifest = registry.publish(dataset_id, s3_remote).manifest
+    assert {e.path: e.size for e in manifest.files}["extra.bin"] == len(payload)
+    bucket = s3_remote.removeprefix("s3://").split("/")[0]
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    minari.delete_dataset(dataset_id)
+    registry.download(dataset_id, s3_remote)
+    assert (dataset_dir(dataset_id) / "extra.bin").read_bytes() == payload
+    assert (dataset_dir(dataset_id) / "empty.txt").read_bytes() == b""
