@@ -130,3 +130,15 @@ def test_fsync_setting_is_honoured(registry_dir: Path, small_dataset: Callable[.
     assert calls == []
     registry.publish(dataset_id, str(registry_dir.parent / "durable"))
     assert len(calls) >= 4  # every file, the manifest and the folders holding them
+
+
+def test_s3_download_has_the_same_deadline(s3_remote: str,
+                                           small_dataset: Callable[..., str]) -> None:
+    dataset_id = small_dataset()
+    registry.publish(dataset_id, s3_remote)
+    shutil.rmtree(dataset_dir(dataset_id))
+    instant = RemoteSettings(http_timeout=1e-6, min_download_rate=1e12)  # about a microsecond
+    with pytest.raises(RemoteError, match="did not finish within"):
+        registry.download(dataset_id, s3_remote, settings=instant)
+    no_partial_dataset(dataset_id)
+    registry.download(dataset_id, s3_remote)  # the default deadline is generous
