@@ -23,7 +23,7 @@ from marl_minari.errors import (
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 
 from .credentials import scrub, url_secrets
-from .index import METADATA_PATH
+from .index import METADATA_PATH, rebuild_index
 from .local import install, read_json_object, staging_area
 from .manifest import Manifest
 from .settings import RemoteSettings
@@ -368,7 +368,7 @@ def list_datasets(remote: str | None = None, prefix: str | None = None, *,
 def reindex(remote: str | None = None, *, settings: RemoteSettings | None = None) -> int:
     """Rebuild a writable registry's index from its manifests; return the dataset count."""
     storage = _registry_storage(remote, settings)
-    return len(storage.reindex()["datasets"])
+    return len(rebuild_index(storage)["datasets"])
 
 
 # ---------------------------------------------------------------------------- registration

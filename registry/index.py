@@ -2,18 +2,28 @@
 
 The index lists every namespace and dataset of a registry, with the dataset's metadata, so
 listing a registry is one read. It is derived data: :meth:`RegistryStorage.reindex` rebuilds
-it from the manifests. The layout is described in ``docs/registry.md``.
+it from the manifests (:func:`rebuild_index`). The layout is described in ``docs/registry.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Final
+import warnings
+from typing import TYPE_CHECKING, Any, Final
 
-from marl_minari.errors import CorruptedDataError, InvalidDatasetIdError, RemoteError
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetNotFoundError,
+    InvalidDatasetIdError,
+    RemoteError,
+)
 from marl_minari.ids import parse_dataset_id
 
-from .manifest import Manifest
+from .manifest import MANIFEST_FILE_NAME, Manifest
+
+if TYPE_CHECKING:
+    from .storage import RegistryStorage
 
 INDEX_FILE_NAME: Final = "_index.json"
 """Root object of a registry: every namespace and dataset with its metadata."""
@@ -116,3 +126,55 @@ def namespace_levels(namespace: str | None) -> list[str]:
         return []
     parts = namespace.split("/")
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def rebuild_index(storage: RegistryStorage) -> dict[str, Any]:
+    """Rebuild the index of ``storage`` from the manifests and namespace files it holds.
+
+    Recovers entries lost to a publish interrupted after its files were in place but
+    before its index entry, or to concurrent writers on a backend without conditional
+    writes. A version whose files are not all there (a publish stopped right after its
+    claim) is skipped with a warning: publishing the same files again completes it.
+    """
+    storage._require_writable()
+    keys = list(storage._list_keys(""))
+    manifests = [key.rpartition("/")[0] for key in keys
+                 if key.rpartition("/")[2] == MANIFEST_FILE_NAME and "/" in key]
+    present = set(keys)
+    datasets: dict[str, Any] = {}
+    for dataset_id in manifests:
+        try:
+            manifest = storage.manifest(dataset_id)
+            missing = [e.path for e in manifest.files
+                       if f"{dataset_id}/{e.path}" not in present]
+            if missing:
+                raise DatasetNotFoundError(
+                    f"its publish stopped before {missing[0]} was in place; publish the "
+                    "same files again to complete it")
+            metadata = storage.get_dataset_metadata_file(dataset_id)
+        except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
+            warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
+            continue
+        datasets[dataset_id] = index_entry(metadata, manifest)
+    namespaces: dict[str, Any] = {}
+    for key in keys:
+        parent, _, name = key.rpartition("/")
+        inside_dataset = any(parent == d or parent.startswith(f"{d}/") for d in manifests)
+        if name != NAMESPACE_METADATA_FILE_NAME or not parent or inside_dataset:
+            continue
+        with contextlib.suppress(InvalidDatasetIdError):
+            check_namespace(parent)
+            raw = storage._read(key, MAX_METADATA_BYTES)
+            try:
+                value = parse_json_object(raw, key) if raw is not None else {}
+            except CorruptedDataError:
+                value = {}
+            namespaces[parent] = value
+
+    def replace(index: dict[str, Any]) -> bool:
+        index["namespaces"] = namespaces
+        index["datasets"] = datasets
+        return True
+
+    storage._update_index(replace)
+    return storage.read_index()

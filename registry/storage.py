@@ -3,13 +3,14 @@
 :class:`RegistryStorage` is a :class:`minari.storage.remotes.cloud_storage.CloudStorage`, so
 Minari's own ``upload_dataset``, ``list_remote_datasets``, ``download_dataset`` and
 ``load_dataset(..., download=True)`` drive it. Subclasses (``file://``, ``s3://``,
-``http(s)://``) only move bytes: read/write small objects, upload/download one file, move and
-delete keys, list keys. Everything that makes the registry safe lives here, once:
+``http(s)://``) only move bytes: read/write small objects, upload/download one file, stage
+and commit a publish's files, list keys. Everything that makes the registry safe lives here, once:
 
-* publishing uploads every file under a hidden per-publish prefix, then claims the version by
-  creating its manifest only if absent (the commit point: of two concurrent publishers exactly
-  one wins), then moves the files into place and adds the index entry; the loser's files are
-  deleted and never touch the winner's; a published version is never overwritten;
+* publishing stages every file where nobody sees it (a hidden per-publish prefix, or an open
+  S3 multipart upload), then claims the version by creating its manifest only if absent (the
+  commit point: of two concurrent publishers exactly one wins), then puts its staged files in
+  place and adds the index entry; the loser discards its staged files, which never touched
+  the winner's; a published version is never overwritten;
 * downloading reads the manifest, fetches every file into a hidden staging folder under the
   datasets root, checks the size and digest (BLAKE3, or SHA-256 in older manifests) of each,
   within a deadline scaled to its size, and moves the dataset into place with one ``rename``
@@ -85,6 +86,7 @@ logger = logging.getLogger("marl_minari.registry")
 PENDING_PREFIX: Final = ".pending-"
 """Hidden folder inside a dataset's folder on the remote that holds one publish's files until
 it has claimed the version."""
+
 
 @dataclass
 class Staging:
@@ -609,55 +611,3 @@ class RegistryStorage(CloudStorage):
                 continue
             metadata = self.namespace_metadata(level) or {}
             write_json_atomically(path, metadata)
-
-    # ------------------------------------------------------------------ maintenance
-    def reindex(self) -> dict[str, Any]:
-        """Rebuild the index from the manifests and namespace files on the remote.
-
-        Recovers entries lost to a publish interrupted after its files were in place but
-        before its index entry, or to concurrent writers on a backend without conditional
-        writes. A version whose files are not all there (a publish stopped right after its
-        claim) is skipped with a warning: publishing the same files again completes it.
-        """
-        self._require_writable()
-        keys = list(self._list_keys(""))
-        manifests = [key.rpartition("/")[0] for key in keys
-                     if key.rpartition("/")[2] == MANIFEST_FILE_NAME and "/" in key]
-        present = set(keys)
-        datasets: dict[str, Any] = {}
-        for dataset_id in manifests:
-            try:
-                manifest = self.manifest(dataset_id)
-                missing = [e.path for e in manifest.files
-                           if f"{dataset_id}/{e.path}" not in present]
-                if missing:
-                    raise DatasetNotFoundError(
-                        f"its publish stopped before {missing[0]} was in place; publish the "
-                        "same files again to complete it")
-                metadata = self.get_dataset_metadata_file(dataset_id)
-            except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
-                warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
-                continue
-            datasets[dataset_id] = index_entry(metadata, manifest)
-        namespaces: dict[str, Any] = {}
-        for key in keys:
-            parent, _, name = key.rpartition("/")
-            inside_dataset = any(parent == d or parent.startswith(f"{d}/") for d in manifests)
-            if name != NAMESPACE_METADATA_FILE_NAME or not parent or inside_dataset:
-                continue
-            with contextlib.suppress(InvalidDatasetIdError):
-                check_namespace(parent)
-                raw = self._read(key, MAX_METADATA_BYTES)
-                try:
-                    value = parse_json_object(raw, key) if raw is not None else {}
-                except CorruptedDataError:
-                    value = {}
-                namespaces[parent] = value
-
-        def replace(index: dict[str, Any]) -> bool:
-            index["namespaces"] = namespaces
-            index["datasets"] = datasets
-            return True
-
-        self._update_index(replace)
-        return self.read_index()
