@@ -34,8 +34,9 @@ INDEX_FORMAT_VERSION: Final = 1
 NAMESPACE_METADATA_FILE_NAME: Final = "namespace_metadata.json"
 METADATA_PATH: Final = "data/metadata.json"
 
-MAX_INDEX_BYTES: Final = 256 << 20
-"""Largest ``_index.json`` read (about a million datasets with typical metadata)."""
+MAX_INDEX_BYTES: Final = 64 << 20
+"""Largest ``_index.json`` read: tens of thousands of datasets with typical metadata (2-5 kB
+each); a larger one is damaged or hostile, and would otherwise be read whole on every list."""
 MAX_METADATA_BYTES: Final = 16 << 20
 """Largest ``metadata.json`` or ``namespace_metadata.json`` read from a remote."""
 

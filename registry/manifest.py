@@ -35,7 +35,7 @@ MANIFEST_FORMAT_VERSION: Final = 1
 MAX_FILES: Final = 100_000
 MAX_PATH_LENGTH: Final = 1024
 MAX_FILE_SIZE: Final = 1 << 50
-MAX_MANIFEST_BYTES: Final = 64 << 20
+MAX_MANIFEST_BYTES: Final = 32 << 20
 """Largest ``manifest.json`` read (``MAX_FILES`` entries take about 25 MB)."""
 
 _DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
