@@ -11,8 +11,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# Registers the file://, s3:// and http(s):// remotes in Minari's remote registry.
-import marl_minari.registry  # noqa: E402,F401,I001
+# The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
+# and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
+from marl_minari.registry import register_remote_kinds  # noqa: I001
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import EnvDescriptor, make_env
 from marl_minari.episode import MultiAgentEpisode
@@ -83,3 +84,6 @@ def __getattr__(name: str) -> Any:
 
         return AECDataCollector
     raise AttributeError(f"module 'marl_minari' has no attribute {name!r}")
+
+
+register_remote_kinds()

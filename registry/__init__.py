@@ -1,9 +1,11 @@
 """Publishing, listing and downloading datasets on remotes Minari can use.
 
-Importing this package registers the remote kinds ``file://``, ``s3://``, ``http://`` and
-``https://`` in Minari's remote registry, next to Minari's own ``hf://`` and ``gcp://``, so
-``minari.list_remote_datasets``, ``minari.download_dataset``, ``minari.upload_dataset`` and
-``minari.load_dataset(..., download=True)`` work with them (``MINARI_REMOTE=<remote>``).
+Importing this package (and so ``import marl_minari``) calls :func:`register_remote_kinds`,
+which adds the remote kinds ``file://``, ``s3://``, ``http://`` and ``https://`` to Minari's
+remote registry (the private ``minari.storage.remotes._registry``), next to Minari's own
+``hf://`` and ``gcp://``, so ``minari.list_remote_datasets``, ``minari.download_dataset``,
+``minari.upload_dataset`` and ``minari.load_dataset(..., download=True)`` work with them
+(``MINARI_REMOTE=<remote>``). That call is the only change this package makes to Minari.
 
 :func:`publish` and :func:`download` add what Minari's functions do not: validation before
 publishing, immutable versions, per-file SHA-256 and BLAKE3 manifests, verified atomic
@@ -27,8 +29,10 @@ from .api import (
     resolve_remote,
     validate_local_dataset,
 )
+from .index import INDEX_FILE_NAME
 from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest
-from .storage import INDEX_FILE_NAME, RegistryStorage
+from .settings import RemoteSettings
+from .storage import RegistryStorage
 
 register_remote_kinds()
 
@@ -42,6 +46,7 @@ __all__ = [
     "PublishResult",
     "RegistryStorage",
     "RemoteDataset",
+    "RemoteSettings",
     "default_registry",
     "download",
     "list_datasets",

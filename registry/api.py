@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Callable
@@ -23,8 +22,13 @@ from marl_minari.errors import (
 )
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 
-from .manifest import Manifest, Progress
-from .storage import METADATA_PATH, RegistryStorage, install, scrub, staging_area, tqdm_progress
+from .credentials import scrub, url_secrets
+from .index import METADATA_PATH, rebuild_index
+from .local import install, read_json_object, staging_area
+from .manifest import Manifest
+from .settings import RemoteSettings
+from .storage import RegistryStorage
+from .transfer import Progress, tqdm_progress
 
 REGISTRY_ENV_VAR = "MARL_MINARI_REGISTRY"
 DEFAULT_REGISTRY_PATH = Path("~") / ".minari" / "registry"
@@ -58,8 +62,15 @@ def resolve_remote(remote: str | None) -> str:
     return remote
 
 
-def open_remote(remote: str | None = None, token: str | None = None) -> CloudStorage:
+def open_remote(remote: str | None = None, token: str | None = None, *,
+                settings: RemoteSettings | None = None) -> CloudStorage:
     """The storage object Minari uses for ``remote`` (any registered kind, ``hf://`` too).
+
+    Args:
+        remote: ``kind://...`` or a directory path; default :func:`default_registry`.
+        token: Minari's token (``http(s)://``: sent as a Bearer token).
+        settings: timeouts and flushing of this package's kinds; default
+            :meth:`RemoteSettings.from_env`. Ignored by Minari's own kinds.
 
     Raises:
         RemoteError: unknown kind (the message lists the known ones) or a backend that cannot
@@ -69,25 +80,31 @@ def open_remote(remote: str | None = None, token: str | None = None) -> CloudSto
 
     register_remote_kinds()
     remote = resolve_remote(remote)
+    secrets = [token, *url_secrets(remote)]
     kind, name = remote.split("://", maxsplit=1)
     factory = _registry.get(kind)
     if factory is None:
-        raise RemoteError(f"unknown remote kind {kind!r} in {scrub(remote)}; known kinds: "
-                          f"{', '.join(sorted(_registry))}")
+        raise RemoteError(scrub(f"unknown remote kind {kind!r} in {remote}; known kinds: "
+                                f"{', '.join(sorted(_registry))}", secrets))
     try:
+        if kind in KINDS and factory is KINDS[kind]:
+            return factory()(name, token, settings=settings)  # type: ignore[call-arg]
         return factory()(name, token)
     except MarlMinariError:
         raise
     except ImportError as exc:
-        raise RemoteError(scrub(f"remote kind {kind!r} is not available: {exc}", [token])) from None
+        raise RemoteError(scrub(f"remote kind {kind!r} is not available: {exc}; install the "
+                                "package it names", secrets)) from None
 
 
-def _registry_storage(remote: str | None) -> RegistryStorage:
+def _registry_storage(remote: str | None,
+                      settings: RemoteSettings | None = None) -> RegistryStorage:
     from minari.storage.remotes import _registry
 
     register_remote_kinds()
     kind = resolve_remote(remote).split("://", 1)[0]
-    storage = open_remote(remote) if kind not in _registry or kind in KINDS else None
+    storage = (open_remote(remote, settings=settings)
+               if kind not in _registry or kind in KINDS else None)
     if not isinstance(storage, RegistryStorage):
         raise RemoteError(
             f"{kind}:// remotes are served by Minari's own backend, without manifests: use "
@@ -116,7 +133,8 @@ class PublishResult:
     manifest: Manifest
     outcomes: dict[str, str] = field(default_factory=dict)
     """Per dataset id (the dataset and its combined datasets): ``published``, ``completed``
-    (finished an interrupted publish) or ``unchanged`` (already there, identical)."""
+    (finished an interrupted publish) or ``unchanged`` (already published with the same
+    files: nothing to do, and no error)."""
 
 
 def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False) -> list[str]:
@@ -151,7 +169,7 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
         if not allow_single_agent:
             raise LayoutError(f"{exc} Publish it anyway as a plain Minari dataset with "
                               "allow_single_agent=True (--allow-single-agent).") from exc
-    metadata = json.loads((folder / METADATA_PATH).read_text())
+    metadata = read_json_object(folder / METADATA_PATH)
     if metadata.get("data_format", "hdf5") == "hdf5":
         _check_hdf5(folder / "data" / "main_data.hdf5", int(dataset.total_episodes), dataset_id)
     combined = list(dataset.spec.combined_datasets or [])
@@ -174,30 +192,37 @@ def _check_hdf5(path: Path, total_episodes: int, dataset_id: str) -> None:
 
 
 def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: bool = False,
-            progress: ProgressArg = False) -> PublishResult:
+            progress: ProgressArg = False,
+            settings: RemoteSettings | None = None) -> PublishResult:
     """Publish a local dataset (and the datasets it combines) to a registry.
 
     Validates first (:func:`validate_local_dataset`), then for every dataset, combined ones
-    first: publishes missing parent namespaces, uploads every file, writes the manifest (size,
-    SHA-256 and BLAKE3 of each file; digests the dataset remembers from when it was written are
-    reused while its files are unchanged) only after all files, then adds the index entry. A publish
-    interrupted before its manifest leaves no visible dataset; run it again. A ``README.md``
-    dataset card in the dataset folder is published with it.
+    first: publishes missing parent namespaces, uploads every file below a hidden pending
+    prefix, claims the version by creating its manifest only if absent (size, SHA-256 and
+    BLAKE3 of each file; digests the dataset remembers from when it was written are reused
+    while its files are unchanged), moves the files into place, then adds the index entry. Of
+    two concurrent publishers of one version, exactly one claims it; the other gets
+    :class:`DatasetExistsError` (or ``unchanged`` if its files are the same). A publish
+    interrupted before its claim leaves no visible dataset; run it again. A version already
+    published with the same files is success (outcome ``unchanged``). A ``README.md`` dataset
+    card in the dataset folder is published with it.
 
     Args:
         dataset_id: local dataset id, ``(namespace/)name-vN``.
         remote: ``file://``, ``s3://`` or a directory path; default :func:`default_registry`.
         allow_single_agent: also publish plain (single-agent) Minari datasets.
         progress: ``True`` for progress bars, or a callable receiving byte counts.
+        settings: timeouts and flushing (:class:`RemoteSettings`); default from the
+            environment.
 
     Raises:
-        DatasetExistsError: this version is already published (versions are immutable: bump
-            ``-vN``), or a combined dataset is published with different files.
+        DatasetExistsError: this version (or a combined dataset) is already published with
+            different files (versions are immutable: bump ``-vN``).
         LayoutError, CorruptedDataError, DatasetNotFoundError: validation failed.
         RemoteError: the remote failed or is read-only.
     """
     parse_dataset_id(dataset_id)
-    storage = _registry_storage(remote)
+    storage = _registry_storage(remote, settings)
     storage._require_writable()
     order: list[str] = []
     _plan(dataset_id, allow_single_agent, order, set())
@@ -208,8 +233,7 @@ def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: b
         total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
         update, close = _progress(progress, total, f"publish {current}")
         try:
-            manifest, outcome = storage.publish_dataset(
-                current, local, progress=update, identical_ok=current != dataset_id)
+            manifest, outcome = storage.publish_dataset(current, local, progress=update)
         finally:
             close()
         results[current] = outcome
@@ -229,7 +253,7 @@ def _plan(dataset_id: str, allow_single_agent: bool, order: list[str], seen: set
 
 # ---------------------------------------------------------------------------- download
 def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
-             progress: ProgressArg = False) -> Path:
+             progress: ProgressArg = False, settings: RemoteSettings | None = None) -> Path:
     """Download a published dataset (and the datasets it combines) into the datasets root.
 
     Every file goes to a hidden staging folder under the datasets root and is checked against
@@ -242,6 +266,8 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         remote: a registry; default :func:`default_registry`.
         force: replace an existing local dataset with that id (after the new copy is verified).
         progress: ``True`` for progress bars, or a callable receiving byte counts.
+        settings: timeouts and the download deadline (:class:`RemoteSettings`); default from
+            the environment.
 
     Returns:
         The local dataset folder.
@@ -251,10 +277,11 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         DatasetExistsError: a local dataset with that id exists and ``force`` is off.
         DatasetNotFoundError: not published on the remote.
         CorruptedDataError: a file is truncated or tampered with, or the manifest is unsafe.
-        RemoteError: the remote failed (dropped connection, permissions, ...).
+        RemoteError: the remote failed (dropped connection, permissions, a file past its
+            deadline, ...).
     """
     parse_dataset_id(dataset_id)
-    storage = _registry_storage(remote)
+    storage = _registry_storage(remote, settings)
     if dataset_dir(dataset_id).exists() and not force:
         raise DatasetExistsError(
             f"dataset {dataset_id!r} already exists locally at {dataset_dir(dataset_id)}; pass "
@@ -275,7 +302,7 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
         with staging_area(root) as work:
             staged = storage.fetch_into(dataset_id, work, manifest=manifest, progress=update)
             close()
-            metadata = json.loads((staged / METADATA_PATH).read_text())
+            metadata = read_json_object(staged / METADATA_PATH)
             if metadata.get("minari_version") not in supported_dataset_versions:
                 warnings.warn(
                     f"{dataset_id!r} was written for Minari {metadata.get('minari_version')}, "
@@ -307,17 +334,24 @@ class RemoteDataset:
     """UTC time of publishing, when the remote records it."""
 
 
-def list_datasets(remote: str | None = None, prefix: str | None = None) -> list[RemoteDataset]:
+def list_datasets(remote: str | None = None, prefix: str | None = None, *,
+                  settings: RemoteSettings | None = None) -> list[RemoteDataset]:
     """Datasets published on a remote, sorted by id (one index read on marl-minari remotes).
 
     Other kinds (``hf://``) are listed through ``minari.list_remote_datasets``.
+
+    Raises:
+        RemoteError: the remote failed, or does not exist (a ``file://`` folder that is not
+            there is an error, not an empty registry).
+        CorruptedDataError: its index is damaged or larger than the size cap.
     """
-    storage = open_remote(remote)
+    storage = open_remote(remote, settings=settings)
     if not isinstance(storage, RegistryStorage):
         import minari
 
         found = minari.list_remote_datasets(remote_path=resolve_remote(remote), prefix=prefix)
         return [RemoteDataset(k, dict(v)) for k, v in sorted(found.items())]
+    storage.check_exists()
     index = storage.read_index()
     listed = []
     for dataset_id in storage.dataset_ids(prefix):
@@ -331,10 +365,10 @@ def list_datasets(remote: str | None = None, prefix: str | None = None) -> list[
     return listed
 
 
-def reindex(remote: str | None = None) -> int:
+def reindex(remote: str | None = None, *, settings: RemoteSettings | None = None) -> int:
     """Rebuild a writable registry's index from its manifests; return the dataset count."""
-    storage = _registry_storage(remote)
-    return len(storage.reindex()["datasets"])
+    storage = _registry_storage(remote, settings)
+    return len(rebuild_index(storage)["datasets"])
 
 
 # ---------------------------------------------------------------------------- registration

@@ -14,8 +14,9 @@ import typer
 
 RemoteOption = Annotated[str | None, typer.Option(
     "--remote", "-r",
-    help="Registry: file:///dir, a directory path, s3://bucket[/prefix], http(s)://host/path "
-         "(read-only). Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
+    help="Registry: file:///dir, a directory path, s3://bucket[/prefix], "
+         "http://host/path or https://host/path (read-only). "
+         "Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
 
 
 def publish(
@@ -30,7 +31,8 @@ def publish(
     result = run_publish(dataset_id, remote, allow_single_agent=allow_single_agent,
                          progress=True)
     for current, outcome in result.outcomes.items():
-        typer.echo(f"{outcome:<10} {current}")
+        note = "  (already published with the same files)" if outcome == "unchanged" else ""
+        typer.echo(f"{outcome:<10} {current}{note}")
     typer.echo(f"{dataset_id}: {len(result.manifest.files)} files, "
                f"{result.manifest.total_size} bytes on {result.remote}")
 
@@ -41,7 +43,7 @@ def remote_list(
 ) -> None:
     """List the datasets published on a registry."""
     from marl_minari.registry import list_datasets, resolve_remote
-    from marl_minari.registry.storage import scrub
+    from marl_minari.registry.credentials import scrub
 
     found = list_datasets(remote, prefix=prefix)
     if not found:

@@ -6,9 +6,11 @@ path component, so that form works with a registry folder ``./name``). A ``~`` i
 
 Every file is written to a hidden temporary name and renamed into place, so a reader (or a web
 server serving the directory) never sees a partial file. Data files are flushed to disk before
-the manifest is created (set ``MARL_MINARI_REGISTRY_FSYNC=0`` to skip the flushes, e.g. on
-scratch disks), and the manifest is created with a hard link, which fails if another publisher
-created it first. Index updates hold an advisory ``flock`` on ``.index.lock``.
+the manifest is created (``RemoteSettings(fsync=False)``, or ``MARL_MINARI_REGISTRY_FSYNC=0``
+for Minari's functions, skips the flushes, e.g. on scratch disks). The manifest is created with
+a hard link, which fails if another publisher created it first; a publish's files wait in a
+hidden ``.pending-*`` folder until then and are moved into place by ``rename``. Index updates
+hold an advisory ``flock`` on ``.index.lock``.
 """
 
 from __future__ import annotations
@@ -17,21 +19,28 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
 from marl_minari.digests import FileDigests, RememberedDigests
+from marl_minari.errors import RemoteError
 
-from .manifest import Progress, copy_file_and_hash, missing_remote_file
-from .storage import RegistryStorage, upload_algorithms, uploaded_digests
+from .credentials import url_secrets
+from .manifest import missing_remote_file
+from .settings import RemoteSettings
+from .storage import RegistryStorage
+from .transfer import (
+    Progress,
+    copy_file_and_hash,
+    too_large,
+    upload_algorithms,
+    uploaded_digests,
+)
 
 LOCK_FILE_NAME = ".index.lock"
-
-
-def _durable() -> bool:
-    return os.environ.get("MARL_MINARI_REGISTRY_FSYNC", "1") != "0"
 
 
 class FileStorage(RegistryStorage):
@@ -40,8 +49,12 @@ class FileStorage(RegistryStorage):
     kind = "file"
     writable = True
 
-    def __init__(self, name: str, token: str | None = None) -> None:
-        super().__init__(name, token)
+    def __init__(self, name: str, token: str | None = None, *,
+                 settings: RemoteSettings | None = None) -> None:
+        super().__init__(name, token, settings=settings)
+        if url_secrets(f"file://{name}"):
+            raise self._fail(f"file://{name} carries credentials (user-info before '@'); "
+                             "file:// remotes take none: remove the part before '@'")
         path = Path(unquote(name)).expanduser() if name else Path(".")
         self.root = path if path.is_absolute() else Path.cwd() / path
 
@@ -53,13 +66,24 @@ class FileStorage(RegistryStorage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def _read(self, key: str) -> bytes | None:
+    def _read(self, key: str, limit: int) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
+            with open(self._path(key), "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > limit:
+                    raise too_large(f"{self.location}/{key}", limit)
+                data = handle.read(limit + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise self._fail(f"cannot read {key} from {self.location}", exc) from None
+        if len(data) > limit:
+            raise too_large(f"{self.location}/{key}", limit)
+        return data
+
+    def check_exists(self) -> None:
+        if not self.root.is_dir():
+            raise RemoteError(f"registry {self.location} does not exist (no such folder): "
+                              "check the path, or publish to it to create it")
 
     def _write(self, key: str, data: bytes) -> None:
         target = self._path(key)
@@ -68,6 +92,8 @@ class FileStorage(RegistryStorage):
             target.parent.mkdir(parents=True, exist_ok=True)
             self._write_file(temporary, data)
             os.replace(temporary, target)
+            if self.settings.fsync:
+                self._sync_dir(target.parent)
         except OSError as exc:
             raise self._fail(f"cannot write {key} to {self.location}", exc) from None
         finally:
@@ -82,8 +108,6 @@ class FileStorage(RegistryStorage):
         temporary = self._temporary(target)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if _durable():
-                self._sync_tree(target.parent)
             self._write_file(temporary, data)
             try:
                 os.link(temporary, target)
@@ -93,7 +117,7 @@ class FileStorage(RegistryStorage):
                 if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
                     raise
                 return self._create_exclusive(target, data)
-            if _durable():
+            if self.settings.fsync:
                 self._sync_dir(target.parent)
             return True
         except OSError as exc:
@@ -110,7 +134,7 @@ class FileStorage(RegistryStorage):
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
-            if _durable():
+            if self.settings.fsync:
                 os.fsync(handle.fileno())
         return True
 
@@ -122,13 +146,34 @@ class FileStorage(RegistryStorage):
             target.parent.mkdir(parents=True, exist_ok=True)
             size, computed = copy_file_and_hash(
                 source, temporary, upload_algorithms(known), progress=progress,
-                sync=_durable(), expect=None if known is None else known.stat)
+                sync=self.settings.fsync, expect=None if known is None else known.stat)
             os.replace(temporary, target)
             return uploaded_digests(source, size, computed, known)
         except OSError as exc:
             raise self._fail(f"cannot upload {source} to {self.location}/{key}", exc) from None
         finally:
             temporary.unlink(missing_ok=True)
+
+    def _move(self, source: str, target: str) -> None:
+        destination = self._path(target)
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._path(source), destination)
+        except OSError as exc:
+            raise self._fail(f"cannot move {source} to {target} on {self.location}",
+                             exc) from None
+
+    def _finish_moves(self, prefix: str) -> None:
+        # The renames are the published files: flush the folders that record them, and the
+        # folders above, which may have been created by this publish.
+        if self.settings.fsync:
+            folder = self._path(prefix)
+            self._sync_tree(folder)
+            for parent in folder.relative_to(self.root).parents:
+                self._sync_dir(self.root / parent)
+
+    def _delete_tree(self, prefix: str) -> None:
+        shutil.rmtree(self._path(prefix), ignore_errors=True)
 
     def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
@@ -171,12 +216,11 @@ class FileStorage(RegistryStorage):
     def _temporary(target: Path) -> Path:
         return target.with_name(f".{target.name}.{uuid.uuid4().hex}.part")
 
-    @staticmethod
-    def _write_file(path: Path, data: bytes) -> None:
+    def _write_file(self, path: Path, data: bytes) -> None:
         with open(path, "wb") as handle:
             handle.write(data)
             handle.flush()
-            if _durable():
+            if self.settings.fsync:
                 os.fsync(handle.fileno())
 
     @staticmethod

@@ -8,14 +8,16 @@ makes listing one request; downloads check every file against the manifest.
 Credentials, if the server needs them, go in the URL's user-info (``https://user:pass@host``,
 sent as HTTP Basic auth) or in Minari's ``token`` (sent as a Bearer token). They never appear in
 errors or logs, and a redirect to another host is refused while credentials are attached.
-``MARL_MINARI_HTTP_TIMEOUT`` sets the socket timeout in seconds (default 60).
+``RemoteSettings.http_timeout`` (default ``MARL_MINARI_HTTP_TIMEOUT``, else 60 s) bounds each wait
+for the server, and every file must arrive within ``RemoteSettings.download_deadline(size)``,
+so a server that trickles bytes is cut off.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
-import os
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,8 +26,11 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from marl_minari.errors import RemoteError
 
-from .manifest import Progress, copy_and_hash, missing_remote_file, wrong_size
-from .storage import RegistryStorage, scrub
+from .credentials import scrub, split_userinfo
+from .manifest import missing_remote_file, wrong_size
+from .settings import RemoteSettings
+from .storage import RegistryStorage
+from .transfer import DeadlineExceeded, Progress, copy_and_hash, too_large
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
@@ -51,53 +56,58 @@ class HttpStorage(RegistryStorage):
     scheme = "http"
     writable = False
 
-    def __init__(self, name: str, token: str | None = None) -> None:
-        super().__init__(name, token)
-        parts = urlsplit(f"{self.scheme}://{name}")
-        if not parts.hostname:
-            raise RemoteError(scrub(f"no host in {self.scheme}://{name}"))
-        netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-        if parts.port is not None:
-            netloc = f"{netloc}:{parts.port}"
+    def __init__(self, name: str, token: str | None = None, *,
+                 settings: RemoteSettings | None = None) -> None:
+        super().__init__(name, token, settings=settings)
+        userinfo, address = split_userinfo(name)
+        try:
+            parts = urlsplit(f"{self.scheme}://{address}")
+            hostname, port = parts.hostname, parts.port
+        except ValueError:
+            # The parser's message quotes the part it failed on, which may be a credential.
+            raise self._fail(f"malformed URL {self.scheme}://{name}: expected "
+                             f"{self.scheme}://[user:password@]host[:port]/path") from None
+        if not hostname:
+            raise self._fail(f"no host in {self.scheme}://{name}")
+        netloc = hostname if ":" not in hostname else f"[{hostname}]"
+        if port is not None:
+            netloc = f"{netloc}:{port}"
         self._base = urlunsplit((self.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self._headers = {"User-Agent": "marl-minari-registry"}
-        secrets = [token]
-        if parts.username is not None:
-            user, password = unquote(parts.username), unquote(parts.password or "")
+        if userinfo is not None:
+            user, _, password = (unquote(piece) for piece in userinfo.partition(":"))
             pair = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {pair}"
-            secrets += [password, pair]
+            self._secrets.append(pair)
         elif token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._secrets = [s for s in secrets if s]
         self._opener = urllib.request.build_opener(
             _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers))
-        self._timeout = float(os.environ.get("MARL_MINARI_HTTP_TIMEOUT", "60"))
 
     @property
     def location(self) -> str:
         """The base URL, without credentials."""
         return self._base
 
-    def _fail(self, message: str, exc: BaseException | None = None) -> RemoteError:
-        detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
-        return RemoteError(scrub(f"{message}{detail}", self._secrets))
-
     def _open(self, key: str) -> Any:
         request = urllib.request.Request(f"{self._base}/{quote(key)}", headers=self._headers)
-        return self._opener.open(request, timeout=self._timeout)
+        return self._opener.open(request, timeout=self.settings.http_timeout)
 
-    def _read(self, key: str) -> bytes | None:
+    def _read(self, key: str, limit: int) -> bytes | None:
         try:
             with self._open(key) as response:
-                data: bytes = response.read()
                 length = response.headers.get("Content-Length")
+                if length is not None and length.isdigit() and int(length) > limit:
+                    raise too_large(f"{self.location}/{key}", limit)
+                data: bytes = response.read(limit + 1)
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
                 return None
             raise self._fail(f"GET {self.location}/{key} answered HTTP {exc.code}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             raise self._fail(f"cannot read {self.location}/{key}", exc) from None
+        if len(data) > limit:
+            raise too_large(f"{self.location}/{key}", limit)
         if length is not None and length.isdigit() and len(data) != int(length):
             raise self._fail(f"connection to {self.location} dropped while reading {key}")
         return data
@@ -105,6 +115,8 @@ class HttpStorage(RegistryStorage):
     def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
+        seconds = self.settings.download_deadline(size)
+        deadline = time.monotonic() + seconds
         try:
             response = self._open(key)
         except urllib.error.HTTPError as exc:
@@ -120,10 +132,19 @@ class HttpStorage(RegistryStorage):
                 raise wrong_size(where, announced, size)
             try:
                 received, digests = copy_and_hash(response, target, (algorithm,), limit=size,
-                                                  progress=progress)
+                                                  progress=progress, deadline=deadline)
+            except DeadlineExceeded:
+                raise self._fail(
+                    f"download of {where} did not finish within {seconds:.1f} s, the deadline "
+                    f"for {size} bytes (http_timeout + size / min_download_rate of "
+                    "RemoteSettings): the server is stalled or too slow; try again later, or "
+                    "lower min_download_rate for a slow link") from None
             except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
                 raise self._fail(f"connection to {self.location} dropped while downloading "
                                  f"{key}", exc) from None
+            except OSError as exc:  # the local side: disk full, permissions
+                raise self._fail(f"cannot write the download of {where} to {target}",
+                                 exc) from None
         if announced is not None and received < announced:
             raise self._fail(f"connection to {self.location} dropped while downloading {key} "
                              f"after {received} of {announced} bytes")

@@ -8,16 +8,12 @@ so a damaged or hostile manifest can never make a download write outside its dat
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import io
 import json
 import os
 import re
 import stat
-import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -26,11 +22,7 @@ from typing import Any, Final
 from marl_minari.digests import (
     BLAKE3,
     SHA256,
-    MultiHash,
-    StatKey,
-    hash_handle,
     is_hex_digest,
-    stat_key,
 )
 from marl_minari.errors import CorruptedDataError, LayoutError
 
@@ -40,41 +32,38 @@ MANIFEST_FILE_NAME: Final = "manifest.json"
 MANIFEST_FORMAT: Final = "marl-minari-manifest"
 MANIFEST_FORMAT_VERSION: Final = 1
 
-CHUNK_SIZE: Final = 8 << 20
-"""Bytes per read/hash/write step of a transfer."""
-
 MAX_FILES: Final = 100_000
 MAX_PATH_LENGTH: Final = 1024
 MAX_FILE_SIZE: Final = 1 << 50
+MAX_MANIFEST_BYTES: Final = 32 << 20
+"""Largest ``manifest.json`` read (``MAX_FILES`` entries take about 25 MB)."""
 
+_DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
 _PART_RE = re.compile(r"^[A-Za-z0-9_][\w.+=@,-]*$")
-
-Progress = Callable[[int], None]
-"""Called with the number of bytes just transferred."""
 
 
 def check_relative_path(path: str) -> str:
     """Check that ``path`` is a safe relative POSIX path of a file inside a dataset folder.
 
     Raises:
-        ValueError: absolute, empty, ``.``/``..`` or hidden parts, backslashes, odd characters.
+        LayoutError: absolute, empty, ``.``/``..`` or hidden parts, backslashes, odd characters.
     """
     if not isinstance(path, str) or not path:
-        raise ValueError("a file path must be a non-empty string")
+        raise LayoutError("a file path must be a non-empty string")
     if len(path) > MAX_PATH_LENGTH:
-        raise ValueError(f"file path longer than {MAX_PATH_LENGTH} characters")
+        raise LayoutError(f"file path longer than {MAX_PATH_LENGTH} characters")
     if path.startswith("/") or "\\" in path or "\x00" in path:
-        raise ValueError(f"file path {path!r} is absolute or not a POSIX path")
+        raise LayoutError(f"file path {path!r} is absolute or not a POSIX path")
     for part in path.split("/"):
         if part in ("", ".", ".."):
-            raise ValueError(f"file path {path!r} has an empty, '.' or '..' part")
+            raise LayoutError(f"file path {path!r} has an empty, '.' or '..' part")
         if not _PART_RE.match(part):
-            raise ValueError(
+            raise LayoutError(
                 f"file path {path!r}: part {part!r} must start with a letter, digit or '_' and "
                 "hold only letters, digits and _ . + = @ , -"
             )
     if path == MANIFEST_FILE_NAME:
-        raise ValueError(f"{MANIFEST_FILE_NAME!r} is reserved for the registry's manifest")
+        raise LayoutError(f"{MANIFEST_FILE_NAME!r} is reserved for the registry's manifest")
     return path
 
 
@@ -100,6 +89,21 @@ class FileEntry:
     def check_digest(self) -> str:
         """The recorded digest of :attr:`check_algorithm`."""
         return self.blake3 if self.blake3 is not None else self.sha256
+
+    def check_arrived(self, where: str, size: int, digest: str) -> None:
+        """Check a downloaded copy of this file: its size and :attr:`check_algorithm` digest.
+
+        Raises:
+            CorruptedDataError: either differs from the manifest.
+        """
+        if size != self.size:
+            raise wrong_size(where, size, self.size)
+        if digest != self.check_digest:
+            raise CorruptedDataError(
+                f"{where} has {_DIGEST_LABELS[self.check_algorithm]} {digest}, the manifest "
+                f"records {self.check_digest}: the remote file was modified or damaged after "
+                "publishing"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as stored in ``manifest.json``."""
@@ -195,7 +199,7 @@ def _entry(item: Any, where: str) -> FileEntry:
     sha, fast = item.get(SHA256), item.get(BLAKE3)
     try:
         check_relative_path(path)  # type: ignore[arg-type]
-    except ValueError as exc:
+    except LayoutError as exc:
         raise CorruptedDataError(
             f"manifest {where} names an unsafe path: {exc}; refusing to download it"
         ) from exc
@@ -230,11 +234,6 @@ def wrong_size(where: str, found: int, recorded: int) -> CorruptedDataError:
     """The error for a remote file whose size differs from the manifest's."""
     return CorruptedDataError(f"{where} has {found} bytes, the manifest records {recorded}: the "
                               "remote file is truncated or was replaced after publishing")
-
-
-def changed_since_hashed(source: Path) -> CorruptedDataError:
-    """The error for a local file that changed after its remembered digests were computed."""
-    return CorruptedDataError(f"{source} changed after its digests were computed; publish again")
 
 
 def new_manifest(dataset_id: str, entries: Iterable[FileEntry]) -> Manifest:
@@ -273,151 +272,10 @@ def dataset_files(folder: Path) -> list[str]:
                 )
             try:
                 check_relative_path(relative)
-            except ValueError as exc:
+            except LayoutError as exc:
                 raise LayoutError(f"cannot publish {path}: {exc}") from exc
             found.append(relative)
         for name in dirs:
             if os.path.islink(base / name):
                 raise LayoutError(f"{base / name} is a symlink: publish copies regular files only")
     return found
-
-
-Digests = dict[str, str]
-"""``{algorithm: hex digest}``."""
-
-
-def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
-                  limit: int | None = None,
-                  progress: Progress | None = None) -> tuple[int, Digests]:
-    """Copy a binary stream into ``target`` while hashing it; ``(size, digests)``.
-
-    For streams (HTTP responses, ...). Each chunk is read into a reusable buffer, then hashed
-    on a second thread while it is written (both release the GIL), so a chunk costs about
-    ``max(write, hash)``. The digests are of exactly the bytes written.
-
-    Args:
-        source: object with ``readinto(buffer)`` or ``read(n)``.
-        target: file to create (truncated if it exists).
-        algorithms: digests to compute (see :mod:`marl_minari.digests`).
-        limit: stop with :class:`CorruptedDataError` as soon as more bytes than this arrive.
-        progress: called with each chunk's length.
-    """
-    digests = MultiHash(algorithms)
-    size = 0
-    buffer = bytearray(CHUNK_SIZE)
-    reader = getattr(source, "readinto", None)
-    with ThreadPoolExecutor(max_workers=1) as hasher, open(target, "wb", buffering=0) as out:
-        while True:
-            if reader is not None:
-                count = reader(buffer) or 0
-                chunk = memoryview(buffer)[:count]
-            else:
-                data = source.read(CHUNK_SIZE)
-                count, chunk = len(data), memoryview(data)
-            if not count:
-                break
-            size += count
-            if limit is not None and size > limit:
-                raise CorruptedDataError(
-                    f"more than the {limit} bytes the manifest records arrived for {target.name}"
-                )
-            pending = hasher.submit(digests.update, chunk)
-            _write_all(out, chunk)
-            pending.result()
-            if progress is not None:
-                progress(count)
-    return size, digests.hexdigests()
-
-
-def copy_file_and_hash(source: Path, target: Path, algorithms: Sequence[str], *,
-                       limit: int | None = None, progress: Progress | None = None,
-                       sync: bool = False, expect: StatKey | None = None) -> tuple[int, Digests]:
-    """Copy a local file into ``target`` and hash it; ``(size, digests)``.
-
-    The kernel copies the data (``copy_file_range``/``sendfile``: no trip through Python)
-    while a second thread hashes the source through its own descriptor, so the copy costs
-    about ``max(copy, hash)``. The source's identity (inode, size, mtime, ctime) is checked
-    before and after: a file changed during the copy raises :class:`CorruptedDataError`, so
-    the digests always describe the bytes written.
-
-    Args:
-        source: file to copy.
-        target: file to create (truncated if it exists).
-        algorithms: digests to compute; none when they are already known (see ``expect``).
-        limit: a source larger than this is refused before anything is copied.
-        progress: called with each chunk's length.
-        sync: flush ``target`` to disk (``fsync``) before returning; the flush overlaps with
-            the end of the hashing.
-        expect: the identity the source had when its known digests were computed; a source
-            that differs is refused before anything is copied.
-    """
-    with open(source, "rb", buffering=0) as src, open(source, "rb", buffering=0) as hashed:
-        before = stat_key(os.fstat(src.fileno()))
-        if expect is not None and before != expect:
-            raise changed_since_hashed(source)
-        size = before[2]
-        if limit is not None and size > limit:
-            raise CorruptedDataError(
-                f"{source.name} has more than the {limit} bytes the manifest records"
-            )
-        stop = threading.Event()
-        with ThreadPoolExecutor(max_workers=1) as hasher:
-            pending = hasher.submit(hash_handle, hashed, algorithms, stop) if algorithms else None
-            try:
-                copied, written = _copy_range(src, target, size, progress, sync)
-            except BaseException:
-                stop.set()
-                raise
-            digests = pending.result()[1] if pending is not None else {}
-        after = stat_key(os.fstat(src.fileno()))
-    if after != before or written != copied:
-        raise CorruptedDataError(f"{source} changed while it was being copied")
-    return copied, digests
-
-
-def _copy_range(source: io.FileIO, target: Path, size: int, progress: Progress | None,
-                sync: bool) -> tuple[int, int]:
-    """Copy ``size`` bytes of ``source`` into a new ``target``; ``(copied, target size)``."""
-    with open(target, "wb", buffering=0) as out:
-        copied = 0
-        while copied < size:
-            count = _kernel_copy(source, out, copied, min(CHUNK_SIZE, size - copied))
-            if not count:
-                break
-            copied += count
-            if progress is not None:
-                progress(count)
-        written = os.fstat(out.fileno()).st_size
-        if sync:
-            os.fsync(out.fileno())
-    return copied, written
-
-
-def _kernel_copy(source: Any, target: Any, offset: int, count: int) -> int:
-    """Copy ``count`` bytes at ``offset`` of ``source`` to the end of ``target``."""
-    global _COPY_FILE_RANGE
-    if _COPY_FILE_RANGE:
-        try:
-            return os.copy_file_range(source.fileno(), target.fileno(), count, offset)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
-                                 errno.ENOTSUP, errno.EBADF):
-                raise
-            _COPY_FILE_RANGE = False
-    try:
-        return os.sendfile(target.fileno(), source.fileno(), offset, count)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-            raise
-    data = os.pread(source.fileno(), count, offset)
-    _write_all(target, memoryview(data))
-    return len(data)
-
-
-_COPY_FILE_RANGE = hasattr(os, "copy_file_range")
-
-
-def _write_all(out: Any, chunk: memoryview) -> None:
-    while chunk:
-        written = out.write(chunk)
-        chunk = chunk[written:]

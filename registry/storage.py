@@ -3,16 +3,21 @@
 :class:`RegistryStorage` is a :class:`minari.storage.remotes.cloud_storage.CloudStorage`, so
 Minari's own ``upload_dataset``, ``list_remote_datasets``, ``download_dataset`` and
 ``load_dataset(..., download=True)`` drive it. Subclasses (``file://``, ``s3://``,
-``http(s)://``) only move bytes: read/write small objects, upload/download one file, list
-keys. Everything that makes the registry safe lives here, once:
+``http(s)://``) only move bytes: read/write small objects, upload/download one file, stage
+and commit a publish's files, list keys. Everything that makes the registry safe lives here, once:
 
-* publishing writes every file first, then the manifest (the commit record, created only if
-  absent), then the index entry; a published version is never overwritten;
+* publishing stages every file where nobody sees it (a hidden per-publish prefix, or an open
+  S3 multipart upload), then claims the version by creating its manifest only if absent (the
+  commit point: of two concurrent publishers exactly one wins), then puts its staged files in
+  place and adds the index entry; the loser discards its staged files, which never touched
+  the winner's; a published version is never overwritten;
 * downloading reads the manifest, fetches every file into a hidden staging folder under the
   datasets root, checks the size and digest (BLAKE3, or SHA-256 in older manifests) of each,
-  and moves the dataset into place with one ``rename``; any failure removes the staging
-  folder;
-* every id, namespace and manifest path is validated before it becomes a key or a local path.
+  within a deadline scaled to its size, and moves the dataset into place with one ``rename``
+  (:mod:`.local`); any failure removes the staging folder;
+* every id, namespace and manifest path is validated before it becomes a key or a local path,
+  and small objects (index, manifest, metadata) are read only up to a size cap;
+* every error message passes through :func:`.credentials.scrub`.
 
 The remote layout is described in ``docs/registry.md``.
 """
@@ -22,21 +27,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import re
 import threading
 import time
 import uuid
 import warnings
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from minari.storage.remotes.cloud_storage import CloudStorage
 
 from marl_minari.digests import (
-    ALGORITHMS,
-    BLAKE3,
     SHA256,
     FileDigests,
     RememberedDigests,
@@ -52,146 +55,91 @@ from marl_minari.errors import (
 )
 from marl_minari.ids import parse_dataset_id
 
+from .credentials import scrub, url_secrets
+from .index import (
+    INDEX_FILE_NAME,
+    MAX_INDEX_BYTES,
+    MAX_METADATA_BYTES,
+    METADATA_PATH,
+    NAMESPACE_METADATA_FILE_NAME,
+    check_namespace,
+    index_entry,
+    namespace_levels,
+    parse_index,
+    parse_json_object,
+    serialize_index,
+)
+from .local import install, read_json_object, staging_area, write_json_atomically
 from .manifest import (
     MANIFEST_FILE_NAME,
-    Digests,
+    MAX_MANIFEST_BYTES,
     FileEntry,
     Manifest,
-    Progress,
-    changed_since_hashed,
     dataset_files,
     new_manifest,
-    wrong_size,
 )
+from .settings import RemoteSettings
+from .transfer import Progress, tqdm_progress
 
 logger = logging.getLogger("marl_minari.registry")
 
-INDEX_FILE_NAME: Final = "_index.json"
-"""Root object of a registry: every namespace and dataset with its metadata."""
-
-INDEX_FORMAT: Final = "marl-minari-registry"
-INDEX_FORMAT_VERSION: Final = 1
-
-NAMESPACE_METADATA_FILE_NAME: Final = "namespace_metadata.json"
-METADATA_PATH: Final = "data/metadata.json"
-STAGING_FOLDER: Final = ".marl_minari"
-
-_DIGEST_LABELS: Final = {SHA256: "SHA-256", BLAKE3: "BLAKE3"}
-_SECRET_ENV_VARS: Final = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
-                           "AWS_SECURITY_TOKEN")
-_USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-_SIGNED_QUERY_RE = re.compile(r"([?&](?:X-Amz-[A-Za-z-]+|Signature|AWSAccessKeyId|token|"
-                              r"access_token|sig)=)[^&\s'\"]+", re.IGNORECASE)
+PENDING_PREFIX: Final = ".pending-"
+"""Hidden folder inside a dataset's folder on the remote that holds one publish's files until
+it has claimed the version."""
 
 
-def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with credentials removed: URL user-info, signed query strings, known secrets.
+@dataclass
+class Staging:
+    """The files of one publish on their way to becoming a version (see ``_stage_file``)."""
 
-    Every message this package raises or logs about a remote goes through here.
-    """
-    text = _USERINFO_RE.sub(r"\g<scheme>***@", text)
-    text = _SIGNED_QUERY_RE.sub(r"\1***", text)
-    values = [os.environ.get(name) for name in _SECRET_ENV_VARS]
-    for secret in [*values, *secrets]:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
-
-
-def upload_algorithms(known: RememberedDigests | None) -> tuple[str, ...]:
-    """The digests an upload computes on the way: none when they are remembered."""
-    return () if known is not None else ALGORITHMS
-
-
-def uploaded_digests(source: Path, size: int, computed: Digests,
-                     known: RememberedDigests | None) -> FileDigests:
-    """Size and digests of a file just uploaded: the remembered ones, or those computed.
-
-    The upload has already checked that ``source`` kept the identity ``known`` was hashed
-    with; the size is checked again here.
-    """
-    if known is None:
-        return FileDigests(size, computed[SHA256], computed[BLAKE3])
-    if size != known.digests.size:
-        raise changed_since_hashed(source)
-    return known.digests
-
-
-def check_namespace(namespace: str) -> str:
-    """Validate a namespace with the same rules as dataset ids.
-
-    Raises:
-        InvalidDatasetIdError: malformed namespace (``..``, absolute, too short parts, ...).
-    """
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}")
-    try:
-        parsed = parse_dataset_id(f"{namespace}/x-v0")[0]
-    except InvalidDatasetIdError as exc:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}: {exc}") from None
-    if parsed != namespace:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}")
-    return namespace
-
-
-def namespace_levels(namespace: str | None) -> list[str]:
-    """``a/b/c`` -> ``["a", "a/b", "a/b/c"]``; ``None`` -> ``[]``."""
-    if not namespace:
-        return []
-    parts = namespace.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def empty_index() -> dict[str, Any]:
-    """An index with no namespaces and no datasets."""
-    return {"format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
-            "namespaces": {}, "datasets": {}}
-
-
-def tqdm_progress(total: int, description: str) -> tuple[Progress, Callable[[], None]]:
-    """A byte progress bar (shown only on a terminal): ``(update, close)``."""
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024,
-               disable=None, leave=False)
-    lock = threading.Lock()
-
-    def update(count: int) -> None:
-        with lock:
-            bar.update(count)
-
-    return update, bar.close
+    dataset_id: str
+    prefix: str
+    """Hidden key prefix, ``<dataset>/.pending-<random>``, for kinds that stage below it."""
+    uploads: dict[str, Any] = field(default_factory=dict)
+    """Per file, what a kind needs to commit or discard it (e.g. an S3 multipart upload)."""
 
 
 class RegistryStorage(CloudStorage):
     """Base of the marl-minari remote kinds; see the module docstring.
 
     Subclasses set :attr:`kind` and implement the primitives (the methods starting with
-    ``_`` that raise ``NotImplementedError`` here). Keys are relative POSIX paths below the
-    registry root, built only from validated ids, namespaces and manifest paths.
+    ``_``; read-only kinds leave the write primitives as they are here). Keys are relative
+    POSIX paths below the registry root, built only from validated ids, namespaces and
+    manifest paths.
+
+    Args:
+        name: the remote after ``kind://``.
+        token: Minari's token (used by ``http(s)://`` as a Bearer token).
+        settings: timeouts, deadlines and flushing; default :meth:`RemoteSettings.from_env`.
     """
 
     kind: ClassVar[str] = ""
     writable: ClassVar[bool] = True
 
-    def __init__(self, name: str, token: str | None = None) -> None:
+    def __init__(self, name: str, token: str | None = None, *,
+                 settings: RemoteSettings | None = None) -> None:
         self._token = token
+        self._secrets = [s for s in [token, *url_secrets(f"{self.kind}://{name}")] if s]
+        self.settings = settings if settings is not None else RemoteSettings.from_env()
         self._index_cache: dict[str, Any] | None = None
         self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------------ primitives
     @property
+    @abstractmethod
     def location(self) -> str:
         """The remote as ``kind://...``, without credentials (safe to print)."""
-        raise NotImplementedError
 
-    def _read(self, key: str) -> bytes | None:
-        """The bytes stored at ``key``; ``None`` if there is nothing there."""
-        raise NotImplementedError
+    @abstractmethod
+    def _read(self, key: str, limit: int) -> bytes | None:
+        """The bytes stored at ``key``; ``None`` if there is nothing there.
 
-    def _read_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+        More than ``limit`` bytes raise :func:`too_large` (checked before reading them all).
+        """
+
+    def _read_versioned(self, key: str, limit: int) -> tuple[bytes | None, str | None]:
         """Bytes at ``key`` and a version token for :meth:`_write_if`."""
-        return self._read(key), None
+        return self._read(key, limit), None
 
     def _write_if(self, key: str, data: bytes, version: str | None) -> bool:
         """Replace ``key`` if it still has ``version`` (``None``: if it does not exist).
@@ -199,15 +147,15 @@ class RegistryStorage(CloudStorage):
         Returns False when someone else changed it first. Backends without conditional
         writes rely on :meth:`_index_lock` and always succeed.
         """
-        raise NotImplementedError
+        raise self._read_only()
 
     def _write_new(self, key: str, data: bytes) -> bool:
-        """Create ``key`` only if absent; False if it exists."""
-        raise NotImplementedError
+        """Create ``key`` only if absent, atomically; False if it exists."""
+        raise self._read_only()
 
     def _write(self, key: str, data: bytes) -> None:
         """Create or replace ``key`` (small objects: metadata)."""
-        raise NotImplementedError
+        raise self._read_only()
 
     def _put_file(self, key: str, source: Path, progress: Progress | None,
                   known: RememberedDigests | None) -> FileDigests:
@@ -217,20 +165,59 @@ class RegistryStorage(CloudStorage):
         checks that the file still has the identity it had when it was hashed (see
         :func:`uploaded_digests`).
         """
-        raise NotImplementedError
+        raise self._read_only()
 
+    def _stage_file(self, staging: Staging, relative: str, source: Path,
+                    progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
+        """Upload ``source`` as the file ``relative`` of a new version, invisibly.
+
+        Nothing a reader or another publisher sees may change until :meth:`_commit_staging`.
+        By default the file goes below the hidden key prefix ``staging.prefix``.
+        """
+        return self._put_file(f"{staging.prefix}/{relative}", source, progress, known)
+
+    def _commit_staging(self, staging: Staging, files: list[str]) -> None:
+        """Put every staged file at its published key (after the version was claimed)."""
+        for relative in files:
+            self._move(f"{staging.prefix}/{relative}", f"{staging.dataset_id}/{relative}")
+        self._finish_moves(staging.dataset_id)
+
+    def _discard_staging(self, staging: Staging) -> None:
+        """Remove what is left of a staging (all of it if it was never committed)."""
+        self._delete_tree(staging.prefix)
+
+    def _move(self, source: str, target: str) -> None:
+        """Move the object at key ``source`` to key ``target`` (replacing it)."""
+        raise self._read_only()
+
+    def _finish_moves(self, prefix: str) -> None:
+        """Called after files were put in place below ``prefix``: make them durable."""
+
+    def _delete_tree(self, prefix: str) -> None:
+        """Delete every key below ``prefix/`` (best effort: leftovers are hidden)."""
+        raise self._read_only()
+
+    @abstractmethod
     def _get_file(self, key: str, target: Path, size: int, algorithm: str,
                   progress: Progress | None) -> tuple[int, str]:
         """Download ``key`` into ``target``; ``(size, hex digest)`` of the bytes written.
 
-        Must stop (``CorruptedDataError``) once more than ``size`` bytes arrive.
+        Must stop (``CorruptedDataError``) once more than ``size`` bytes arrive, and
+        (``RemoteError``) once the download takes longer than
+        ``settings.download_deadline(size)``.
         """
-        raise NotImplementedError
 
     def _list_keys(self, prefix: str) -> Iterator[str]:
         """Every key starting with ``prefix`` (used to rebuild the index)."""
         raise RemoteError(f"{self.location} cannot list its files; rebuild the index at the "
                           "source registry instead")
+
+    def check_exists(self) -> None:
+        """Raise :class:`RemoteError` if the registry itself does not exist.
+
+        Only kinds that can tell (``file://``: its folder) check anything; publishing creates
+        the registry, so only reading calls this.
+        """
 
     def _index_lock(self) -> contextlib.AbstractContextManager[None]:
         """Held while the index is read, changed and written back."""
@@ -239,57 +226,38 @@ class RegistryStorage(CloudStorage):
     def _fail(self, message: str, exc: BaseException | None = None) -> RemoteError:
         """A :class:`RemoteError` whose message carries no credentials."""
         detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
-        return RemoteError(scrub(f"{message}{detail}", [self._token]))
+        return RemoteError(scrub(f"{message}{detail}", self._secrets))
+
+    def _read_only(self) -> RemoteError:
+        return RemoteError(
+            f"{self.location} is read-only ({self.kind}:// serves a published registry); "
+            "publish to the file:// or s3:// registry it serves instead"
+        )
 
     def _require_writable(self) -> None:
         if not self.writable:
-            raise RemoteError(
-                f"{self.location} is read-only ({self.kind}:// serves a published registry); "
-                "publish to the file:// or s3:// registry it serves instead"
-            )
+            raise self._read_only()
 
     # ------------------------------------------------------------------ index
     def read_index(self, *, refresh: bool = True) -> dict[str, Any]:
         """The registry index (an empty one when the registry has none yet)."""
         with self._cache_lock:
             if refresh or self._index_cache is None:
-                self._index_cache = self._parse_index(self._read(INDEX_FILE_NAME))
+                raw = self._read(INDEX_FILE_NAME, MAX_INDEX_BYTES)
+                self._index_cache = parse_index(raw, self.location)
             return self._index_cache
-
-    def _parse_index(self, raw: bytes | None) -> dict[str, Any]:
-        if raw is None:
-            return empty_index()
-        where = f"{self.location}/{INDEX_FILE_NAME}"
-        try:
-            index = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptedDataError(
-                f"registry index {where} is not valid JSON ({exc}); rebuild it with "
-                "marl_minari.registry.reindex"
-            ) from exc
-        if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
-            raise CorruptedDataError(f"{where} is not a marl-minari registry index")
-        version = index.get("format_version")
-        if not isinstance(version, int) or version > INDEX_FORMAT_VERSION:
-            raise RemoteError(f"registry {self.location} has index format {version!r}; this "
-                              f"marl-minari reads version {INDEX_FORMAT_VERSION}: upgrade it")
-        for key in ("namespaces", "datasets"):
-            if not isinstance(index.get(key), dict):
-                index[key] = {}
-        return index
 
     def _update_index(self, change: Callable[[dict[str, Any]], bool]) -> None:
         """Apply ``change`` to the index and write it back (``change`` False: no write)."""
         for attempt in range(50):
             with self._index_lock():
-                raw, version = self._read_versioned(INDEX_FILE_NAME)
-                index = self._parse_index(raw)
+                raw, version = self._read_versioned(INDEX_FILE_NAME, MAX_INDEX_BYTES)
+                index = parse_index(raw, self.location)
                 if not change(index):
                     with self._cache_lock:
                         self._index_cache = index
                     return
-                data = (json.dumps(index, indent=1, sort_keys=True) + "\n").encode()
-                if self._write_if(INDEX_FILE_NAME, data, version):
+                if self._write_if(INDEX_FILE_NAME, serialize_index(index), version):
                     with self._cache_lock:
                         self._index_cache = index
                     return
@@ -297,7 +265,12 @@ class RegistryStorage(CloudStorage):
         raise self._fail(f"the index of {self.location} kept changing under concurrent writers")
 
     def dataset_ids(self, prefix: str | None = None) -> list[str]:
-        """Published dataset ids (from the index), optionally only those starting with prefix."""
+        """Published dataset ids (from the index), optionally only those starting with prefix.
+
+        A registry that does not exist yet lists as empty here (Minari's upload lists the
+        remote before its first publish); :func:`~marl_minari.registry.list_datasets` calls
+        :meth:`check_exists` first.
+        """
         ids = []
         for dataset_id in self.read_index()["datasets"]:
             try:
@@ -327,18 +300,11 @@ class RegistryStorage(CloudStorage):
     def get_dataset_metadata_file(self, dataset_id: str) -> dict[str, Any]:
         """The published ``data/metadata.json`` of ``dataset_id``, read from its file."""
         parse_dataset_id(dataset_id)
-        raw = self._read(f"{dataset_id}/{METADATA_PATH}")
+        key = f"{dataset_id}/{METADATA_PATH}"
+        raw = self._read(key, MAX_METADATA_BYTES)
         if raw is None:
             raise DatasetNotFoundError(f"{dataset_id!r} is not published on {self.location}")
-        try:
-            metadata = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptedDataError(f"metadata of {dataset_id!r} on {self.location} is not "
-                                     f"valid JSON: {exc}") from exc
-        if not isinstance(metadata, dict):
-            raise CorruptedDataError(f"metadata of {dataset_id!r} on {self.location} is not "
-                                     "an object")
-        return metadata
+        return parse_json_object(raw, f"metadata {self.location}/{key}")
 
     def list_namespaces(self) -> Iterable[str]:
         """Namespaces recorded in the index."""
@@ -357,7 +323,7 @@ class RegistryStorage(CloudStorage):
         check_namespace(namespace)
         self._require_writable()
         local = Path(get_dataset_path(namespace)) / NAMESPACE_METADATA_FILE_NAME
-        metadata = _read_json_object(local) if local.exists() else {}
+        metadata = read_json_object(local) if local.exists() else {}
         self._put_namespace(namespace, metadata)
 
     def download_namespace_metadata(self, namespace: str, path: Path) -> None:
@@ -366,8 +332,8 @@ class RegistryStorage(CloudStorage):
         metadata = self.namespace_metadata(namespace)
         if metadata is None:
             raise DatasetNotFoundError(f"namespace {namespace!r} is not on {self.location}")
-        _write_json_atomically(Path(path).joinpath(*namespace.split("/"))
-                               / NAMESPACE_METADATA_FILE_NAME, metadata)
+        write_json_atomically(Path(path).joinpath(*namespace.split("/"))
+                              / NAMESPACE_METADATA_FILE_NAME, metadata)
 
     def upload_dataset(self, dataset_id: str) -> None:
         """Publish one local dataset (Minari's upload entry point).
@@ -383,7 +349,7 @@ class RegistryStorage(CloudStorage):
         size = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
         update, close = tqdm_progress(size, f"upload {dataset_id}")
         try:
-            self.publish_dataset(dataset_id, local, progress=update, identical_ok=True)
+            self.publish_dataset(dataset_id, local, progress=update)
         finally:
             close()
 
@@ -404,21 +370,21 @@ class RegistryStorage(CloudStorage):
         finally:
             close()
 
-    # ------------------------------------------------------------------ publishing
+    # ------------------------------------------------------------------ namespaces
     def namespace_metadata(self, namespace: str) -> dict[str, Any] | None:
         """Remote metadata of ``namespace``; ``None`` if it is not published."""
         check_namespace(namespace)
         entry = self.read_index(refresh=False)["namespaces"].get(namespace)
         if isinstance(entry, dict):
             return dict(entry)
-        raw = self._read(f"{namespace}/{NAMESPACE_METADATA_FILE_NAME}")
+        key = f"{namespace}/{NAMESPACE_METADATA_FILE_NAME}"
+        raw = self._read(key, MAX_METADATA_BYTES)
         if raw is None:
             return None
         try:
-            value = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            return parse_json_object(raw, f"{self.location}/{key}")
+        except CorruptedDataError:
             return None
-        return value if isinstance(value, dict) else None
 
     def _put_namespace(self, namespace: str, metadata: dict[str, Any]) -> None:
         self._write(f"{namespace}/{NAMESPACE_METADATA_FILE_NAME}",
@@ -446,23 +412,27 @@ class RegistryStorage(CloudStorage):
             if level in present:
                 continue
             local = Path(get_dataset_path(level)) / NAMESPACE_METADATA_FILE_NAME
-            metadata = _read_json_object(local) if local.exists() else {}
+            metadata = read_json_object(local) if local.exists() else {}
             logger.info("publishing namespace %s to %s", level, self.location)
             self._write(f"{level}/{NAMESPACE_METADATA_FILE_NAME}",
                         (json.dumps(metadata) + "\n").encode())
             written[level] = metadata
         return written
 
+    # ------------------------------------------------------------------ manifests
     def manifest(self, dataset_id: str) -> Manifest:
         """The manifest of a published version.
 
         Raises:
-            DatasetNotFoundError: the version is not published (or its publish never finished).
-            CorruptedDataError: the manifest is damaged or unsafe.
+            DatasetNotFoundError: the version is not published (or its publish never claimed
+                it).
+            CorruptedDataError: the manifest is damaged, unsafe or too large.
+            RemoteError: the registry does not exist.
         """
         parse_dataset_id(dataset_id)
         found = self.find_manifest(dataset_id)
         if found is None:
+            self.check_exists()
             raise DatasetNotFoundError(
                 f"{dataset_id!r} is not published on {self.location} (no manifest)"
             )
@@ -472,32 +442,38 @@ class RegistryStorage(CloudStorage):
         """The manifest of ``dataset_id``, or ``None`` if it has none."""
         parse_dataset_id(dataset_id)
         key = f"{dataset_id}/{MANIFEST_FILE_NAME}"
-        raw = self._read(key)
+        raw = self._read(key, MAX_MANIFEST_BYTES)
         if raw is None:
             return None
         return Manifest.from_json(raw, dataset_id, f"{self.location}/{key}")
 
-    def publish_dataset(self, dataset_id: str, local: Path, *, progress: Progress | None = None,
-                        identical_ok: bool = False) -> tuple[Manifest, str]:
-        """Upload one local dataset folder; files first, then manifest, then index entry.
+    # ------------------------------------------------------------------ publishing
+    def publish_dataset(self, dataset_id: str, local: Path, *,
+                        progress: Progress | None = None) -> tuple[Manifest, str]:
+        """Upload one local dataset folder and commit it as a new immutable version.
+
+        Files go under a hidden per-publish prefix first; the manifest, created only if
+        absent, claims the version; only the publish that claimed it moves its files into
+        place and adds the index entry. A concurrent publisher of other files loses the claim
+        before it touches any published key.
 
         Args:
             dataset_id: validated id; ``local`` is its folder.
             progress: called with byte counts.
-            identical_ok: a version already published with the same files is not an error.
 
         Returns:
-            ``(manifest, outcome)``; outcome ``"published"``, ``"completed"`` (files and
-            manifest were there from an earlier publish interrupted before its index entry) or
-            ``"unchanged"`` (already published, identical).
+            ``(manifest, outcome)``; outcome ``"published"``, ``"completed"`` (an earlier
+            publish of the same files claimed the version but stopped before listing it; its
+            files were uploaded again and it is listed now) or ``"unchanged"`` (already
+            published and listed with the same files).
 
         Raises:
-            DatasetExistsError: the version is published with other files (or was published
-                concurrently), or is published and listed while ``identical_ok`` is off.
+            DatasetExistsError: the version is published with other files (before, or by a
+                concurrent publisher that claimed it first).
         """
         self._require_writable()
         parse_dataset_id(dataset_id)
-        metadata = _read_json_object(local / METADATA_PATH)
+        metadata = read_json_object(local / METADATA_PATH)
         if metadata.get("dataset_id") != dataset_id:
             raise CorruptedDataError(
                 f"{local / METADATA_PATH} says dataset_id {metadata.get('dataset_id')!r}, but "
@@ -506,29 +482,48 @@ class RegistryStorage(CloudStorage):
         files = dataset_files(local)
         existing = self.find_manifest(dataset_id)
         if existing is not None:
-            return self._already_published(dataset_id, local, files, existing, metadata,
-                                           identical_ok)
+            return self._already_published(dataset_id, local, files, existing, metadata)
         namespaces = self.ensure_remote_namespaces(dataset_id)
-        known = remembered_digests(local)
-        entries = []
-        for relative in files:
-            digests = self._put_file(f"{dataset_id}/{relative}", local / relative, progress,
-                                     known.get(relative))
-            entries.append(FileEntry(relative, digests.size, digests.sha256, digests.blake3))
-        manifest = new_manifest(dataset_id, entries)
-        if not self._write_new(f"{dataset_id}/{MANIFEST_FILE_NAME}", manifest.to_json()):
-            raise DatasetExistsError(
-                f"{dataset_id!r} was published on {self.location} by someone else while this "
-                "publish ran; versions are immutable: bump the version (-vN+1) and publish again"
-            )
+        staging = Staging(dataset_id, f"{dataset_id}/{PENDING_PREFIX}{uuid.uuid4().hex}")
+        try:
+            manifest = new_manifest(dataset_id, self._upload(staging, local, files, progress))
+            if not self._write_new(f"{dataset_id}/{MANIFEST_FILE_NAME}", manifest.to_json()):
+                winner = self.manifest(dataset_id)
+                if not winner.same_content(manifest):
+                    raise DatasetExistsError(
+                        f"{dataset_id!r} was published on {self.location} with different files by "
+                        "another publisher while this publish ran; versions are immutable: "
+                        "bump the version (-vN+1) and publish again"
+                    )
+                return self._already_published(dataset_id, local, files, winner, metadata)
+            self._commit_staging(staging, files)
+        finally:
+            self._discard_staging(staging)
         self._record(dataset_id, metadata, manifest, namespaces)
         logger.info("published %s to %s (%d files, %d bytes)", dataset_id, self.location,
                     len(manifest.files), manifest.total_size)
         return manifest, "published"
 
+    def _upload(self, target: Staging | str, local: Path, files: list[str],
+                progress: Progress | None) -> list[FileEntry]:
+        """Upload ``files`` of ``local``; their manifest entries.
+
+        ``target``: a :class:`Staging` (invisible until committed), or the dataset id (the
+        published keys, once the version is claimed with these files).
+        """
+        known = remembered_digests(local)
+        entries = []
+        for relative in files:
+            source, remembered = local / relative, known.get(relative)
+            digests = (self._stage_file(target, relative, source, progress, remembered)
+                       if isinstance(target, Staging) else
+                       self._put_file(f"{target}/{relative}", source, progress, remembered))
+            entries.append(FileEntry(relative, digests.size, digests.sha256, digests.blake3))
+        return entries
+
     def _already_published(self, dataset_id: str, local: Path, files: list[str],
-                           existing: Manifest, metadata: dict[str, Any],
-                           identical_ok: bool) -> tuple[Manifest, str]:
+                           existing: Manifest, metadata: dict[str, Any]) -> tuple[Manifest, str]:
+        """Outcome of publishing a version that has a manifest already."""
         known = remembered_digests(local)
         entries = []
         for relative in files:
@@ -538,28 +533,29 @@ class RegistryStorage(CloudStorage):
                 size, computed = hash_file(local / relative, (SHA256,))
                 sha = computed[SHA256]
             entries.append(FileEntry(relative, size, sha))
-        same = existing.same_content(new_manifest(dataset_id, entries))
-        listed = dataset_id in self.read_index()["datasets"]
-        if same and not listed:
-            # An earlier publish committed its manifest but stopped before the index entry.
-            namespaces = self.ensure_remote_namespaces(dataset_id)
-            self._record(dataset_id, metadata, existing, namespaces)
-            return existing, "completed"
-        if same and identical_ok:
+        if not existing.same_content(new_manifest(dataset_id, entries)):
+            raise DatasetExistsError(
+                f"{dataset_id!r} is already published on {self.location} with different files "
+                "(the local dataset changed since it was published); published versions are "
+                "immutable: bump the version (-vN+1) and publish that"
+            )
+        if dataset_id in self.read_index()["datasets"]:
             return existing, "unchanged"
-        detail = ("with the same files" if same else
-                  "with different files (the local dataset changed since it was published)")
-        raise DatasetExistsError(
-            f"{dataset_id!r} is already published on {self.location} {detail}; published "
-            "versions are immutable: bump the version (-vN+1) and publish that"
-        )
+        # The version was claimed with these files, but its publish stopped (or is still
+        # running) before the index entry: its files may be missing. Uploading the same bytes
+        # to the published keys again is safe, whoever else does it at the same time.
+        namespaces = self.ensure_remote_namespaces(dataset_id)
+        uploaded = new_manifest(dataset_id, self._upload(dataset_id, local, files, None))
+        if not existing.same_content(uploaded):
+            raise CorruptedDataError(f"{local} changed while it was published; publish again")
+        self._finish_moves(dataset_id)
+        self._record(dataset_id, metadata, existing, namespaces)
+        return existing, "completed"
 
     def _record(self, dataset_id: str, metadata: dict[str, Any], manifest: Manifest,
                 namespaces: dict[str, dict[str, Any]]) -> None:
         """One index update: the dataset's entry and the namespaces published with it."""
-        entry = {"metadata": metadata, "manifest_sha256": manifest.digest(),
-                 "total_size": manifest.total_size, "files": len(manifest.files),
-                 "published": manifest.created}
+        entry = index_entry(metadata, manifest)
 
         def record(index: dict[str, Any]) -> bool:
             missing = {k: v for k, v in namespaces.items() if k not in index["namespaces"]}
@@ -596,16 +592,8 @@ class RegistryStorage(CloudStorage):
             key = f"{dataset_id}/{entry.path}"
             size, digest = self._get_file(key, target, entry.size, entry.check_algorithm,
                                           progress)
-            where = f"{self.location}/{key}"
-            if size != entry.size:
-                raise wrong_size(where, size, entry.size)
-            if digest != entry.check_digest:
-                label = _DIGEST_LABELS[entry.check_algorithm]
-                raise CorruptedDataError(
-                    f"{where} has {label} {digest}, the manifest records {entry.check_digest}: "
-                    "the remote file was modified or damaged after publishing"
-                )
-        metadata = _read_json_object(staged / METADATA_PATH)
+            entry.check_arrived(f"{self.location}/{key}", size, digest)
+        metadata = read_json_object(staged / METADATA_PATH)
         if metadata.get("dataset_id") != dataset_id:
             raise CorruptedDataError(f"{dataset_id!r} on {self.location}: its metadata names "
                                      f"{metadata.get('dataset_id')!r}")
@@ -622,118 +610,4 @@ class RegistryStorage(CloudStorage):
             if path.exists():
                 continue
             metadata = self.namespace_metadata(level) or {}
-            _write_json_atomically(path, metadata)
-
-    # ------------------------------------------------------------------ maintenance
-    def reindex(self) -> dict[str, Any]:
-        """Rebuild the index from the manifests and namespace files on the remote.
-
-        Recovers entries lost to a publish interrupted between its manifest and its index
-        entry, or to concurrent writers on a backend without conditional writes.
-        """
-        self._require_writable()
-        keys = list(self._list_keys(""))
-        manifests = [key.rpartition("/")[0] for key in keys
-                     if key.rpartition("/")[2] == MANIFEST_FILE_NAME and "/" in key]
-        datasets: dict[str, Any] = {}
-        for dataset_id in manifests:
-            try:
-                manifest = self.manifest(dataset_id)
-                metadata = self.get_dataset_metadata_file(dataset_id)
-            except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
-                warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
-                continue
-            datasets[dataset_id] = {"metadata": metadata, "manifest_sha256": manifest.digest(),
-                                    "total_size": manifest.total_size,
-                                    "files": len(manifest.files), "published": manifest.created}
-        namespaces: dict[str, Any] = {}
-        for key in keys:
-            parent, _, name = key.rpartition("/")
-            inside_dataset = any(parent == d or parent.startswith(f"{d}/") for d in manifests)
-            if name != NAMESPACE_METADATA_FILE_NAME or not parent or inside_dataset:
-                continue
-            with contextlib.suppress(InvalidDatasetIdError):
-                check_namespace(parent)
-                raw = self._read(key)
-                try:
-                    value = json.loads(raw) if raw is not None else {}
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    value = {}
-                namespaces[parent] = value if isinstance(value, dict) else {}
-
-        def replace(index: dict[str, Any]) -> bool:
-            index["namespaces"] = namespaces
-            index["datasets"] = datasets
-            return True
-
-        self._update_index(replace)
-        return self.read_index()
-
-
-@contextlib.contextmanager
-def staging_area(root: Path) -> Iterator[Path]:
-    """A fresh hidden folder under ``root`` (same file system: renames are atomic).
-
-    It is removed on exit, whatever happened; Minari does not list hidden folders. Folders
-    left by killed downloads are removed here, once their writer is dead.
-    """
-    from marl_minari.ids import datasets_root
-    from marl_minari.locking import remove_stale_staging, staging_folder, staging_root
-
-    parent = (staging_root() if root.resolve() == datasets_root().resolve()
-              else root / STAGING_FOLDER)
-    remove_stale_staging(parent)
-    with staging_folder(parent, "download") as work:
-        yield work
-
-
-def install(staged: Path, root: Path, dataset_id: str, *, replace: bool, work: Path) -> Path:
-    """Move a verified staged dataset to its place under ``root`` in one rename.
-
-    With ``replace`` an existing copy is first renamed into ``work`` (deleted with it), and put
-    back if the final rename fails.
-
-    Raises:
-        DatasetExistsError: a local dataset with that id exists and ``replace`` is off.
-    """
-    parse_dataset_id(dataset_id)
-    target = root.joinpath(*dataset_id.split("/"))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if target.exists():
-        if not replace:
-            raise DatasetExistsError(
-                f"dataset {dataset_id!r} already exists locally at {target}; pass force=True "
-                "to replace it with the published copy"
-            )
-        old = work / f"replaced-{uuid.uuid4().hex}"
-        os.rename(target, old)
-    try:
-        os.rename(staged, target)
-    except OSError as exc:
-        if old is not None:
-            os.rename(old, target)
-        if target.exists():
-            raise DatasetExistsError(f"dataset {dataset_id!r} appeared locally while it was "
-                                     "downloading") from exc
-        raise
-    return target
-
-
-def _read_json_object(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DatasetNotFoundError(f"{path} does not exist") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise CorruptedDataError(f"{path} does not hold a JSON object")
-    return value
-
-
-def _write_json_atomically(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)
+            write_json_atomically(path, metadata)

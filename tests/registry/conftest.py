@@ -94,6 +94,26 @@ def dropping_http_server() -> Iterator[Callable[[Path, tuple[str, ...]], str]]:
         server.server_close()
 
 
+@pytest.fixture
+def thread_server() -> Iterator[Callable[[Path, type[Any]], str]]:
+    """``serve(directory, handler_class)`` -> ``http://127.0.0.1:<port>``: a real HTTP server
+    on a thread with a misbehaving handler (see ``registry_helpers``)."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(directory: Path, handler: type[Any]) -> str:
+        directory.mkdir(parents=True, exist_ok=True)
+        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://{LOOPBACK}:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A moto S3 server process on loopback for the whole session (stopped at the end)."""

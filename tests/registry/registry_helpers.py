@@ -79,6 +79,53 @@ class DroppingHandler(SimpleHTTPRequestHandler):
         return None
 
 
+class DrippingHandler(SimpleHTTPRequestHandler):
+    """Serves files, but for names in ``drip`` announces the full length and then sends one
+    byte every ``interval`` seconds, for at most ``give_up`` seconds (then hangs up)."""
+
+    drip: tuple[str, ...] = ()
+    interval = 0.5
+    give_up = 20.0
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def send_head(self) -> Any:
+        if not self.path.endswith(self.drip):
+            return super().send_head()
+        data = Path(self.translate_path(self.path)).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        stop = time.monotonic() + self.give_up
+        try:
+            for byte in data:
+                if time.monotonic() > stop:
+                    break
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(self.interval)
+        except OSError:
+            pass  # the client gave up, as it should
+        self.close_connection = True
+        return None
+
+
+class FailingHandler(SimpleHTTPRequestHandler):
+    """Answers every request with HTTP 500 and a body that echoes the request headers."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = str(self.headers).encode()
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     """Start ``moto_server`` on a free loopback port; ``(process, endpoint)``."""
     executable = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or "moto_server"

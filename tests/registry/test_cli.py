@@ -38,9 +38,9 @@ def test_publish_list_download(app: typer.Typer, registry_dir: Path,
     assert result.exit_code == 0, result.output
     assert dataset_id in result.output and "KiB" in result.output
 
-    result = runner.invoke(app, ["publish", dataset_id])
-    assert result.exit_code == 1
-    assert "immutable" in result.output
+    result = runner.invoke(app, ["publish", dataset_id])  # same files again: success
+    assert result.exit_code == 0, result.output
+    assert f"unchanged  {dataset_id}  (already published with the same files)" in result.output
 
     minari.delete_dataset(dataset_id)
     result = runner.invoke(app, ["download", dataset_id, "-r", f"file://{other}"])
@@ -54,7 +54,10 @@ def test_publish_list_download(app: typer.Typer, registry_dir: Path,
 
 def test_list_empty_and_bad_id(app: typer.Typer, registry_dir: Path) -> None:
     runner = CliRunner()
+    result = runner.invoke(app, ["remote", "list"])  # the default registry is not there yet
+    assert result.exit_code == 1 and "does not exist" in result.output, result.output
+    registry_dir.mkdir()
     result = runner.invoke(app, ["remote", "list"])
-    assert result.exit_code == 0 and "no datasets" in result.output
+    assert result.exit_code == 0 and "no datasets" in result.output, result.output
     result = runner.invoke(app, ["download", "../../etc/x-v0"])
     assert result.exit_code == 2 and "malformed dataset id" in result.output

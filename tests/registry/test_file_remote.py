@@ -200,3 +200,14 @@ def test_hf_kind_is_left_to_minari(registry_dir: Path) -> None:
         registry.download("some/dataset-v0", remote="hf://farama-minari")
     with pytest.raises(RemoteError, match="unknown remote kind"):
         registry.download("some/dataset-v0", remote="ftp://example")
+
+
+def test_missing_registry_folder_is_an_error_not_an_empty_registry(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-registry"
+    for call in (lambda: registry.list_datasets(str(missing)),
+                 lambda: registry.download("mpe2/spread/random-v0", f"file://{missing}")):
+        with pytest.raises(RemoteError, match=r"no-such-registry does not exist \(no such"):
+            call()
+    assert not missing.exists()  # reading never creates it
+    missing.mkdir()
+    assert registry.list_datasets(str(missing)) == []

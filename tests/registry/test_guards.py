@@ -157,12 +157,14 @@ def test_published_version_is_never_overwritten(registry_dir: Path,
     first = registry.publish(dataset_id).manifest
     remote_bytes = _remote_file(registry_dir, dataset_id).read_bytes()
 
-    with pytest.raises(DatasetExistsError, match=r"-vN\+1"):
-        registry.publish(dataset_id)  # identical content: still refused
+    again = registry.publish(dataset_id)  # identical content: success, nothing written
+    assert again.outcomes == {dataset_id: "unchanged"}
+    assert again.manifest == first
+    assert _remote_file(registry_dir, dataset_id).read_bytes() == remote_bytes
 
     minari.delete_dataset(dataset_id)  # different episodes under the same id
     record_parallel("mpe2/simple_spread_v3", 3, max_cycles=10, dataset_id=dataset_id)
-    with pytest.raises(DatasetExistsError, match="different files"):
+    with pytest.raises(DatasetExistsError, match=r"different files.*-vN\+1"):
         registry.publish(dataset_id)
     assert _remote_file(registry_dir, dataset_id).read_bytes() == remote_bytes
     storage = registry.open_remote()

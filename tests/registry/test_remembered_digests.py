@@ -12,7 +12,7 @@ from typing import Any
 
 import blake3
 import pytest
-from marl_minari.registry.manifest import copy_file_and_hash
+from marl_minari.registry.transfer import copy_file_and_hash
 
 from marl_minari import layout, registry
 from marl_minari.digests import MultiHash, remember_digests, stat_key

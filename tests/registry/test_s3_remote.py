@@ -77,8 +77,7 @@ def test_publish_list_download(s3_remote: str, s3_client: Any,
     registry.download(dataset_id, remote=s3_remote)
     assert mm.load_dataset(dataset_id).total_episodes == 2
 
-    with pytest.raises(DatasetExistsError):
-        registry.publish(dataset_id, s3_remote)
+    assert registry.publish(dataset_id, s3_remote).outcomes == {dataset_id: "unchanged"}
 
 
 def test_minari_functions_over_s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch,
@@ -156,7 +155,7 @@ def test_s3_overwrite_refused_and_conditional_create(s3_remote: str, s3_client: 
     storage = registry.open_remote(s3_remote)
     assert storage._write_new("probe/manifest.json", b"1")  # type: ignore[attr-defined]
     assert not storage._write_new("probe/manifest.json", b"2")  # type: ignore[attr-defined]
-    assert storage._read("probe/manifest.json") == b"1"  # type: ignore[attr-defined]
+    assert storage._read("probe/manifest.json", 100) == b"1"  # type: ignore[attr-defined]
 
 
 def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
@@ -165,6 +164,8 @@ def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
     with pytest.raises(Interrupted):
         registry.publish(dataset_id, s3_remote, progress=interrupt_after(2))
     assert not any(k.endswith("manifest.json") for k in _keys(s3_client, s3_remote))
+    bucket = s3_remote.removeprefix("s3://").split("/")[0]
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert registry.list_datasets(s3_remote) == []
     assert minari.list_remote_datasets(remote_path=s3_remote) == {}
     assert registry.publish(dataset_id, s3_remote).outcomes == {dataset_id: "published"}
@@ -213,7 +214,7 @@ def test_s3_errors_carry_no_credentials(s3_remote: str, small_dataset: Callable[
         errors.append(str(info.value))
     assert "does not exist" in errors[1]
     bucket, prefix = _bucket_and_prefix(s3_remote)
-    stored = registry.open_remote(s3_remote)._read("_index.json")  # type: ignore[attr-defined]
+    stored = registry.open_remote(s3_remote)._read("_index.json", 1 << 20)  # type: ignore[attr-defined]
     for text in [*errors, caplog.text, stored.decode()]:
         assert S3_SECRET not in text
 
@@ -236,3 +237,23 @@ def test_remotes_of_one_configuration_share_a_client(s3_remote: str,
     third = registry.open_remote(s3_remote)
     assert third.client is not first.client  # type: ignore[attr-defined]
     assert third.client.meta.config.retries["total_max_attempts"] == 3  # type: ignore[attr-defined]
+
+
+def test_s3_multipart_staging_of_large_and_empty_files(
+        s3_remote: str, s3_client: Any, small_dataset: Callable[..., str]) -> None:
+    # A file of several parts (8 MiB each) and an empty one go through the open multipart
+    # uploads a publish stages, and come back byte for byte.
+    import os
+
+    dataset_id = small_dataset()
+    payload = os.urandom((17 << 20) + 123)
+    (dataset_dir(dataset_id) / "extra.bin").write_bytes(payload)
+    (dataset_dir(dataset_id) / "empty.txt").write_bytes(b"")
+    manifest = registry.publish(dataset_id, s3_remote).manifest
+    assert {e.path: e.size for e in manifest.files}["extra.bin"] == len(payload)
+    bucket = s3_remote.removeprefix("s3://").split("/")[0]
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    minari.delete_dataset(dataset_id)
+    registry.download(dataset_id, s3_remote)
+    assert (dataset_dir(dataset_id) / "extra.bin").read_bytes() == payload
+    assert (dataset_dir(dataset_id) / "empty.txt").read_bytes() == b""
