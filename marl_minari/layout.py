@@ -33,7 +33,6 @@ AGENT_TERMINATIONS: Final = "terminations"
 AGENT_TRUNCATIONS: Final = "truncations"
 ACTIVE: Final = "active"
 ACTED: Final = "acted"
-AGENT_COLUMNS: Final = (AGENT_REWARDS, AGENT_TERMINATIONS, AGENT_TRUNCATIONS, ACTIVE, ACTED)
 
 STATE: Final = "state"
 """Global state (``env.state()``), T + 1 rows, when the environment provides one."""
@@ -75,6 +74,3 @@ DIGESTS_FILE_NAME: Final = ".marl_minari_digests.json"
 (see :mod:`marl_minari.digests`). Never published; safe to delete."""
 
 REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
-
-FILL_VALUE: Final = 0
-"""Inactive agent rows hold zeros of the leaf dtype (``False`` for bools, ``""`` for text)."""

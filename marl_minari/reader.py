@@ -360,10 +360,6 @@ def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
     return replace(episode, **changes)
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
 @dataclass(frozen=True)
 class _Leaf:
     path: str
