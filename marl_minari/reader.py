@@ -12,7 +12,6 @@ import functools
 import io
 import json
 import mmap
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,8 @@ import numpy as np
 from minari.dataset.minari_dataset import MinariDataset
 from minari.serialization import deserialize_space
 
-from marl_minari import layout
+from marl_minari import layout, offset_index
+from marl_minari.digests import stat_key
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
@@ -37,7 +37,7 @@ _AGENT_INFOS = f"{_MARL}/{layout.AGENT_INFOS}"
 
 def read_spec(data_path: Path) -> MultiAgentSpec:
     """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
-    metadata = _read_metadata(Path(data_path))
+    metadata = read_metadata(Path(data_path))
     return MultiAgentSpec.from_metadata(
         metadata,
         deserialize_space(metadata["observation_space"]),
@@ -64,14 +64,22 @@ def open_data_file(path: Path) -> h5py.File:
         ) from exc
 
 
-def _read_metadata(data_path: Path) -> dict[str, Any]:
-    path = data_path / layout.METADATA_FILE_NAME
+def read_metadata(data_path: Path) -> dict[str, Any]:
+    """The ``metadata.json`` of the dataset whose ``data/`` folder is ``data_path``.
+
+    Raises:
+        DatasetNotFoundError: there is none.
+        CorruptedDataError: it is not a JSON object.
+    """
+    path = Path(data_path) / layout.METADATA_FILE_NAME
     if not path.exists():
         raise DatasetNotFoundError(f"no dataset metadata at {path}")
     try:
         metadata: dict[str, Any] = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(metadata, dict):
+        raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
     return metadata
 
 
@@ -217,7 +225,7 @@ class MultiAgentDataset:
         self._minari = dataset
         self._data_path = Path(dataset.storage.data_path)
         # Read once: the metadata of image datasets holds megabytes of space bounds.
-        self._metadata = _read_metadata(self._data_path)
+        self._metadata = read_metadata(self._data_path)
         self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
                                                   dataset.action_space)
         # A filtered or split Minari dataset sees only some of the stored episodes.
@@ -248,7 +256,7 @@ class MultiAgentDataset:
     @property
     def metadata(self) -> dict[str, Any]:
         """The raw ``metadata.json``."""
-        return _read_metadata(self._data_path)
+        return read_metadata(self._data_path)
 
     @property
     def total_episodes(self) -> int:
@@ -372,20 +380,19 @@ class _Leaf:
 
 @dataclass
 class _IndexCache:
-    """The last checked offset index and the file state (sizes, mtimes) it was checked on."""
+    """The last checked offset index and the identity of the files it was checked on."""
 
-    key: tuple[int, ...] | None = None
-    index: dict[str, Any] | None = None
+    key: tuple[Any, ...] | None = None
+    index: offset_index.OffsetIndex | None = None
 
 
-def _files_key(data_path: Path) -> tuple[int, ...]:
-    key: list[int] = []
+def _files_key(data_path: Path) -> tuple[Any, ...]:
+    key: list[Any] = []
     for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
         try:
-            stat = (data_path / name).stat()
-            key += [stat.st_size, stat.st_mtime_ns]
+            key.append(stat_key((data_path / name).stat()))
         except FileNotFoundError:
-            key += [-1, -1]
+            key.append(None)
     return tuple(key)
 
 
@@ -401,8 +408,9 @@ class _EpisodeReader:
         cache = cache or _IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
-            cache.index = _load_index(data_path, self._file, int(metadata["total_episodes"]),
-                                      int(metadata["total_steps"]))
+            cache.index = offset_index.load(data_path, self._file,
+                                            int(metadata["total_episodes"]),
+                                            int(metadata["total_steps"]))
             cache.key = key
         self._index = cache.index
         self._map: np.ndarray | None = None
@@ -425,7 +433,7 @@ class _EpisodeReader:
 
     def _steps(self, index: int) -> int:
         if self._index is not None:
-            return int(self._index["steps"][index])
+            return int(self._index.steps[index])
         try:
             return int(self._file[f"episode_{index}"].attrs["total_steps"])
         except KeyError as exc:
@@ -477,14 +485,14 @@ class _EpisodeReader:
         late: dict[str, int] = {}
         if self._index is not None:
             prefix = _AGENT_INFOS + "/"
-            for path, offsets in self._index["paths"].items():
+            for path, offsets in self._index.offsets.items():
                 agent = path[len(prefix):].split("/")[0] if path.startswith(prefix) else None
                 if agent is None or agent in seen or agent in late:
                     continue
                 having = np.flatnonzero(offsets[indices] >= 0)
                 if having.size:
                     late[agent] = int(indices[having[0]])
-            candidates = {p[len(prefix):].split("/")[0] for p in self._index["paths"]
+            candidates = {p[len(prefix):].split("/")[0] for p in self._index.offsets
                           if p.startswith(prefix)} - seen - set(late)
             if not candidates:  # only text leaves left to look for (not indexed)
                 return late
@@ -502,13 +510,13 @@ class _EpisodeReader:
     def _read_leaf(self, leaf: _Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         rows = lengths + 1 if leaf.per_obs else lengths
         out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
-        offsets = None if self._index is None else self._index["paths"].get(leaf.path)
+        offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
-            if bool((starts >= 0).all()):
-                mapped = self._mapped()
-                ends = starts + rows * row_bytes
+            mapped = self._mapped()
+            ends = starts + rows * row_bytes
+            if bool((starts >= 0).all()) and bool((ends <= len(mapped)).all()):
                 np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
                                                             strict=True)],
                                out=out.reshape(-1).view(np.uint8))
@@ -613,33 +621,3 @@ def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[last] = value
     return out
-
-
-def _load_index(data_path: Path, file: h5py.File, total_episodes: int,
-                total_steps: int) -> dict[str, Any] | None:
-    """The writer's offset index, if present and consistent with the file; else ``None``."""
-    path = data_path / layout.INDEX_FILE_NAME
-    if not path.exists():
-        return None
-    try:
-        with np.load(path) as stored:
-            header = json.loads(stored["header"].tobytes())
-            steps = stored["steps"]
-            offsets = {p: stored[f"o{i}"] for i, p in enumerate(header["paths"])}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return None
-    main = data_path / layout.MAIN_FILE_NAME
-    if (header.get("file_size") != main.stat().st_size or len(steps) != total_episodes
-            or int(steps.sum()) != total_steps):
-        return None
-    for index in {0, total_episodes - 1}:
-        group = file.get(f"episode_{index}")
-        if not isinstance(group, h5py.Group) or group.attrs.get("total_steps") != steps[index]:
-            return None
-        for leaf_path, stored_offsets in offsets.items():
-            dataset = group.get(leaf_path)
-            expected = int(stored_offsets[index])
-            actual = dataset.id.get_offset() if isinstance(dataset, h5py.Dataset) else None
-            if expected >= 0 and actual != expected:
-                return None
-    return {"steps": steps, "paths": offsets}

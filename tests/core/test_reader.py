@@ -17,7 +17,7 @@ from marl_strategies import assert_episode_equal, assert_tree_equal, random_epis
 import marl_minari as mm
 from marl_minari import layout
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
-from marl_minari.reader import _load_index
+from marl_minari import offset_index
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
@@ -191,8 +191,8 @@ def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
 def _index_used(dataset: Any) -> bool:
     meta = dataset.metadata
     with h5py.File(_main(dataset), "r") as file:
-        return _load_index(dataset.data_path, file, int(meta["total_episodes"]),
-                           int(meta["total_steps"])) is not None
+        return offset_index.load(dataset.data_path, file, int(meta["total_episodes"]),
+                                 int(meta["total_steps"])) is not None
 
 
 def _edit_index(dataset: Any, edit: Any) -> None:
@@ -246,8 +246,28 @@ def _fewer_episodes(arrays: dict) -> None:
             arrays[key] = arrays[key][:-1]
 
 
+def _shift_middle_observation(arrays: dict) -> None:
+    # Written per the spec but wrong for one middle episode: points at episode 2's data.
+    header = json.loads(arrays["header"].tobytes())
+    key = f"o{header['paths'].index(next(p for p in header['paths'] if p.startswith('obs')))}"
+    arrays[key][1] = arrays[key][2]
+
+
+def _swap_middle_entries(arrays: dict) -> None:
+    # Still increasing and inside the file, but episode 1 and 2 swapped for one path.
+    header = json.loads(arrays["header"].tobytes())
+    key = f"o{header['paths'].index('rewards')}"
+    arrays[key][1] = arrays[key][1] + 8
+
+
+def _old_version(arrays: dict) -> None:
+    _header(arrays, version=1)
+
+
 @pytest.mark.parametrize("edit", [_shift_first, _shift_last, _steps_first, _steps_middle,
-                                  _file_size, _reversed_paths, _fewer_episodes])
+                                  _file_size, _reversed_paths, _fewer_episodes,
+                                  _shift_middle_observation, _swap_middle_entries,
+                                  _old_version])
 def test_tampered_index_is_ignored_and_reads_stay_correct(written: tuple, edit: Any) -> None:
     dataset, episodes = written
     assert _index_used(dataset)
@@ -335,3 +355,25 @@ def test_info_columns_of_an_agent_that_appears_later_are_read_in_bulk(with_index
     assert set(dataset.episode(0).agent_infos) == {"p", "q"}
     assert_tree_equal(dataset.episode(2).agent_infos, episodes[2].agent_infos)
     assert dataset.to_arrays([0, 1]).agent_infos.keys() == {"p", "q"}
+
+
+def test_index_is_stale_after_any_write_even_one_keeping_the_file_size(written: tuple) -> None:
+    dataset, _ = written
+    path = _main(dataset)
+    size = path.stat().st_size
+    with h5py.File(path, "r+") as file:
+        del file["episode_1"]
+    assert path.stat().st_size == size
+    assert not _index_used(dataset)
+    with pytest.raises(CorruptedDataError, match="episode_1"):
+        mm.load_dataset("read/mixed-v0").to_arrays()
+
+
+def test_every_index_entry_is_checked_by_mismatches(written: tuple) -> None:
+    dataset, _ = written
+    _edit_index(dataset, _swap_middle_entries)
+    index = offset_index.read(dataset.data_path)
+    assert index is not None
+    with h5py.File(_main(dataset), "r") as file:
+        found = offset_index.mismatches(index, file, range(4))
+    assert len(found) == 1 and found[0].startswith("episode_1/rewards")
