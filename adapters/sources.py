@@ -25,6 +25,7 @@ from marl_minari.errors import DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, episode_attributes
 from marl_minari.reader import load_dataset as load_multi_agent
+from marl_minari.self_contained import check_path
 from marl_minari.spaces import leaf_dtype, leaf_shape, map_tree
 from marl_minari.spec import MultiAgentSpec
 
@@ -214,6 +215,8 @@ def spec_of(metadata: dict[str, Any], multi_agent: bool) -> MultiAgentSpec:
 def _single_agent_arrays(storage: MinariStorage, spec: MultiAgentSpec,
                          indices: list[int]) -> MultiAgentArrays:
     """Plain Minari episodes as the arrays of one agent, always present and acting."""
+    if storage.FORMAT == "hdf5":  # Minari's reader would follow links out of the file
+        check_path(Path(storage.data_path) / layout.MAIN_FILE_NAME)
     episodes = list(storage.get_episodes(indices))
     lengths = np.asarray([len(ep["rewards"]) for ep in episodes], dtype=np.int64)
     obs_space = spec.observation_spaces[SINGLE_AGENT]

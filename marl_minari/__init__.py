@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 # Registers the file://, s3:// and http(s):// remotes in Minari's remote registry.
 import marl_minari.registry  # noqa: E402,F401,I001
+from marl_minari.check import CheckReport, check_dataset
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import EnvDescriptor, make_env
 from marl_minari.episode import MultiAgentEpisode
@@ -21,6 +22,7 @@ from marl_minari.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     EnvDescriptorError,
+    ForeignStorageError,
     IncompatibleSourcesError,
     InfoStructureError,
     InvalidDatasetIdError,
@@ -39,12 +41,14 @@ from marl_minari.writer import write_dataset
 
 __all__ = [
     "LAYOUT_VERSION",
+    "CheckReport",
     "CorruptedDataError",
     "DatasetDescription",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "EnvDescriptor",
     "EnvDescriptorError",
+    "ForeignStorageError",
     "IncompatibleSourcesError",
     "InfoStructureError",
     "InvalidDatasetIdError",
@@ -60,6 +64,7 @@ __all__ = [
     "UnsupportedSpaceError",
     "ParallelDataCollector",
     "__version__",
+    "check_dataset",
     "dataset_card",
     "describe",
     "plot_descriptions",

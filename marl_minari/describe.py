@@ -438,11 +438,13 @@ def _read_plain_columns(data_path: Path, indices: list[int], action_space: space
 
     from marl_minari.errors import CorruptedDataError
     from marl_minari.reader import open_data_file
+    from marl_minari.self_contained import check_file
 
     leaf_paths = [("actions/" + path if path else "actions").encode()
                   for path, _ in leaf_spaces(action_space)]
     out: list[dict[str, Any]] = []
     with open_data_file(data_path / layout.MAIN_FILE_NAME) as file:
+        check_file(file, data_path / layout.MAIN_FILE_NAME)
         root = file.id
         for index in indices:
             try:

@@ -45,6 +45,10 @@ class CorruptedDataError(MarlMinariError, ValueError):
     """Stored data is damaged (truncated, tampered with or inconsistent)."""
 
 
+class ForeignStorageError(CorruptedDataError):
+    """An HDF5 file refers to data outside itself (external storage, link or virtual source)."""
+
+
 class EnvDescriptorError(MarlMinariError, ValueError):
     """An environment descriptor cannot be resolved into a working environment."""
 

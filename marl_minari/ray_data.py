@@ -48,6 +48,7 @@ from marl_minari.reader import (
     read_metadata,
     read_spec,
 )
+from marl_minari.self_contained import check_path
 from marl_minari.spaces import build_tree, leaf_dtype, leaf_shape, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
 
@@ -156,6 +157,7 @@ def _plain_arrays(source: Source, indices: np.ndarray) -> MultiAgentArrays:
     """A plain Minari dataset's episodes as one agent's arrays (read with ``get_episodes``)."""
     from minari.dataset.minari_storage import MinariStorage
 
+    check_path(Path(source.data_path) / layout.MAIN_FILE_NAME)
     storage = MinariStorage.read(source.data_path)
     obs_space = source.spec.observation_spaces[PLAIN_AGENT]
     act_space = source.spec.action_spaces[PLAIN_AGENT]

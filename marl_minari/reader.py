@@ -28,6 +28,7 @@ from marl_minari.digests import stat_key
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
+from marl_minari.self_contained import check_dataset, check_links
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
 from marl_minari.spec import MultiAgentSpec
 
@@ -468,6 +469,7 @@ class _EpisodeReader:
                                        else obj.dtype, obj.shape[1:], True, text=text))
             return visit
 
+        check_links(group, self._path)
         group.visititems(visitor(_MARL))
         first_infos = group.get(layout.AGENT_INFOS)
         seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
@@ -541,6 +543,7 @@ class _EpisodeReader:
             return
         if not isinstance(dataset, h5py.Dataset):
             raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
+        check_dataset(dataset.id, self._file.id, self._path, f"episode_{index}/{leaf.path}")
         if leaf.jpeg:
             from PIL import Image
 
