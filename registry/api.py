@@ -123,7 +123,8 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """Check that a local dataset can be published; return its combined datasets' ids.
 
     Opens it with ``minari.load_dataset``, checks the multi-agent layout with
-    ``marl_minari.load_dataset`` and that the HDF5 file holds the episodes the metadata counts.
+    ``marl_minari.load_dataset`` and runs the conformance check (:func:`marl_minari.check_dataset`)
+    on every episode.
 
     Raises:
         InvalidDatasetIdError: malformed id.
@@ -133,6 +134,7 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """
     import minari
 
+    from marl_minari.check import check_dataset
     from marl_minari.reader import MultiAgentDataset
 
     parse_dataset_id(dataset_id)
@@ -153,24 +155,11 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
                               "allow_single_agent=True (--allow-single-agent).") from exc
     metadata = json.loads((folder / METADATA_PATH).read_text())
     if metadata.get("data_format", "hdf5") == "hdf5":
-        _check_hdf5(folder / "data" / "main_data.hdf5", int(dataset.total_episodes), dataset_id)
+        check_dataset(folder)  # every episode against docs/format.md, before any upload
     combined = list(dataset.spec.combined_datasets or [])
     for sub in combined:
         parse_dataset_id(sub)
     return combined
-
-
-def _check_hdf5(path: Path, total_episodes: int, dataset_id: str) -> None:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as handle:
-            episodes = sum(1 for name in handle if name.startswith("episode_"))
-    except OSError as exc:
-        raise CorruptedDataError(f"{dataset_id!r}: cannot open {path}: {exc}") from exc
-    if episodes != total_episodes:
-        raise CorruptedDataError(f"{dataset_id!r}: {path} holds {episodes} episodes, the "
-                                 f"metadata counts {total_episodes}")
 
 
 def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: bool = False,

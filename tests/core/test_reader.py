@@ -15,9 +15,8 @@ from gymnasium import spaces
 from marl_strategies import assert_episode_equal, assert_tree_equal, random_episode
 
 import marl_minari as mm
-from marl_minari import layout
+from marl_minari import layout, offset_index
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
-from marl_minari import offset_index
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
