@@ -15,7 +15,12 @@ __version__ = "0.1.0"
 import marl_minari.registry  # noqa: E402,F401,I001
 from marl_minari.check import CheckReport, check_dataset
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
-from marl_minari.descriptor import EnvDescriptor, make_env
+from marl_minari.descriptor import (
+    EnvDescriptor,
+    make_env,
+    trust_env_package,
+    trusted_env_packages,
+)
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import (
     CorruptedDataError,
@@ -72,6 +77,8 @@ __all__ = [
     "load_dataset",
     "make_env",
     "recover_recording",
+    "trust_env_package",
+    "trusted_env_packages",
     "write_dataset",
 ]
 

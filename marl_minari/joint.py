@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari.descriptor import EnvDescriptor
+from marl_minari.errors import EnvDescriptorError
 from marl_minari.spaces import fill_rows, map_tree
 
 
@@ -36,20 +37,30 @@ class JointEnv(gym.Env):
             env is made through the api it was recorded with).
         possible_agents: agent order (defaults to the env's).
         reward_aggregation: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+        trust_remote_code: make the env from ``descriptor`` even if it names a package outside
+            the trusted environment packages (see :meth:`EnvDescriptor.make`).
+
+    Raises:
+        EnvDescriptorError: no env and no descriptor, or the descriptor's env cannot (or may
+            not) be made.
     """
 
     def __init__(self, env: Any = None, descriptor: EnvDescriptor | dict | None = None,
                  possible_agents: list[str] | None = None,
-                 reward_aggregation: str = "sum", render_mode: str | None = None) -> None:
+                 reward_aggregation: str = "sum", render_mode: str | None = None,
+                 trust_remote_code: bool = False) -> None:
         from pettingzoo.utils.env import AECEnv
 
         if env is None:
             if descriptor is None:
-                raise ValueError("JointEnv needs an env or a descriptor")
+                raise EnvDescriptorError("JointEnv needs a PettingZoo env or an env descriptor")
             if isinstance(descriptor, dict):
                 descriptor = EnvDescriptor.from_dict(descriptor)
             overrides = {"render_mode": render_mode} if render_mode else {}
-            env = descriptor.make(None, **overrides)
+            env = descriptor.make(None, trust_remote_code=trust_remote_code, **overrides)
+        if reward_aggregation not in _REDUCERS:
+            raise EnvDescriptorError(f"reward_aggregation must be one of {sorted(_REDUCERS)}, "
+                                     f"got {reward_aggregation!r}")
         self.pettingzoo_env = env
         self.turn_based = isinstance(env, AECEnv)
         self.agents_order = list(possible_agents or env.possible_agents)
@@ -125,8 +136,10 @@ class JointEnv(gym.Env):
                 for a in self.agents_order}
 
 
+_REDUCERS: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
 def _aggregate(values: np.ndarray, how: str) -> float:
     if values.size == 0:
         return 0.0
-    reducers: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-    return float(reducers[how](values))
+    return float(_REDUCERS[how](values))

@@ -325,17 +325,23 @@ class MultiAgentDataset:
         ids = self._ids.tolist() if episode_indices is None else list(episode_indices)
         return episode_attributes(self._data_path / layout.MAIN_FILE_NAME, ids)
 
-    def recover_environment(self, api: str | None = None, **overrides: Any) -> Any:
+    def recover_environment(self, api: str | None = None, *, trust_remote_code: bool = False,
+                            **overrides: Any) -> Any:
         """Re-create the PettingZoo environment the data was recorded from.
 
+        Only environments of trusted packages are made (see
+        :func:`marl_minari.trusted_env_packages`) unless ``trust_remote_code`` is true.
+
         Raises:
-            EnvDescriptorError: the dataset does not say how to make its environment.
+            EnvDescriptorError: the dataset does not say how to make its environment, or names
+                one outside the trusted packages.
         """
         from marl_minari.errors import EnvDescriptorError
 
         if self._spec.env is None:
             raise EnvDescriptorError("this dataset records no environment descriptor")
-        return self._spec.env.make(api, **overrides)  # type: ignore[arg-type]
+        return self._spec.env.make(api, trust_remote_code=trust_remote_code,  # type: ignore[arg-type]
+                                   **overrides)
 
     def _seed_and_options(self, index: int) -> tuple[int | None, dict[str, Any] | None]:
         return self.episode_attributes([index])[0]
