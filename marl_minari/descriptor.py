@@ -157,6 +157,51 @@ def untrusted_package(env_id_or_entry_point: str) -> str | None:
     return None if top in trusted_env_packages() else top
 
 
+JOINT_ENV_ENTRY_POINT = "marl_minari.joint:JointEnv"
+"""The only ``env_spec`` entry point a multi-agent dataset's metadata may name."""
+
+
+def untrusted_env_references(metadata: dict[str, Any]) -> list[str]:
+    """What re-creating the environment of a dataset with this ``metadata.json`` would import
+    from outside the trusted packages, as ``"<where>: <entry point or id>"`` lines.
+
+    Looked at: the ``marl_minari`` env descriptor, the descriptor inside ``env_spec``'s kwargs
+    and, for a multi-agent dataset, ``env_spec``'s own entry point (which must be
+    :data:`JOINT_ENV_ENTRY_POINT`). A plain Minari dataset's ``env_spec`` entry point is left
+    to Minari, which imports it on ``recover_environment`` as it always has.
+    """
+    found: list[str] = []
+    marl = metadata.get("marl_minari")
+    descriptors: list[tuple[str, Any]] = []
+    if isinstance(marl, dict):
+        descriptors.append(("marl_minari.env", marl.get("env")))
+    env_spec: Any = metadata.get("env_spec")
+    if isinstance(env_spec, str):
+        try:
+            env_spec = json.loads(env_spec)
+        except ValueError:
+            env_spec = None
+    if isinstance(env_spec, dict):
+        entry = env_spec.get("entry_point")
+        if isinstance(marl, dict) and entry not in (None, JOINT_ENV_ENTRY_POINT):
+            found.append(f"env_spec.entry_point: {entry}")
+        kwargs = env_spec.get("kwargs")
+        if isinstance(kwargs, dict):
+            descriptors.append(("env_spec.kwargs.descriptor", kwargs.get("descriptor")))
+    for where, described in descriptors:
+        if not isinstance(described, dict):
+            continue
+        for key in ("env_id", "entry_point"):
+            value = described.get(key)
+            if isinstance(value, str) and untrusted_package(value) is not None:
+                found.append(f"{where}.{key}: {value}")
+            elif value is not None and not isinstance(value, str):
+                found.append(f"{where}.{key}: {value!r} (not a string)")
+            if isinstance(value, str) and key == "env_id":
+                break  # an id wins over the entry point when both are given
+    return found
+
+
 def _in_pettingzoo(family: str) -> bool:
     import importlib.util
 

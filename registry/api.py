@@ -218,7 +218,7 @@ def _plan(dataset_id: str, allow_single_agent: bool, order: list[str], seen: set
 
 # ---------------------------------------------------------------------------- download
 def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
-             progress: ProgressArg = False) -> Path:
+             progress: ProgressArg = False, strict: bool = False) -> Path:
     """Download a published dataset (and the datasets it combines) into the datasets root.
 
     Every file goes to a hidden staging folder under the datasets root and is checked against
@@ -231,6 +231,8 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         remote: a registry; default :func:`default_registry`.
         force: replace an existing local dataset with that id (after the new copy is verified).
         progress: ``True`` for progress bars, or a callable receiving byte counts.
+        strict: refuse (rather than warn about) a dataset whose environment descriptor or
+            ``env_spec`` names code outside the trusted environment packages.
 
     Returns:
         The local dataset folder.
@@ -240,6 +242,7 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         DatasetExistsError: a local dataset with that id exists and ``force`` is off.
         DatasetNotFoundError: not published on the remote.
         CorruptedDataError: a file is truncated or tampered with, or the manifest is unsafe.
+        EnvDescriptorError: ``strict`` and the dataset names untrusted environment code.
         RemoteError: the remote failed (dropped connection, permissions, ...).
     """
     parse_dataset_id(dataset_id)
@@ -249,11 +252,11 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
             f"dataset {dataset_id!r} already exists locally at {dataset_dir(dataset_id)}; pass "
             "force=True (--force) to replace it with the published copy"
         )
-    return _download_tree(storage, dataset_id, force, progress, set())
+    return _download_tree(storage, dataset_id, force, progress, set(), strict)
 
 
 def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
-                   progress: ProgressArg, seen: set[str]) -> Path:
+                   progress: ProgressArg, seen: set[str], strict: bool) -> Path:
     from minari import supported_dataset_versions
 
     seen.add(dataset_id)
@@ -269,6 +272,7 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
                 warnings.warn(
                     f"{dataset_id!r} was written for Minari {metadata.get('minari_version')}, "
                     "which this Minari may not read", UserWarning, stacklevel=3)
+            _check_env_references(dataset_id, metadata, strict)
             for sub in metadata.get("combined_datasets") or []:
                 try:
                     parse_dataset_id(sub)
@@ -276,11 +280,26 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
                     raise CorruptedDataError(f"{dataset_id!r} combines a malformed id: {exc}"
                                              ) from exc
                 if sub not in seen and not dataset_dir(sub).exists():
-                    _download_tree(storage, sub, False, progress, seen)
+                    _download_tree(storage, sub, False, progress, seen, strict)
             storage.ensure_local_namespaces(dataset_id, root)
             return install(staged, root, dataset_id, replace=force, work=work)
     finally:
         close()
+
+
+def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: bool) -> None:
+    from marl_minari.descriptor import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
+    from marl_minari.errors import EnvDescriptorError
+
+    found = untrusted_env_references(metadata)
+    if not found:
+        return
+    message = (f"{dataset_id!r} names environment code outside the trusted packages "
+               f"({'; '.join(found)}); recover_environment() refuses it unless you trust the "
+               f"dataset's author (trust_remote_code=True or ${TRUSTED_ENV_PACKAGES_VAR}).")
+    if strict:
+        raise EnvDescriptorError(f"{message} Not downloaded (strict).")
+    warnings.warn(message, UserWarning, stacklevel=4)
 
 
 # ---------------------------------------------------------------------------- listing

@@ -94,3 +94,40 @@ def test_trusted_ids_and_entry_points_still_work(record_parallel: Callable[..., 
     assert entry.make().possible_agents == env.possible_agents
     chess = mm.EnvDescriptor(api="aec", entry_point=None, env_id="classic/tictactoe-v3")
     assert chess.make().possible_agents == ["player_1", "player_2"]
+
+
+def test_download_warns_about_and_strict_refuses_untrusted_env_code(
+        record_parallel: Callable[..., Any], tmp_path: Path) -> None:
+    import shutil
+
+    from marl_minari import registry
+    from marl_minari.ids import dataset_dir
+
+    marker = tmp_path / "X"
+    _hostile(record_parallel, {"entry_point": "os:system",
+                               "kwargs": {"command": f"touch {marker}"}})
+    remote = str(tmp_path / "registry")
+    registry.publish(DATASET, remote)
+    shutil.rmtree(dataset_dir(DATASET))
+    with pytest.raises(EnvDescriptorError, match="os:system.*Not downloaded"):
+        registry.download(DATASET, remote, strict=True)
+    assert not dataset_dir(DATASET).exists()
+    with pytest.warns(UserWarning, match="marl_minari.env.entry_point: os:system"):
+        registry.download(DATASET, remote)
+    assert dataset_dir(DATASET).exists() and not marker.exists()
+
+
+def test_untrusted_env_references_lists_every_copy() -> None:
+    from marl_minari.descriptor import untrusted_env_references
+
+    hostile = {"api": "parallel", "entry_point": "os:system", "env_id": None}
+    metadata = {"marl_minari": {"env": hostile},
+                "env_spec": json.dumps({"entry_point": "evil:Env",
+                                        "kwargs": {"descriptor": hostile}})}
+    assert untrusted_env_references(metadata) == [
+        "env_spec.entry_point: evil:Env", "marl_minari.env.entry_point: os:system",
+        "env_spec.kwargs.descriptor.entry_point: os:system"]
+    plain = {"env_spec": json.dumps({"entry_point": "gymnasium.envs:CartPoleEnv"})}
+    assert untrusted_env_references(plain) == []  # Minari's own behaviour, documented
+    trusted = {"marl_minari": {"env": {"env_id": "classic/chess-v6", "entry_point": "x:y"}}}
+    assert untrusted_env_references(trusted) == []
