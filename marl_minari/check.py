@@ -12,6 +12,8 @@ runs it before uploading anything.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from marl_minari.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spac
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
+
 _AGENT_COLUMNS = {layout.AGENT_REWARDS: np.dtype(np.float64),
                   layout.AGENT_TERMINATIONS: np.dtype(bool),
                   layout.AGENT_TRUNCATIONS: np.dtype(bool),
@@ -84,6 +87,7 @@ def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
     with open_data_file(h5_path) as file:
         check_file(file, h5_path)
         _check_groups(file, total_episodes, h5_path)
+        cross_check(file, metadata, spec, h5_path)
         steps = np.asarray([
             _check_episode(file, i, spec, observation_space, action_space, jpeg, h5_path)
             for i in range(total_episodes)], dtype=np.int64)
@@ -94,6 +98,56 @@ def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
         index_checked = spec is not None and _check_index(data_path, file)
     return CheckReport(data_path, "plain" if spec is None else "marl", total_episodes,
                        total_steps, index_checked)
+
+
+def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec | None,
+                h5_path: Path) -> None:
+    """What every load checks, in a few HDF5 calls: the file holds exactly the episodes
+    ``metadata.json`` counts, and the agent order and column widths agree with the file.
+
+    Raises:
+        CorruptedDataError: they disagree (e.g. ``total_episodes`` edited, ``possible_agents``
+            permuted, which would silently relabel every per-agent column).
+    """
+    total = metadata.get("total_episodes")
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        raise CorruptedDataError(f"{h5_path.parent / layout.METADATA_FILE_NAME}: "
+                                 f"total_episodes must be a non-negative integer, got {total!r}")
+    if len(file) != total or (total and f"episode_{total - 1}" not in file):
+        raise CorruptedDataError(
+            f"{h5_path}: metadata.json counts {total} episodes but the file holds {len(file)} "
+            "groups; the metadata or the file was changed after writing. Restore the dataset "
+            "from a copy (or run marl-minari check for details).")
+    if spec is None:
+        return
+    agents = list(spec.possible_agents)
+    copies = [("main_data.hdf5", _json_or_none(file.attrs.get(layout.AGENTS_ATTRIBUTE)))]
+    env_spec = _json_or_none(metadata.get("env_spec"))
+    with contextlib.suppress(KeyError, TypeError):
+        copies.append(("env_spec", env_spec["kwargs"]["possible_agents"]))
+    for where, copy in copies:
+        if copy is not None and copy != agents:
+            raise CorruptedDataError(
+                f"{h5_path.parent / layout.METADATA_FILE_NAME}: possible_agents {agents} "
+                f"disagrees with the order {copy} recorded in {where}; per-agent columns would "
+                "be read under the wrong names. Restore the metadata from a copy.")
+    if total:
+        rewards = file.get(f"episode_0/{_MARL}/{layout.AGENT_REWARDS}")
+        if isinstance(rewards, h5py.Dataset) and rewards.shape[1:] != (len(agents),):
+            raise CorruptedDataError(
+                f"{h5_path}: episode_0/{_MARL}/{layout.AGENT_REWARDS} has shape "
+                f"{rewards.shape}, but metadata.json names {len(agents)} possible agents")
+
+
+def _json_or_none(text: Any) -> Any:
+    """``text`` parsed as JSON; ``None`` for anything else (a missing or damaged copy of a
+    value is not evidence against the value)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _data_path(dataset: str | os.PathLike[str]) -> Path:

@@ -63,6 +63,9 @@ META_STATE_SPACE: Final = "state_space"
 META_RECORD_INFOS: Final = "record_infos"
 META_LIBRARY_VERSION: Final = "library_version"
 
+AGENTS_ATTRIBUTE: Final = "marl_minari_possible_agents"
+"""Root attribute of ``main_data.hdf5``: JSON list of ``possible_agents`` (the column order)."""
+
 INDEX_FILE_NAME: Final = "marl_minari_index.npz"
 """Optional sidecar in ``data/``: byte offsets of contiguous datasets, for bulk reads."""
 

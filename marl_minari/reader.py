@@ -229,6 +229,11 @@ class MultiAgentDataset:
         self._metadata = read_metadata(self._data_path)
         self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
                                                   dataset.action_space)
+        from marl_minari.check import cross_check
+
+        h5_path = self._data_path / layout.MAIN_FILE_NAME
+        with open_data_file(h5_path) as file:
+            cross_check(file, self._metadata, self._spec, h5_path)
         # A filtered or split Minari dataset sees only some of the stored episodes.
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
         # The offset index is read and checked once, not on every to_arrays() call.

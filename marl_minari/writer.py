@@ -63,6 +63,8 @@ class EpisodeFileWriter:
     def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True) -> None:
         self._path = Path(path)
         self._file = h5py.File(self._path, "a")
+        if layout.AGENTS_ATTRIBUTE not in self._file.attrs:  # the column order, for readers
+            self._file.attrs[layout.AGENTS_ATTRIBUTE] = json.dumps(list(spec.possible_agents))
         self._next_id = len(self._file)
         self._first_id = self._next_id
         self._spec = spec

@@ -146,3 +146,37 @@ def test_cli_check(spread: Any) -> None:
     result = CliRunner().invoke(app, ["check", DATASET])
     assert result.exit_code != 0
     assert isinstance(result.exception, MarlMinariError) or "episode_3" in result.output
+
+
+def _permute_agents(dataset: Any, *, both_copies: bool) -> None:
+    path = Path(dataset.data_path) / layout.METADATA_FILE_NAME
+    metadata = json.loads(path.read_text())
+    agents = metadata["marl_minari"]["possible_agents"]
+    metadata["marl_minari"]["possible_agents"] = agents[::-1]
+    if both_copies:
+        env_spec = json.loads(metadata["env_spec"])
+        env_spec["kwargs"]["possible_agents"] = agents[::-1]
+        metadata["env_spec"] = json.dumps(env_spec)
+    path.write_text(json.dumps(metadata))
+
+
+@pytest.mark.parametrize(("both_copies", "older_file", "where"), [
+    (False, False, "main_data.hdf5"), (True, False, "main_data.hdf5"),
+    (False, True, "env_spec")])
+def test_permuted_possible_agents_are_refused_at_load(spread: Any, both_copies: bool,
+                                                      older_file: bool, where: str) -> None:
+    if older_file:  # written before the file recorded the agent order
+        with h5py.File(_main(spread), "r+") as file:
+            del file.attrs[layout.AGENTS_ATTRIBUTE]
+    _permute_agents(spread, both_copies=both_copies)
+    with pytest.raises(CorruptedDataError, match=f"recorded in {where}"):
+        mm.load_dataset(DATASET)
+
+
+@pytest.mark.parametrize("total", [2, 7])
+def test_episode_count_is_cross_checked_at_every_load(spread: Any, total: int) -> None:
+    _edit_metadata(spread, total_episodes=total)
+    with pytest.raises(CorruptedDataError, match=f"counts {total} episodes"):
+        mm.load_dataset(DATASET)
+    with pytest.raises(CorruptedDataError, match=f"counts {total} episodes"):
+        mm.describe(DATASET)
