@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import minari
 import numpy as np
 from gymnasium import spaces
 from minari.dataset.minari_dataset import MinariDataset
@@ -23,7 +22,12 @@ from minari.dataset.minari_storage import MinariStorage
 from marl_minari import layout
 from marl_minari.errors import DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
-from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, episode_attributes
+from marl_minari.reader import (
+    MultiAgentArrays,
+    MultiAgentDataset,
+    episode_attributes,
+    open_minari_dataset,
+)
 from marl_minari.reader import load_dataset as load_multi_agent
 from marl_minari.self_contained import check_path
 from marl_minari.spaces import leaf_dtype, leaf_shape, map_tree
@@ -161,7 +165,7 @@ def open_dataset(source: Any, *, download: bool = True) -> DatasetSource:
         local = (dataset_dir(dataset_id) / "data" / layout.METADATA_FILE_NAME).exists()
         if not local and not download:
             raise DatasetNotFoundError(f"no local dataset {dataset_id!r}")
-        minari_dataset = minari.load_dataset(dataset_id, download=not local)
+        minari_dataset = open_minari_dataset(dataset_id, download=not local)
     else:
         raise TypeError(f"not a dataset: {source!r} (give an id, a MinariDataset or a "
                         "MultiAgentDataset)")

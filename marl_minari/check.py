@@ -23,12 +23,16 @@ from typing import Any
 import h5py
 import numpy as np
 from gymnasium import spaces
-from minari.serialization import deserialize_space
 
 from marl_minari import layout, offset_index
-from marl_minari.errors import CorruptedDataError, LayoutError
+from marl_minari.errors import CorruptedDataError, LayoutError, hdf5_errors
 from marl_minari.ids import dataset_dir
-from marl_minari.reader import open_data_file, read_metadata
+from marl_minari.reader import (
+    metadata_count,
+    metadata_space,
+    open_data_file,
+    read_metadata,
+)
 from marl_minari.self_contained import check_file
 from marl_minari.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec
@@ -76,15 +80,15 @@ def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
     if metadata.get("data_format", "hdf5") != "hdf5":
         raise LayoutError(f"{data_path}: only HDF5 datasets can be checked, this one is "
                           f"{metadata.get('data_format')!r}")
-    total_episodes = _count(metadata, "total_episodes", data_path)
-    total_steps = _count(metadata, "total_steps", data_path)
-    observation_space = _space(metadata, "observation_space", data_path)
-    action_space = _space(metadata, "action_space", data_path)
+    total_episodes = metadata_count(metadata, "total_episodes", data_path)
+    total_steps = metadata_count(metadata, "total_steps", data_path)
+    observation_space = metadata_space(metadata, "observation_space", data_path)
+    action_space = metadata_space(metadata, "action_space", data_path)
     spec = (MultiAgentSpec.from_metadata(metadata, observation_space, action_space)
             if layout.METADATA_KEY in metadata else None)
     h5_path = data_path / layout.MAIN_FILE_NAME
     jpeg = bool(metadata.get("jpeg_encoding", True))
-    with open_data_file(h5_path) as file:
+    with open_data_file(h5_path) as file, hdf5_errors(h5_path):
         check_file(file, h5_path)
         _check_groups(file, total_episodes, h5_path)
         cross_check(file, metadata, spec, h5_path)
@@ -155,22 +159,6 @@ def _data_path(dataset: str | os.PathLike[str]) -> Path:
     if path.is_dir():
         return path if (path / layout.METADATA_FILE_NAME).exists() else path / "data"
     return dataset_dir(os.fspath(dataset)) / "data"
-
-
-def _count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
-    value = metadata.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CorruptedDataError(f"{data_path / layout.METADATA_FILE_NAME}: {key} must be a "
-                                 f"non-negative integer, got {value!r}")
-    return value
-
-
-def _space(metadata: dict[str, Any], key: str, data_path: Path) -> spaces.Space:
-    try:
-        return deserialize_space(metadata[key])
-    except Exception as exc:  # Minari raises whatever the JSON makes its parser hit
-        raise CorruptedDataError(f"{data_path / layout.METADATA_FILE_NAME}: {key} is missing "
-                                 f"or not a serialised space ({exc!r})") from exc
 
 
 def _check_groups(file: h5py.File, total_episodes: int, h5_path: Path) -> None:

@@ -322,7 +322,6 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
 @contextmanager
 def _open_source(source: Any, chunk_steps: int, progress: bool,
                  vault_options: dict[str, Any]) -> Iterator[_Source]:
-    import minari
     from minari.dataset.minari_dataset import MinariDataset
 
     if isinstance(source, MultiAgentDataset):
@@ -350,7 +349,9 @@ def _open_source(source: Any, chunk_steps: int, progress: bool,
         raise DatasetNotFoundError(
             f"no local dataset {text!r} (looked in {dataset_dir(text)}); record or download it "
             "first")
-    yield _minari_source(minari.load_dataset(text), chunk_steps)
+    from marl_minari.reader import open_minari_dataset
+
+    yield _minari_source(open_minari_dataset(text), chunk_steps)
 
 
 def _is_dataset_id(text: str) -> bool:

@@ -8,6 +8,10 @@ bad input, ``FileExistsError`` for refusing to overwrite), so existing handlers 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 
 class MarlMinariError(Exception):
     """Base class of every error raised on purpose by marl-minari."""
@@ -15,6 +19,10 @@ class MarlMinariError(Exception):
 
 class InvalidDatasetIdError(MarlMinariError, ValueError):
     """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
+
+
+class EpisodeIndexError(MarlMinariError, IndexError):
+    """An episode index or id outside the dataset."""
 
 
 class DatasetExistsError(MarlMinariError, FileExistsError):
@@ -59,3 +67,17 @@ class IncompatibleSourcesError(MarlMinariError, ValueError):
 
 class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
+
+
+@contextlib.contextmanager
+def hdf5_errors(h5_path: Path) -> Iterator[None]:
+    """Turn what h5py raises on a damaged file (``KeyError`` with HDF5 internals,
+    ``RuntimeError``, ``OSError``...) into :class:`CorruptedDataError` naming the file."""
+    try:
+        yield
+    except MarlMinariError:
+        raise
+    except (KeyError, ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
+        raise CorruptedDataError(
+            f"{h5_path} is damaged ({type(exc).__name__}: {exc}); run marl-minari check on "
+            "the dataset for details, and restore it from a copy.") from exc

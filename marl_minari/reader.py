@@ -26,7 +26,14 @@ from minari.serialization import deserialize_space
 from marl_minari import layout, offset_index
 from marl_minari.digests import stat_key
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetNotFoundError,
+    EpisodeIndexError,
+    LayoutError,
+    MarlMinariError,
+    hdf5_errors,
+)
 from marl_minari.ids import dataset_dir
 from marl_minari.self_contained import check_dataset, check_links
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
@@ -40,10 +47,22 @@ def read_spec(data_path: Path) -> MultiAgentSpec:
     """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
     metadata = read_metadata(Path(data_path))
     return MultiAgentSpec.from_metadata(
-        metadata,
-        deserialize_space(metadata["observation_space"]),
-        deserialize_space(metadata["action_space"]),
-    )
+        metadata, metadata_space(metadata, "observation_space", Path(data_path)),
+        metadata_space(metadata, "action_space", Path(data_path)))
+
+
+def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
+    """The space ``metadata[key]`` (``observation_space``...) deserialised.
+
+    Raises:
+        CorruptedDataError: it is missing or not a serialised space.
+    """
+    try:
+        return deserialize_space(metadata[key])
+    except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
+        raise CorruptedDataError(
+            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "
+            f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc
 
 
 def open_data_file(path: Path) -> h5py.File:
@@ -84,6 +103,53 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
     return metadata
 
 
+def metadata_count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
+    """``metadata[key]`` checked to be a non-negative integer (``total_episodes``...).
+
+    Raises:
+        CorruptedDataError: it is missing or not such an integer.
+    """
+    value = metadata.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CorruptedDataError(
+            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} must be a non-negative "
+            f"integer, got {value!r}; the metadata is damaged, restore it from a copy.")
+    return value
+
+
+def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDataset:
+    """``minari.load_dataset(dataset_id)`` with the damage it can meet typed.
+
+    The local metadata is checked first (JSON object, episode and step counts), and anything
+    Minari raises on a damaged dataset becomes :class:`CorruptedDataError` naming the folder.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetNotFoundError: no local dataset (and ``download`` is off).
+        CorruptedDataError: its metadata or files are damaged.
+    """
+    data_path = dataset_dir(dataset_id) / "data"
+    local = (data_path / layout.METADATA_FILE_NAME).exists()
+    if not local and not download:
+        raise DatasetNotFoundError(
+            f"no local dataset {dataset_id!r} (looked in {data_path.parent}); record one, or "
+            "pass download=True to fetch it from the configured remote.")
+    if local:
+        metadata = read_metadata(data_path)
+        metadata_count(metadata, "total_episodes", data_path)
+        metadata_count(metadata, "total_steps", data_path)
+    try:
+        return MinariDataset(data_path) if local else minari.load_dataset(dataset_id,
+                                                                          download=True)
+    except MarlMinariError:
+        raise
+    except Exception as exc:  # Minari raises whatever a damaged file makes its parser hit
+        raise CorruptedDataError(
+            f"Minari cannot open dataset {dataset_id!r} at {data_path}: "
+            f"{type(exc).__name__}: {exc}. Run marl-minari check {dataset_id} for details; "
+            "restore it from a copy or download it again.") from exc
+
+
 def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
                        ) -> list[tuple[int | None, dict[str, Any] | None]]:
     """``(seed, options)`` of each episode, read as Minari stores them.
@@ -93,7 +159,7 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
     ``seed`` are read attribute by attribute for their ``options/...``.
     """
     out: list[tuple[int | None, dict[str, Any] | None]] = []
-    with open_data_file(Path(h5_path)) as file:
+    with open_data_file(Path(h5_path)) as file, hdf5_errors(Path(h5_path)):
         for episode_id in episode_ids:
             try:
                 group = h5py.h5g.open(file.id, f"episode_{episode_id}".encode())
@@ -227,12 +293,15 @@ class MultiAgentDataset:
         self._data_path = Path(dataset.storage.data_path)
         # Read once: the metadata of image datasets holds megabytes of space bounds.
         self._metadata = read_metadata(self._data_path)
+        self._stored_episodes = metadata_count(self._metadata, "total_episodes",
+                                               self._data_path)
+        metadata_count(self._metadata, "total_steps", self._data_path)
         self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
                                                   dataset.action_space)
         from marl_minari.check import cross_check
 
         h5_path = self._data_path / layout.MAIN_FILE_NAME
-        with open_data_file(h5_path) as file:
+        with open_data_file(h5_path) as file, hdf5_errors(h5_path):
             cross_check(file, self._metadata, self._spec, h5_path)
         # A filtered or split Minari dataset sees only some of the stored episodes.
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
@@ -290,7 +359,8 @@ class MultiAgentDataset:
         it holds (its ``id`` is the stored episode's).
         """
         if not 0 <= index < self.total_episodes:
-            raise IndexError(f"episode {index} out of range (0..{self.total_episodes - 1})")
+            raise EpisodeIndexError(
+                f"episode {index} out of range (0..{self.total_episodes - 1})")
         episode_id = int(self._ids[index])
         episode = self.to_arrays([episode_id]).episode(0)
         if not with_seed:
@@ -316,8 +386,12 @@ class MultiAgentDataset:
         """Read episodes (stored ids; every episode of this dataset by default) into arrays."""
         indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
-        with _EpisodeReader(self._data_path, self._spec, self._metadata,
-                            self._index_cache) as reader:
+        if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
+            raise EpisodeIndexError(
+                f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
+                f"{sorted(set(indices.tolist()))[:5]}")
+        with hdf5_errors(self._data_path / layout.MAIN_FILE_NAME), _EpisodeReader(
+                self._data_path, self._spec, self._metadata, self._index_cache) as reader:
             return reader.read(indices)
 
     def episode_seeds(self) -> list[int | None]:
@@ -362,16 +436,8 @@ def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> Mul
     """
     if isinstance(dataset_id, MinariDataset):
         return MultiAgentDataset(dataset_id)
-    folder = dataset_dir(dataset_id)
-    if not download and not (folder / "data" / layout.METADATA_FILE_NAME).exists():
-        raise DatasetNotFoundError(
-            f"no local dataset {dataset_id!r} (looked in {folder}); record one, or pass "
-            "download=True to fetch it from the configured remote."
-        )
-    if download:
-        return MultiAgentDataset(minari.load_dataset(dataset_id, download=True))
-    # What minari.load_dataset does for a local dataset, under this package's datasets root.
-    return MultiAgentDataset(MinariDataset(folder / "data"))
+    # What minari.load_dataset does, under this package's datasets root.
+    return MultiAgentDataset(open_minari_dataset(dataset_id, download=download))
 
 
 def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
@@ -438,7 +504,7 @@ class _EpisodeReader:
     def read(self, indices: np.ndarray) -> MultiAgentArrays:
         lengths = np.asarray([self._steps(int(i)) for i in indices], dtype=np.int64)
         if len(indices) == 0:
-            raise ValueError("to_arrays needs at least one episode index")
+            raise EpisodeIndexError("to_arrays needs at least one episode index")
         by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
                    for leaf in self._leaves(indices)}
         return self._assemble(by_path, indices, lengths)

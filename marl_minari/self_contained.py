@@ -17,7 +17,7 @@ from pathlib import Path
 import h5py
 
 from marl_minari.digests import stat_key
-from marl_minari.errors import CorruptedDataError, ForeignStorageError
+from marl_minari.errors import CorruptedDataError, ForeignStorageError, hdf5_errors
 
 _CHECKED: set[tuple[str, tuple[int, ...]]] = set()
 _CHECKED_LOCK = threading.Lock()
@@ -58,6 +58,13 @@ def check_file(file: h5py.File, h5_path: Path) -> None:
         if key in _CHECKED:
             return
     datasets: list[bytes] = []
+    with hdf5_errors(h5_path):
+        _walk(file, h5_path, datasets)
+    with _CHECKED_LOCK:
+        _CHECKED.add(key)
+
+
+def _walk(file: h5py.File, h5_path: Path, datasets: list[bytes]) -> None:
     check_links(file, h5_path)
 
     def visit_object(name: bytes, info: h5py.h5o.ObjInfo) -> None:
@@ -68,8 +75,6 @@ def check_file(file: h5py.File, h5_path: Path) -> None:
     for name in datasets:
         check_dataset(h5py.h5d.open(file.id, name), file.id, h5_path,
                       name.decode(errors="replace"))
-    with _CHECKED_LOCK:
-        _CHECKED.add(key)
 
 
 def check_links(group: h5py.Group, h5_path: Path) -> None:
