@@ -21,7 +21,13 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari import layout
-from marl_minari.errors import DatasetExistsError, LayoutError, StepDataError
+from marl_minari.errors import (
+    DatasetExistsError,
+    IncompatibleSourcesError,
+    InvalidOptionError,
+    LayoutError,
+    StepDataError,
+)
 from marl_minari.ids import dataset_dir
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
 from marl_minari.spaces import build_tree, is_image_space, leaf_spaces, map_tree, rows_outside
@@ -124,17 +130,18 @@ def from_vault(
         DatasetExistsError: ``dataset_id`` exists.
     """
     if trailing not in ("drop", "truncate", "error"):
-        raise ValueError(f"trailing must be 'drop', 'truncate' or 'error', got {trailing!r}")
+        raise InvalidOptionError(
+            f"trailing must be 'drop', 'truncate' or 'error', got {trailing!r}")
     if final_observation not in ("zeros", "repeat"):
-        raise ValueError(f"final_observation must be 'zeros' or 'repeat', got "
-                         f"{final_observation!r}")
+        raise InvalidOptionError(f"final_observation must be 'zeros' or 'repeat', got "
+                                 f"{final_observation!r}")
     if cut_on not in ("any", "all"):
-        raise ValueError(f"cut_on must be 'any' or 'all', got {cut_on!r}")
+        raise InvalidOptionError(f"cut_on must be 'any' or 'all', got {cut_on!r}")
     if reward_aggregation not in _AGGREGATE:
-        raise ValueError(f"reward_aggregation must be one of {sorted(_AGGREGATE)}, got "
-                         f"{reward_aggregation!r}")
+        raise InvalidOptionError(f"reward_aggregation must be one of {sorted(_AGGREGATE)}, got "
+                                 f"{reward_aggregation!r}")
     if chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+        raise InvalidOptionError(f"chunk_steps must be >= 1, got {chunk_steps}")
     target = dataset_dir(dataset_id)
     if target.exists():
         raise DatasetExistsError(f"dataset {dataset_id!r} already exists at {target}; pick a "
@@ -336,8 +343,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
                               f"{expected} with N = {n} as in 'observations' {obs_shape}")
     names = tuple(agents) if agents is not None else tuple(f"agent_{i}" for i in range(n))
     if len(names) != n:
-        raise ValueError(f"{len(names)} agent names given ({list(names)}), the vault has "
-                         f"N = {n} agents ('observations' shape {obs_shape})")
+        raise IncompatibleSourcesError(
+            f"{len(names)} agent names given ({list(names)}), the vault has "
+            f"N = {n} agents ('observations' shape {obs_shape})")
     obs_row = obs_shape[3:]
     obs_spaces = {a: _given(observation_spaces, a) or _box(obs_row, dtypes[OBSERVATIONS])
                   for a in names}
@@ -346,8 +354,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
     per_agent = int(np.prod(obs_row, dtype=np.int64))
     for agent, flat in zip(names, obs_flat, strict=True):
         if flat.size != per_agent:
-            raise ValueError(f"observation space of {agent!r} flattens to {flat.size} values; "
-                             f"the vault's observation row {obs_row} has {per_agent}")
+            raise IncompatibleSourcesError(
+                f"observation space of {agent!r} flattens to {flat.size} values; "
+                f"the vault's observation row {obs_row} has {per_agent}")
     act_shape = shapes[ACTIONS][3:]
     act_dtype = dtypes[ACTIONS]
     act_spaces = {}
@@ -368,8 +377,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
         width = int(np.prod(act_shape, dtype=np.int64))
         for agent, flat in zip(names, act_flat, strict=True):
             if flat.size != width:
-                raise ValueError(f"action space of {agent!r} flattens to {flat.size} values; "
-                                 f"the vault's action row {act_shape} has {width}")
+                raise IncompatibleSourcesError(
+                    f"action space of {agent!r} flattens to {flat.size} values; "
+                    f"the vault's action row {act_shape} has {width}")
     state_space = _box(shapes[STATE][2:], dtypes[STATE]) if STATE in shapes else None
     extras = tuple((path, EXTRA_PREFIX + ".".join(path)) for path in shapes
                    if path not in OGMARL_KEYS)
@@ -385,7 +395,8 @@ def _given(by_agent: Mapping[str, spaces.Space] | None, agent: str) -> spaces.Sp
     if by_agent is None:
         return None
     if agent not in by_agent:
-        raise ValueError(f"no space given for agent {agent!r} (given for {sorted(by_agent)})")
+        raise IncompatibleSourcesError(
+            f"no space given for agent {agent!r} (given for {sorted(by_agent)})")
     return by_agent[agent]
 
 

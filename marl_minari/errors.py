@@ -17,6 +17,10 @@ class MarlMinariError(Exception):
     """Base class of every error raised on purpose by marl-minari."""
 
 
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An argument or option has a value the function does not accept."""
+
+
 class InvalidDatasetIdError(MarlMinariError, ValueError):
     """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
 
