@@ -30,6 +30,7 @@ from marl_minari.errors import (
     CorruptedDataError,
     DatasetNotFoundError,
     EpisodeIndexError,
+    InvalidOptionError,
     LayoutError,
     MarlMinariError,
     hdf5_errors,
@@ -504,7 +505,7 @@ class _EpisodeReader:
     def read(self, indices: np.ndarray) -> MultiAgentArrays:
         lengths = np.asarray([self._steps(int(i)) for i in indices], dtype=np.int64)
         if len(indices) == 0:
-            raise EpisodeIndexError("to_arrays needs at least one episode index")
+            raise InvalidOptionError("to_arrays needs at least one episode index")
         by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
                    for leaf in self._leaves(indices)}
         return self._assemble(by_path, indices, lengths)
