@@ -22,12 +22,8 @@ from minari.dataset.minari_storage import MinariStorage
 from marl_minari import layout
 from marl_minari.errors import DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
-from marl_minari.reader import (
-    MultiAgentArrays,
-    MultiAgentDataset,
-    episode_attributes,
-    open_minari_dataset,
-)
+from marl_minari.metadata import open_minari_dataset
+from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, episode_attributes
 from marl_minari.reader import load_dataset as load_multi_agent
 from marl_minari.self_contained import check_path
 from marl_minari.spaces import leaf_dtype, leaf_shape, map_tree

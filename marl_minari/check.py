@@ -27,12 +27,8 @@ from gymnasium import spaces
 from marl_minari import layout, offset_index
 from marl_minari.errors import CorruptedDataError, LayoutError, hdf5_errors
 from marl_minari.ids import dataset_dir
-from marl_minari.reader import (
-    metadata_count,
-    metadata_space,
-    open_data_file,
-    read_metadata,
-)
+from marl_minari.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.reader import open_data_file
 from marl_minari.self_contained import check_file
 from marl_minari.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec

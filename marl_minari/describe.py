@@ -349,7 +349,7 @@ def _open_source(source: Any, chunk_steps: int, progress: bool,
         raise DatasetNotFoundError(
             f"no local dataset {text!r} (looked in {dataset_dir(text)}); record or download it "
             "first")
-    from marl_minari.reader import open_minari_dataset
+    from marl_minari.metadata import open_minari_dataset
 
     yield _minari_source(open_minari_dataset(text), chunk_steps)
 

@@ -41,11 +41,11 @@ from marl_minari.errors import (
     IncompatibleSourcesError,
     UnsupportedSpaceError,
 )
+from marl_minari.metadata import read_metadata
 from marl_minari.reader import (
     MultiAgentArrays,
     MultiAgentDataset,
     open_data_file,
-    read_metadata,
     read_spec,
 )
 from marl_minari.self_contained import check_path

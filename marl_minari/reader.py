@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import mmap
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-import minari
 import numpy as np
 from minari.dataset.minari_dataset import MinariDataset
-from minari.serialization import deserialize_space
 
 from marl_minari import layout, offset_index
 from marl_minari.digests import stat_key
@@ -32,10 +29,14 @@ from marl_minari.errors import (
     EpisodeIndexError,
     InvalidOptionError,
     LayoutError,
-    MarlMinariError,
     hdf5_errors,
 )
-from marl_minari.ids import dataset_dir
+from marl_minari.metadata import (
+    metadata_count,
+    metadata_space,
+    open_minari_dataset,
+    read_metadata,
+)
 from marl_minari.self_contained import check_dataset, check_links
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
 from marl_minari.spec import MultiAgentSpec
@@ -50,20 +51,6 @@ def read_spec(data_path: Path) -> MultiAgentSpec:
     return MultiAgentSpec.from_metadata(
         metadata, metadata_space(metadata, "observation_space", Path(data_path)),
         metadata_space(metadata, "action_space", Path(data_path)))
-
-
-def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
-    """The space ``metadata[key]`` (``observation_space``...) deserialised.
-
-    Raises:
-        CorruptedDataError: it is missing or not a serialised space.
-    """
-    try:
-        return deserialize_space(metadata[key])
-    except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
-        raise CorruptedDataError(
-            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "
-            f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc
 
 
 def open_data_file(path: Path) -> h5py.File:
@@ -83,72 +70,6 @@ def open_data_file(path: Path) -> h5py.File:
             "re-create the dataset (a recording's journal can be recovered with "
             "marl-minari recover)."
         ) from exc
-
-
-def read_metadata(data_path: Path) -> dict[str, Any]:
-    """The ``metadata.json`` of the dataset whose ``data/`` folder is ``data_path``.
-
-    Raises:
-        DatasetNotFoundError: there is none.
-        CorruptedDataError: it is not a JSON object.
-    """
-    path = Path(data_path) / layout.METADATA_FILE_NAME
-    if not path.exists():
-        raise DatasetNotFoundError(f"no dataset metadata at {path}")
-    try:
-        metadata: dict[str, Any] = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(metadata, dict):
-        raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
-    return metadata
-
-
-def metadata_count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
-    """``metadata[key]`` checked to be a non-negative integer (``total_episodes``...).
-
-    Raises:
-        CorruptedDataError: it is missing or not such an integer.
-    """
-    value = metadata.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CorruptedDataError(
-            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} must be a non-negative "
-            f"integer, got {value!r}; the metadata is damaged, restore it from a copy.")
-    return value
-
-
-def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDataset:
-    """``minari.load_dataset(dataset_id)`` with the damage it can meet typed.
-
-    The local metadata is checked first (JSON object, episode and step counts), and anything
-    Minari raises on a damaged dataset becomes :class:`CorruptedDataError` naming the folder.
-
-    Raises:
-        InvalidDatasetIdError: malformed id.
-        DatasetNotFoundError: no local dataset (and ``download`` is off).
-        CorruptedDataError: its metadata or files are damaged.
-    """
-    data_path = dataset_dir(dataset_id) / "data"
-    local = (data_path / layout.METADATA_FILE_NAME).exists()
-    if not local and not download:
-        raise DatasetNotFoundError(
-            f"no local dataset {dataset_id!r} (looked in {data_path.parent}); record one, or "
-            "pass download=True to fetch it from the configured remote.")
-    if local:
-        metadata = read_metadata(data_path)
-        metadata_count(metadata, "total_episodes", data_path)
-        metadata_count(metadata, "total_steps", data_path)
-    try:
-        return MinariDataset(data_path) if local else minari.load_dataset(dataset_id,
-                                                                          download=True)
-    except MarlMinariError:
-        raise
-    except Exception as exc:  # Minari raises whatever a damaged file makes its parser hit
-        raise CorruptedDataError(
-            f"Minari cannot open dataset {dataset_id!r} at {data_path}: "
-            f"{type(exc).__name__}: {exc}. Run marl-minari check {dataset_id} for details; "
-            "restore it from a copy or download it again.") from exc
 
 
 def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
