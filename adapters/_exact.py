@@ -37,8 +37,6 @@ BYTES_CHUNK: Final = 1 << 20
 # Per-step and per-row columns of MultiAgentArrays, always stored exactly.
 _STEP_COLUMNS: Final = ("rewards", "terminations", "truncations", "acted", "team_rewards",
                         "episode_terminations", "episode_truncations")
-_EPISODE_FIELDS: Final = ("episode/length", "episode/seed", "episode/has_seed",
-                          "episode/stream")
 
 
 def _join(prefix: str, path: str) -> str:

@@ -165,9 +165,32 @@ class VaultReader:
                             for path in shapes)
         self._context = ts.Context({"cache_pool": {"total_bytes_limit": 64 << 20}})
         self._stores: dict[str, ts.TensorStore] = {}
-        index = self._open(INDEX_NAME).read().result()
-        self.length = int(np.asarray(index).reshape(-1)[0])
+        self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]
+
+    def _checked_length(self) -> int:
+        """``vault_index``, checked against the arrays: reading past what is stored would
+        make up zero steps."""
+        index = np.asarray(self._open(INDEX_NAME).read().result()).reshape(-1)
+        if index.size != 1 or index.dtype.kind not in "iu":
+            raise CorruptedDataError(f"vault {self.path}: {INDEX_NAME} is not one integer "
+                                     f"(shape {index.shape}, dtype {index.dtype})")
+        length = int(index[0])
+        stores = [self._open(leaf.name) for leaf in self.leaves]
+        stored = min(store.shape[1] for store in stores)
+        # Flashbax preallocates a huge time axis, so also ask whether the last indexed step
+        # lies in a chunk that was ever written (inside the last written chunk, unwritten steps
+        # cannot be told from written zeros: the format keeps no other record).
+        if 0 < length <= stored and any(
+                store[:, length - 1].storage_statistics(query_not_stored=True).result().not_stored
+                for store in stores):
+            stored = length - 1
+        if not 0 < length <= stored:
+            raise CorruptedDataError(
+                f"vault {self.path}: {INDEX_NAME} is {length}, but its arrays hold fewer steps "
+                f"(at most {stored}); it must count the written steps (the vault is damaged, or "
+                "empty).")
+        return length
 
     def leaf(self, path: tuple[str, ...]) -> LeafInfo | None:
         """The leaf at ``path``, or ``None``."""

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import minari
 import numpy as np
 from gymnasium import spaces
 from minari.dataset.minari_dataset import MinariDataset
@@ -23,8 +22,10 @@ from minari.dataset.minari_storage import MinariStorage
 from marl_minari import layout
 from marl_minari.errors import DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
+from marl_minari.metadata import open_minari_dataset
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, episode_attributes
 from marl_minari.reader import load_dataset as load_multi_agent
+from marl_minari.self_contained import check_path
 from marl_minari.spaces import leaf_dtype, leaf_shape, map_tree
 from marl_minari.spec import MultiAgentSpec
 
@@ -160,7 +161,7 @@ def open_dataset(source: Any, *, download: bool = True) -> DatasetSource:
         local = (dataset_dir(dataset_id) / "data" / layout.METADATA_FILE_NAME).exists()
         if not local and not download:
             raise DatasetNotFoundError(f"no local dataset {dataset_id!r}")
-        minari_dataset = minari.load_dataset(dataset_id, download=not local)
+        minari_dataset = open_minari_dataset(dataset_id, download=not local)
     else:
         raise TypeError(f"not a dataset: {source!r} (give an id, a MinariDataset or a "
                         "MultiAgentDataset)")
@@ -214,6 +215,8 @@ def spec_of(metadata: dict[str, Any], multi_agent: bool) -> MultiAgentSpec:
 def _single_agent_arrays(storage: MinariStorage, spec: MultiAgentSpec,
                          indices: list[int]) -> MultiAgentArrays:
     """Plain Minari episodes as the arrays of one agent, always present and acting."""
+    if storage.FORMAT == "hdf5":  # Minari's reader would follow links out of the file
+        check_path(Path(storage.data_path) / layout.MAIN_FILE_NAME)
     episodes = list(storage.get_episodes(indices))
     lengths = np.asarray([len(ep["rewards"]) for ep in episodes], dtype=np.int64)
     obs_space = spec.observation_spaces[SINGLE_AGENT]

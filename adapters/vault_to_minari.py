@@ -21,10 +21,16 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari import layout
-from marl_minari.errors import DatasetExistsError, LayoutError
+from marl_minari.errors import (
+    DatasetExistsError,
+    IncompatibleSourcesError,
+    InvalidOptionError,
+    LayoutError,
+    StepDataError,
+)
 from marl_minari.ids import dataset_dir
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
-from marl_minari.spaces import build_tree, is_image_space, leaf_spaces
+from marl_minari.spaces import build_tree, is_image_space, leaf_spaces, map_tree, rows_outside
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import LeafEpisode, write_dataset
 
@@ -124,17 +130,18 @@ def from_vault(
         DatasetExistsError: ``dataset_id`` exists.
     """
     if trailing not in ("drop", "truncate", "error"):
-        raise ValueError(f"trailing must be 'drop', 'truncate' or 'error', got {trailing!r}")
+        raise InvalidOptionError(
+            f"trailing must be 'drop', 'truncate' or 'error', got {trailing!r}")
     if final_observation not in ("zeros", "repeat"):
-        raise ValueError(f"final_observation must be 'zeros' or 'repeat', got "
-                         f"{final_observation!r}")
+        raise InvalidOptionError(f"final_observation must be 'zeros' or 'repeat', got "
+                                 f"{final_observation!r}")
     if cut_on not in ("any", "all"):
-        raise ValueError(f"cut_on must be 'any' or 'all', got {cut_on!r}")
+        raise InvalidOptionError(f"cut_on must be 'any' or 'all', got {cut_on!r}")
     if reward_aggregation not in _AGGREGATE:
-        raise ValueError(f"reward_aggregation must be one of {sorted(_AGGREGATE)}, got "
-                         f"{reward_aggregation!r}")
+        raise InvalidOptionError(f"reward_aggregation must be one of {sorted(_AGGREGATE)}, got "
+                                 f"{reward_aggregation!r}")
     if chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+        raise InvalidOptionError(f"chunk_steps must be >= 1, got {chunk_steps}")
     target = dataset_dir(dataset_id)
     if target.exists():
         raise DatasetExistsError(f"dataset {dataset_id!r} already exists at {target}; pick a "
@@ -210,6 +217,8 @@ def _restored_episodes(reader: VaultReader, plan: ViewPlan, spec: MultiAgentSpec
                           lengths[e0:e1])
         arrays = restore_arrays(plan, spec, view, {**episode_fields, **row_fields},
                                 lengths[e0:e1], np.arange(e0, e1, dtype=np.int64))
+        _check_actions(spec, arrays.actions, arrays.acted, e0, lengths[e0:e1],
+                       f"vault {reader.path}")
         seeds = [int(seed) if has else None for seed, has in zip(
             episode_fields["episode/seed"].tolist(), episode_fields["episode/has_seed"].tolist(),
             strict=True)]
@@ -334,8 +343,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
                               f"{expected} with N = {n} as in 'observations' {obs_shape}")
     names = tuple(agents) if agents is not None else tuple(f"agent_{i}" for i in range(n))
     if len(names) != n:
-        raise ValueError(f"{len(names)} agent names given ({list(names)}), the vault has "
-                         f"N = {n} agents ('observations' shape {obs_shape})")
+        raise IncompatibleSourcesError(
+            f"{len(names)} agent names given ({list(names)}), the vault has "
+            f"N = {n} agents ('observations' shape {obs_shape})")
     obs_row = obs_shape[3:]
     obs_spaces = {a: _given(observation_spaces, a) or _box(obs_row, dtypes[OBSERVATIONS])
                   for a in names}
@@ -344,8 +354,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
     per_agent = int(np.prod(obs_row, dtype=np.int64))
     for agent, flat in zip(names, obs_flat, strict=True):
         if flat.size != per_agent:
-            raise ValueError(f"observation space of {agent!r} flattens to {flat.size} values; "
-                             f"the vault's observation row {obs_row} has {per_agent}")
+            raise IncompatibleSourcesError(
+                f"observation space of {agent!r} flattens to {flat.size} values; "
+                f"the vault's observation row {obs_row} has {per_agent}")
     act_shape = shapes[ACTIONS][3:]
     act_dtype = dtypes[ACTIONS]
     act_spaces = {}
@@ -366,8 +377,9 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
         width = int(np.prod(act_shape, dtype=np.int64))
         for agent, flat in zip(names, act_flat, strict=True):
             if flat.size != width:
-                raise ValueError(f"action space of {agent!r} flattens to {flat.size} values; "
-                                 f"the vault's action row {act_shape} has {width}")
+                raise IncompatibleSourcesError(
+                    f"action space of {agent!r} flattens to {flat.size} values; "
+                    f"the vault's action row {act_shape} has {width}")
     state_space = _box(shapes[STATE][2:], dtypes[STATE]) if STATE in shapes else None
     extras = tuple((path, EXTRA_PREFIX + ".".join(path)) for path in shapes
                    if path not in OGMARL_KEYS)
@@ -383,7 +395,8 @@ def _given(by_agent: Mapping[str, spaces.Space] | None, agent: str) -> spaces.Sp
     if by_agent is None:
         return None
     if agent not in by_agent:
-        raise ValueError(f"no space given for agent {agent!r} (given for {sorted(by_agent)})")
+        raise IncompatibleSourcesError(
+            f"no space given for agent {agent!r} (given for {sorted(by_agent)})")
     return by_agent[agent]
 
 
@@ -558,7 +571,7 @@ def _imported_episodes(reader: VaultReader, layout_: ImportLayout, options: Impo
             done = {k: v[:stop] for k, v in rows.items()}
             carry[stream] = {k: v[stop:] for k, v in rows.items()} if stop < len(
                 rows[TERMINALS]) else None
-            arrays = _arrays_from_rows(layout_, options, spec, done, lengths, next_id)
+            arrays = _arrays_from_rows(layout_, options, spec, done, lengths, next_id, where)
             yield from leaf_episodes(arrays, [None] * len(lengths), [None] * len(lengths))
             next_id += len(lengths)
     if options.trailing != "truncate":
@@ -568,14 +581,14 @@ def _imported_episodes(reader: VaultReader, layout_: ImportLayout, options: Impo
         if rest is None or len(rest[TERMINALS]) == 0:
             continue
         lengths = np.asarray([len(rest[TERMINALS])], dtype=np.int64)
-        arrays = _arrays_from_rows(layout_, options, spec, rest, lengths, next_id)
+        arrays = _arrays_from_rows(layout_, options, spec, rest, lengths, next_id, where)
         yield from leaf_episodes(arrays, [None], [None])
         next_id += 1
 
 
 def _arrays_from_rows(layout_: ImportLayout, options: ImportOptions, spec: MultiAgentSpec,
                       rows: dict[tuple[str, ...], np.ndarray], lengths: np.ndarray,
-                      first_id: int) -> MultiAgentArrays:
+                      first_id: int, where: str) -> MultiAgentArrays:
     """Whole episodes of one stream (``S`` step rows) as the arrays of the layout.
 
     An episode whose last step has no done flag (a trailing episode kept with
@@ -618,6 +631,8 @@ def _arrays_from_rows(layout_: ImportLayout, options: ImportOptions, spec: Multi
         else:
             actions[agent] = _unflatten(spec.action_spaces[agent], layout_.act_flat[i],
                                         rows[ACTIONS].reshape(steps, n, -1)[:, i], None)
+    _check_actions(spec, actions, np.ones((steps, n), dtype=bool), first_id, lengths,
+                   where)
     rewards = rows[REWARDS].astype(np.float64)
     terms = rows[TERMINALS] != 0
     truncs = rows[TRUNCATIONS] != 0 if layout_.has_truncations else np.zeros_like(terms)
@@ -645,6 +660,23 @@ def _arrays_from_rows(layout_: ImportLayout, options: ImportOptions, spec: Multi
         agent_infos=agent_infos,
         extras={name: with_final(rows[path]) for path, name in layout_.extras},
     )
+
+
+def _check_actions(spec: MultiAgentSpec, actions: dict[str, Any], acted: np.ndarray,
+                   first_id: int, lengths: np.ndarray, where: str) -> None:
+    """Refuse actions outside their agent's action space (a vault holds bare numbers)."""
+    for i, agent in enumerate(spec.possible_agents):
+        bad = np.flatnonzero(rows_outside(spec.action_spaces[agent], actions[agent])
+                             & acted[:, i])
+        if bad.size:
+            row = int(bad[0])
+            episode = int(np.searchsorted(np.cumsum(lengths), row, side="right"))
+            step = row - int(np.concatenate([[0], np.cumsum(lengths)])[episode])
+            value = map_tree(lambda a, r=row: np.asarray(a[r]).tolist(), actions[agent])
+            raise StepDataError(
+                f"{where}: the action of {agent!r} at step {step} of episode "
+                f"{first_id + episode} is {value!r}, outside its action space "
+                f"{spec.action_spaces[agent]}; pass the right action_spaces= or fix the vault.")
 
 
 def _unflatten(space: spaces.Space, flat: AgentFlat, values: np.ndarray,

@@ -14,17 +14,26 @@ __version__ = "0.1.0"
 # The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
 # and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
 from marl_minari.registry import register_remote_kinds  # noqa: I001
+from marl_minari.check import CheckReport, check_dataset
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
-from marl_minari.descriptor import EnvDescriptor, make_env
+from marl_minari.descriptor import (
+    EnvDescriptor,
+    make_env,
+    trust_env_package,
+    trusted_env_packages,
+)
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
     DatasetNotFoundError,
     EnvDescriptorError,
+    EpisodeIndexError,
+    ForeignStorageError,
     IncompatibleSourcesError,
     InfoStructureError,
     InvalidDatasetIdError,
+    InvalidOptionError,
     LayoutError,
     MarlMinariError,
     RemoteError,
@@ -40,15 +49,19 @@ from marl_minari.writer import write_dataset
 
 __all__ = [
     "LAYOUT_VERSION",
+    "CheckReport",
     "CorruptedDataError",
     "DatasetDescription",
     "DatasetExistsError",
     "DatasetNotFoundError",
     "EnvDescriptor",
     "EnvDescriptorError",
+    "EpisodeIndexError",
+    "ForeignStorageError",
     "IncompatibleSourcesError",
     "InfoStructureError",
     "InvalidDatasetIdError",
+    "InvalidOptionError",
     "JointEnv",
     "LayoutError",
     "MarlMinariError",
@@ -61,6 +74,7 @@ __all__ = [
     "UnsupportedSpaceError",
     "ParallelDataCollector",
     "__version__",
+    "check_dataset",
     "dataset_card",
     "describe",
     "plot_descriptions",
@@ -69,6 +83,8 @@ __all__ = [
     "make_env",
     "recover_recording",
     "discard_recording",
+    "trust_env_package",
+    "trusted_env_packages",
     "write_dataset",
 ]
 

@@ -136,6 +136,18 @@ def info(dataset_id: Annotated[str, typer.Argument(
 
 
 @app.command()
+def check(dataset_id: Annotated[str, typer.Argument(
+        help="Dataset id, dataset folder or its data/ folder.")]) -> None:
+    """Check every episode of a dataset against docs/format.md (plain Minari datasets too)."""
+    from marl_minari.check import check_dataset
+
+    report = check_dataset(dataset_id)
+    index = ", offset index verified" if report.index_checked else ""
+    typer.echo(f"ok: {report.total_episodes} episodes, {report.total_steps} steps follow the "
+               f"{report.kind} layout{index} ({report.path})")
+
+
+@app.command()
 def recover(
     recording: Annotated[str | None, typer.Argument(
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,

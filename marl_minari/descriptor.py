@@ -4,6 +4,13 @@ A descriptor names an environment by a PettingZoo registry id (``classic/chess-v
 id of an env family outside the registry (``mpe2/simple_spread_v3``), or by an importable
 ``module:attr`` entry point, plus JSON keyword arguments and the versions of the packages it
 came from.
+
+A descriptor read from a dataset is someone else's words: re-creating its environment imports
+and calls what it names. :meth:`EnvDescriptor.make` therefore only imports modules of trusted
+environment packages (:func:`trusted_env_packages`: pettingzoo, mpe2, those named in
+``$MARL_MINARI_TRUSTED_ENV_PACKAGES`` and those passed to :func:`trust_env_package`) unless the
+caller says ``trust_remote_code=True``, as Hugging Face's loaders do. Environments the user makes
+with :func:`make_env` are the user's own choice and are not restricted.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import os
 import re
 import sys
 import warnings
@@ -21,6 +29,10 @@ from typing import Any, Literal
 from marl_minari.errors import EnvDescriptorError
 
 Api = Literal["parallel", "aec"]
+TRUSTED_ENV_PACKAGES_VAR = "MARL_MINARI_TRUSTED_ENV_PACKAGES"
+"""Environment variable: comma-separated top-level packages whose envs datasets may re-create."""
+DEFAULT_TRUSTED_ENV_PACKAGES = ("pettingzoo", "mpe2")
+_TRUSTED_BY_CALL: set[str] = set()
 _ID_RE = re.compile(r"^(?P<family>[\w.]+)/(?P<name>\w+?)(?:[-_]v(?P<version>\d+))$")
 _ATTACHED: weakref.WeakKeyDictionary[Any, EnvDescriptor] = weakref.WeakKeyDictionary()
 
@@ -88,23 +100,142 @@ class EnvDescriptor:
             return self.env_id
         return self.entry_point or "unknown"
 
-    def make(self, api: Api | None = None, **overrides: Any) -> Any:
+    def make(self, api: Api | None = None, *, trust_remote_code: bool = False,
+             **overrides: Any) -> Any:
         """Create the environment (``api`` defaults to the recorded one).
 
+        Args:
+            api: ``"parallel"`` or ``"aec"``; default: the recorded one.
+            trust_remote_code: import and call the entry point even when its package is not
+                trusted (:func:`trusted_env_packages`). Only for datasets whose author you
+                trust: the descriptor can name any importable callable.
+            overrides: keyword arguments replacing the recorded ones.
+
         Raises:
-            EnvDescriptorError: the entry point cannot be imported or called.
+            EnvDescriptorError: the entry point is untrusted, cannot be imported or called, or
+                does not return a PettingZoo env.
         """
         api = api or self.api
         kwargs = {**self.kwargs, **overrides}
         if self.env_id is not None:
+            if not trust_remote_code:
+                _check_trusted(self.env_id)
             return make_env(self.env_id, api=api, **kwargs)
         if self.entry_point is None:
             raise EnvDescriptorError(
                 "this dataset does not say how to re-create its environment (no entry point); "
                 "record with an env made by marl_minari.make_env or pass env_descriptor=."
             )
-        env = _load(self.entry_point)(**kwargs)
-        return _convert(env, api)
+        if not trust_remote_code:
+            _check_trusted(self.entry_point)
+        try:
+            env = _load(self.entry_point)(**kwargs)
+        except EnvDescriptorError:
+            raise
+        except Exception as exc:
+            raise EnvDescriptorError(
+                f"could not create {self.entry_point!r} with {kwargs!r}: {exc}") from exc
+        return _convert(env, api, self.entry_point)
+
+
+def trust_env_package(package: str) -> None:
+    """Let datasets re-create environments from ``package`` (a top-level package name) in this
+    process, as if it were listed in ``$MARL_MINARI_TRUSTED_ENV_PACKAGES``."""
+    if not package.isidentifier():
+        raise EnvDescriptorError(f"{package!r} is not a top-level package name")
+    _TRUSTED_BY_CALL.add(package)
+
+
+def trusted_env_packages() -> frozenset[str]:
+    """Top-level packages whose environments a dataset's descriptor may name."""
+    listed = os.environ.get(TRUSTED_ENV_PACKAGES_VAR, "")
+    from_env = {name.strip() for name in listed.replace(":", ",").split(",") if name.strip()}
+    return frozenset(DEFAULT_TRUSTED_ENV_PACKAGES) | from_env | _TRUSTED_BY_CALL
+
+
+def untrusted_package(env_id_or_entry_point: str) -> str | None:
+    """The top-level package that ``env_id_or_entry_point`` (as a descriptor or env_spec names
+    it) would import, if it is not trusted; ``None`` when it is trusted.
+
+    A PettingZoo registry id (``classic/chess-v6``) and a family id (``mpe2/x_v3``) import
+    ``pettingzoo.<family>`` or ``<family>``; an entry point ``module:attr`` imports ``module``.
+    """
+    name = env_id_or_entry_point.strip()
+    if ":" in name:
+        top = name.partition(":")[0].split(".")[0]
+    else:
+        family = name.split("/")[0]
+        top = family.split(".")[0]
+        if _in_pettingzoo(family):
+            return None
+    return None if top in trusted_env_packages() else top
+
+
+JOINT_ENV_ENTRY_POINT = "marl_minari.joint:JointEnv"
+"""The only ``env_spec`` entry point a multi-agent dataset's metadata may name."""
+
+
+def untrusted_env_references(metadata: dict[str, Any]) -> list[str]:
+    """What re-creating the environment of a dataset with this ``metadata.json`` would import
+    from outside the trusted packages, as ``"<where>: <entry point or id>"`` lines.
+
+    Looked at: the ``marl_minari`` env descriptor, the descriptor inside ``env_spec``'s kwargs
+    and, for a multi-agent dataset, ``env_spec``'s own entry point (which must be
+    :data:`JOINT_ENV_ENTRY_POINT`). A plain Minari dataset's ``env_spec`` entry point is left
+    to Minari, which imports it on ``recover_environment`` as it always has.
+    """
+    found: list[str] = []
+    marl = metadata.get("marl_minari")
+    descriptors: list[tuple[str, Any]] = []
+    if isinstance(marl, dict):
+        descriptors.append(("marl_minari.env", marl.get("env")))
+    env_spec: Any = metadata.get("env_spec")
+    if isinstance(env_spec, str):
+        try:
+            env_spec = json.loads(env_spec)
+        except ValueError:
+            env_spec = None
+    if isinstance(env_spec, dict):
+        entry = env_spec.get("entry_point")
+        if isinstance(marl, dict) and entry not in (None, JOINT_ENV_ENTRY_POINT):
+            found.append(f"env_spec.entry_point: {entry}")
+        kwargs = env_spec.get("kwargs")
+        if isinstance(kwargs, dict):
+            descriptors.append(("env_spec.kwargs.descriptor", kwargs.get("descriptor")))
+    for where, described in descriptors:
+        if not isinstance(described, dict):
+            continue
+        for key in ("env_id", "entry_point"):
+            value = described.get(key)
+            if isinstance(value, str) and untrusted_package(value) is not None:
+                found.append(f"{where}.{key}: {value}")
+            elif value is not None and not isinstance(value, str):
+                found.append(f"{where}.{key}: {value!r} (not a string)")
+            if isinstance(value, str) and key == "env_id":
+                break  # an id wins over the entry point when both are given
+    return found
+
+
+def _in_pettingzoo(family: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"pettingzoo.{family}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _check_trusted(env_id_or_entry_point: str) -> None:
+    package = untrusted_package(env_id_or_entry_point)
+    if package is not None:
+        raise EnvDescriptorError(
+            f"refusing to re-create the environment {env_id_or_entry_point!r}: it imports "
+            f"package {package!r}, which is not a trusted environment package "
+            f"({sorted(trusted_env_packages())}). A dataset can name any importable callable, "
+            "so only trust it if you trust the dataset's author: pass trust_remote_code=True, "
+            f"call marl_minari.trust_env_package({package!r}), or add it to "
+            f"${TRUSTED_ENV_PACKAGES_VAR}."
+        )
 
 
 def make_env(env_id: str, api: Api = "parallel", **kwargs: Any) -> Any:
@@ -133,7 +264,7 @@ def make_env(env_id: str, api: Api = "parallel", **kwargs: Any) -> Any:
         raise
     except Exception as exc:
         raise EnvDescriptorError(f"could not create {env_id!r} with {kwargs!r}: {exc}") from exc
-    env = _convert(env, api)
+    env = _convert(env, api, env_id)
     stored_id = None if ":" in env_id else env_id
     descriptor = EnvDescriptor(
         api=api, entry_point=entry_point, env_id=stored_id, kwargs=dict(kwargs),
@@ -209,7 +340,9 @@ def _resolve(env_id: str, api: Api) -> tuple[str, str | None]:
         )
     module_name = f"{match['name']}_v{match['version']}"
     tried = []
-    for package in (match["family"], f"pettingzoo.{match['family']}"):
+    # PettingZoo's own family first: a top-level package that happens to share the family's
+    # name (``classic``) must not shadow it.
+    for package in (f"pettingzoo.{match['family']}", match["family"]):
         candidate = f"{package}.{module_name}"
         tried.append(candidate)
         try:
@@ -265,9 +398,15 @@ def _load(entry_point: str) -> Any:
     return target
 
 
-def _convert(env: Any, api: Api) -> Any:
+def _convert(env: Any, api: Api, source: str) -> Any:
     from pettingzoo.utils.conversions import aec_to_parallel, parallel_to_aec
     from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    if not isinstance(env, (AECEnv, ParallelEnv)):
+        raise EnvDescriptorError(
+            f"{source!r} returned a {type(env).__name__}, not a PettingZoo AECEnv or "
+            "ParallelEnv; name a callable that makes a PettingZoo environment."
+        )
 
     if api == "parallel" and isinstance(env, AECEnv):
         if not env.metadata.get("is_parallelizable", False):

@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 import blake3
 
 from marl_minari import layout
+from marl_minari.errors import InvalidOptionError
 
 SHA256: Final = "sha256"
 BLAKE3: Final = "blake3"
@@ -62,7 +63,8 @@ def new_hash(algorithm: str) -> Hash:
         return hashlib.sha256()
     if algorithm == BLAKE3:
         return blake3.blake3()
-    raise ValueError(f"unknown digest algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    raise InvalidOptionError(
+        f"unknown digest algorithm {algorithm!r}; expected one of {ALGORITHMS}")
 
 
 class MultiHash:

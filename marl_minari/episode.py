@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_minari.errors import StepDataError
 from marl_minari.returns import episode_returns
 from marl_minari.spaces import Tree, tree_rows
 
@@ -78,7 +79,7 @@ class MultiAgentEpisode:
         return self.possible_agents.index(agent)
 
     def check_shapes(self) -> None:
-        """Raise ``ValueError`` if the rows of the fields disagree with ``T``."""
+        """Raise :class:`StepDataError` if the rows of the fields disagree with ``T``."""
         steps, n = self.total_steps, len(self.possible_agents)
         expected = {
             "rewards": (self.rewards, (steps, n)),
@@ -91,10 +92,10 @@ class MultiAgentEpisode:
         }
         for name, (array, shape) in expected.items():
             if np.shape(array) != shape:
-                raise ValueError(f"episode field {name} has shape {np.shape(array)}, "
+                raise StepDataError(f"episode field {name} has shape {np.shape(array)}, "
                                  f"expected {shape} for {steps} steps and {n} agents")
         for agent in self.possible_agents:
             if tree_rows(self.observations[agent]) != steps + 1:
-                raise ValueError(f"observations of {agent!r} need {steps + 1} rows")
+                raise StepDataError(f"observations of {agent!r} need {steps + 1} rows")
             if tree_rows(self.actions[agent]) != steps:
-                raise ValueError(f"actions of {agent!r} need {steps} rows")
+                raise StepDataError(f"actions of {agent!r} need {steps} rows")

@@ -8,21 +8,28 @@ bad input, ``FileExistsError`` for refusing to overwrite), so existing handlers 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 
 class MarlMinariError(Exception):
     """Base class of every error raised on purpose by marl-minari."""
+
+
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An argument or option has a value the function does not accept."""
 
 
 class InvalidDatasetIdError(MarlMinariError, ValueError):
     """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
 
 
-class InvalidOptionError(MarlMinariError, ValueError):
-    """An option has a value outside the ones it accepts (the message lists them)."""
-
-
 class EnvApiError(MarlMinariError, TypeError):
     """An environment of one PettingZoo API was given where the other one is needed."""
+
+class EpisodeIndexError(MarlMinariError, IndexError):
+    """An episode index or id outside the dataset."""
 
 
 class DatasetExistsError(MarlMinariError, FileExistsError):
@@ -53,6 +60,10 @@ class CorruptedDataError(MarlMinariError, ValueError):
     """Stored data is damaged (truncated, tampered with or inconsistent)."""
 
 
+class ForeignStorageError(CorruptedDataError):
+    """An HDF5 file refers to data outside itself (external storage, link or virtual source)."""
+
+
 class EnvDescriptorError(MarlMinariError, ValueError):
     """An environment descriptor cannot be resolved into a working environment."""
 
@@ -77,5 +88,19 @@ class LockedError(MarlMinariError, TimeoutError):
     """A dataset or recording is held by another live writer (see ``docs/recording.md``)."""
 
 
-class ConfigurationError(MarlMinariError, ValueError):
-    """An option or environment variable has a value the library cannot use."""
+ConfigurationError = InvalidOptionError
+"""An option or environment variable has a value the library cannot use (same class as
+:class:`InvalidOptionError`: one error for bad option values, wherever they come from)."""
+
+@contextlib.contextmanager
+def hdf5_errors(h5_path: Path) -> Iterator[None]:
+    """Turn what h5py raises on a damaged file (``KeyError`` with HDF5 internals,
+    ``RuntimeError``, ``OSError``...) into :class:`CorruptedDataError` naming the file."""
+    try:
+        yield
+    except MarlMinariError:
+        raise
+    except (KeyError, ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
+        raise CorruptedDataError(
+            f"{h5_path} is damaged ({type(exc).__name__}: {exc}); run marl-minari check on "
+            "the dataset for details, and restore it from a copy.") from exc

@@ -13,6 +13,11 @@ from minari.storage.datasets_root_dir import get_dataset_path
 from marl_minari.errors import InvalidDatasetIdError
 
 _PART = r"[A-Za-z0-9][\w.-]*"
+MAX_PART_LENGTH = 100
+"""Longest namespace or name part: file systems refuse names over 255 bytes, and staging and
+temporary names add to a part."""
+MAX_ID_LENGTH = 200
+"""Longest whole id (it becomes a path under the datasets root)."""
 _ID_RE = re.compile(
     rf"(?:(?P<namespace>{_PART}(?:/{_PART})*)/)?(?P<name>\w[\w.-]*?)-v(?P<version>\d+)")
 
@@ -29,7 +34,8 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
     """
     if not isinstance(dataset_id, str):
         raise InvalidDatasetIdError(f"dataset id must be a str, got {type(dataset_id).__name__}")
-    match = _ID_RE.fullmatch(dataset_id)
+    # Length first: a regular expression over a huge string is wasted work.
+    match = _ID_RE.fullmatch(dataset_id) if len(dataset_id) <= 4 * MAX_ID_LENGTH else None
     reason = None
     if match is None:
         reason = "it does not match (namespace/)name-vN"
@@ -37,6 +43,10 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
         reason = "it contains an empty, '.' or '..' path part"
     elif match["namespace"] and any(len(p) < 2 for p in match["namespace"].split("/")):
         reason = "namespace parts need at least two characters (Minari refuses shorter ones)"
+    elif len(dataset_id) > MAX_ID_LENGTH or any(
+            len(part) > MAX_PART_LENGTH for part in dataset_id.split("/")):
+        reason = (f"it is longer than {MAX_ID_LENGTH} characters or has a part longer than "
+                  f"{MAX_PART_LENGTH} (parts become folder names)")
     if reason is not None or match is None:
         raise InvalidDatasetIdError(
             f"malformed dataset id {dataset_id!r}: {reason}. Use e.g. "

@@ -13,7 +13,8 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from marl_minari.descriptor import EnvDescriptor
-from marl_minari.returns import team_rewards
+from marl_minari.errors import EnvDescriptorError
+from marl_minari.returns import REWARD_AGGREGATIONS, team_rewards
 from marl_minari.spaces import fill_rows, map_tree
 
 
@@ -36,20 +37,31 @@ class JointEnv(gym.Env):
             env is made through the api it was recorded with).
         possible_agents: agent order (defaults to the env's).
         reward_aggregation: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+        trust_remote_code: make the env from ``descriptor`` even if it names a package outside
+            the trusted environment packages (see :meth:`EnvDescriptor.make`).
+
+    Raises:
+        EnvDescriptorError: no env and no descriptor, or the descriptor's env cannot (or may
+            not) be made.
     """
 
     def __init__(self, env: Any = None, descriptor: EnvDescriptor | dict | None = None,
                  possible_agents: list[str] | None = None,
-                 reward_aggregation: str = "sum", render_mode: str | None = None) -> None:
+                 reward_aggregation: str = "sum", render_mode: str | None = None,
+                 trust_remote_code: bool = False) -> None:
         from pettingzoo.utils.env import AECEnv
 
         if env is None:
             if descriptor is None:
-                raise ValueError("JointEnv needs an env or a descriptor")
+                raise EnvDescriptorError("JointEnv needs a PettingZoo env or an env descriptor")
             if isinstance(descriptor, dict):
                 descriptor = EnvDescriptor.from_dict(descriptor)
             overrides = {"render_mode": render_mode} if render_mode else {}
-            env = descriptor.make(None, **overrides)
+            env = descriptor.make(None, trust_remote_code=trust_remote_code, **overrides)
+        if reward_aggregation not in REWARD_AGGREGATIONS:
+            raise EnvDescriptorError(
+                f"reward_aggregation must be one of {list(REWARD_AGGREGATIONS)}, "
+                f"got {reward_aggregation!r}")
         self.pettingzoo_env = env
         self.turn_based = isinstance(env, AECEnv)
         self.agents_order = list(possible_agents or env.possible_agents)
@@ -125,5 +137,4 @@ class JointEnv(gym.Env):
     def _joint(self, observations: dict[str, Any]) -> dict[str, Any]:
         return {a: self._fill[a] if observations.get(a) is None else observations[a]
                 for a in self.agents_order}
-
 

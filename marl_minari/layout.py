@@ -33,7 +33,6 @@ AGENT_TERMINATIONS: Final = "terminations"
 AGENT_TRUNCATIONS: Final = "truncations"
 ACTIVE: Final = "active"
 ACTED: Final = "acted"
-AGENT_COLUMNS: Final = (AGENT_REWARDS, AGENT_TERMINATIONS, AGENT_TRUNCATIONS, ACTIVE, ACTED)
 
 STATE: Final = "state"
 """Global state (``env.state()``), T + 1 rows, when the environment provides one."""
@@ -64,6 +63,9 @@ META_STATE_SPACE: Final = "state_space"
 META_RECORD_INFOS: Final = "record_infos"
 META_LIBRARY_VERSION: Final = "library_version"
 
+AGENTS_ATTRIBUTE: Final = "marl_minari_possible_agents"
+"""Root attribute of ``main_data.hdf5``: JSON list of ``possible_agents`` (the column order)."""
+
 INDEX_FILE_NAME: Final = "marl_minari_index.npz"
 """Optional sidecar in ``data/``: byte offsets of contiguous datasets, for bulk reads."""
 
@@ -75,9 +77,6 @@ DIGESTS_FILE_NAME: Final = ".marl_minari_digests.json"
 (see :mod:`marl_minari.digests`). Never published; safe to delete."""
 
 REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
-
-FILL_VALUE: Final = 0
-"""Inactive agent rows hold zeros of the leaf dtype (``False`` for bools, ``""`` for text)."""
 
 JOURNALS_KEY: Final = "marl_minari_journals"
 """Top-level ``metadata.json`` key: ``{journal id: records committed}`` for every recording

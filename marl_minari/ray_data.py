@@ -30,18 +30,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari import layout
+from marl_minari import layout, offset_index
 from marl_minari import patterns as P
 from marl_minari.errors import (
+    CorruptedDataError,
     DatasetNotFoundError,
     IncompatibleSourcesError,
     UnsupportedSpaceError,
 )
-from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, read_spec
+from marl_minari.metadata import read_metadata
+from marl_minari.reader import (
+    MultiAgentArrays,
+    MultiAgentDataset,
+    open_data_file,
+    read_spec,
+)
+from marl_minari.self_contained import check_path
 from marl_minari.spaces import build_tree, leaf_dtype, leaf_shape, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
 
@@ -91,23 +98,23 @@ class Source:
         return _plain_arrays(self, indices)
 
     def episode_steps(self) -> np.ndarray:
-        """``(E,)`` steps of every episode (from the index file when valid, else HDF5)."""
+        """``(E,)`` steps of every episode (from the offset index when it checks out, else
+        HDF5)."""
         data_path = Path(self.data_path)
-        index = data_path / layout.INDEX_FILE_NAME
-        if self.kind == "marl" and index.exists():
+        with open_data_file(data_path / layout.MAIN_FILE_NAME) as file:
+            if self.kind == "marl":
+                total_steps = int(read_metadata(data_path)["total_steps"])
+                index = offset_index.load(data_path, file, self.total_episodes, total_steps)
+                if index is not None:
+                    return index.steps
             try:
-                with np.load(index) as stored:
-                    steps = np.asarray(stored["steps"], dtype=np.int64)
-                    header = json.loads(stored["header"].tobytes())
-                main = data_path / layout.MAIN_FILE_NAME
-                if (len(steps) == self.total_episodes
-                        and header.get("file_size") == main.stat().st_size):
-                    return steps
-            except (OSError, ValueError, KeyError, EOFError):
-                pass
-        with h5py.File(data_path / layout.MAIN_FILE_NAME, "r") as file:
-            return np.asarray([int(file[f"episode_{i}"].attrs["total_steps"])
-                               for i in range(self.total_episodes)], dtype=np.int64)
+                return np.asarray([int(file[f"episode_{i}"].attrs["total_steps"])
+                                   for i in range(self.total_episodes)], dtype=np.int64)
+            except KeyError as exc:
+                raise CorruptedDataError(
+                    f"{data_path / layout.MAIN_FILE_NAME}: an episode of the "
+                    f"{self.total_episodes} the metadata counts is missing or lacks "
+                    f"total_steps ({exc})") from exc
 
 
 def open_source(source: SourceLike | Source) -> Source:
@@ -133,7 +140,7 @@ def open_source(source: SourceLike | Source) -> Source:
         if not (data_path / layout.METADATA_FILE_NAME).exists():
             raise DatasetNotFoundError(f"no local dataset {name!r} (looked in {data_path})")
     data_path = data_path.resolve()
-    metadata = json.loads((data_path / layout.METADATA_FILE_NAME).read_text())
+    metadata = read_metadata(data_path)
     total = int(metadata["total_episodes"])
     if layout.METADATA_KEY in metadata:
         return Source(name, str(data_path), "marl", read_spec(data_path), total)
@@ -150,6 +157,7 @@ def _plain_arrays(source: Source, indices: np.ndarray) -> MultiAgentArrays:
     """A plain Minari dataset's episodes as one agent's arrays (read with ``get_episodes``)."""
     from minari.dataset.minari_storage import MinariStorage
 
+    check_path(Path(source.data_path) / layout.MAIN_FILE_NAME)
     storage = MinariStorage.read(source.data_path)
     obs_space = source.spec.observation_spaces[PLAIN_AGENT]
     act_space = source.spec.action_spaces[PLAIN_AGENT]

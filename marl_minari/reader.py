@@ -10,25 +10,35 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import mmap
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import h5py
-import minari
 import numpy as np
 from minari.dataset.minari_dataset import MinariDataset
-from minari.serialization import deserialize_space
 
-from marl_minari import layout
+from marl_minari import layout, offset_index
+from marl_minari.digests import stat_key
 from marl_minari.episode import MultiAgentEpisode
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
-from marl_minari.ids import dataset_dir
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetNotFoundError,
+    EpisodeIndexError,
+    InvalidOptionError,
+    LayoutError,
+    hdf5_errors,
+)
+from marl_minari.metadata import (
+    metadata_count,
+    metadata_space,
+    open_minari_dataset,
+    read_metadata,
+)
 from marl_minari.returns import episode_returns
+from marl_minari.self_contained import check_dataset, check_links
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
 from marl_minari.spec import MultiAgentSpec
 
@@ -38,12 +48,10 @@ _AGENT_INFOS = f"{_MARL}/{layout.AGENT_INFOS}"
 
 def read_spec(data_path: Path) -> MultiAgentSpec:
     """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
-    metadata = _read_metadata(Path(data_path))
+    metadata = read_metadata(Path(data_path))
     return MultiAgentSpec.from_metadata(
-        metadata,
-        deserialize_space(metadata["observation_space"]),
-        deserialize_space(metadata["action_space"]),
-    )
+        metadata, metadata_space(metadata, "observation_space", Path(data_path)),
+        metadata_space(metadata, "action_space", Path(data_path)))
 
 
 def open_data_file(path: Path) -> h5py.File:
@@ -65,17 +73,6 @@ def open_data_file(path: Path) -> h5py.File:
         ) from exc
 
 
-def _read_metadata(data_path: Path) -> dict[str, Any]:
-    path = data_path / layout.METADATA_FILE_NAME
-    if not path.exists():
-        raise DatasetNotFoundError(f"no dataset metadata at {path}")
-    try:
-        metadata: dict[str, Any] = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
-    return metadata
-
-
 def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
                        ) -> list[tuple[int | None, dict[str, Any] | None]]:
     """``(seed, options)`` of each episode, read as Minari stores them.
@@ -85,7 +82,7 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
     ``seed`` are read attribute by attribute for their ``options/...``.
     """
     out: list[tuple[int | None, dict[str, Any] | None]] = []
-    with open_data_file(Path(h5_path)) as file:
+    with open_data_file(Path(h5_path)) as file, hdf5_errors(Path(h5_path)):
         for episode_id in episode_ids:
             try:
                 group = h5py.h5g.open(file.id, f"episode_{episode_id}".encode())
@@ -217,9 +214,17 @@ class MultiAgentDataset:
         self._minari = dataset
         self._data_path = Path(dataset.storage.data_path)
         # Read once: the metadata of image datasets holds megabytes of space bounds.
-        self._metadata = _read_metadata(self._data_path)
+        self._metadata = read_metadata(self._data_path)
+        self._stored_episodes = metadata_count(self._metadata, "total_episodes",
+                                               self._data_path)
+        metadata_count(self._metadata, "total_steps", self._data_path)
         self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
                                                   dataset.action_space)
+        from marl_minari.check import cross_check
+
+        h5_path = self._data_path / layout.MAIN_FILE_NAME
+        with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+            cross_check(file, self._metadata, self._spec, h5_path)
         # A filtered or split Minari dataset sees only some of the stored episodes.
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
         # The offset index is read and checked once, not on every to_arrays() call.
@@ -248,7 +253,7 @@ class MultiAgentDataset:
     @property
     def metadata(self) -> dict[str, Any]:
         """The raw ``metadata.json``."""
-        return _read_metadata(self._data_path)
+        return read_metadata(self._data_path)
 
     @property
     def total_episodes(self) -> int:
@@ -276,7 +281,8 @@ class MultiAgentDataset:
         it holds (its ``id`` is the stored episode's).
         """
         if not 0 <= index < self.total_episodes:
-            raise IndexError(f"episode {index} out of range (0..{self.total_episodes - 1})")
+            raise EpisodeIndexError(
+                f"episode {index} out of range (0..{self.total_episodes - 1})")
         episode_id = int(self._ids[index])
         episode = self.to_arrays([episode_id]).episode(0)
         if not with_seed:
@@ -302,8 +308,12 @@ class MultiAgentDataset:
         """Read episodes (stored ids; every episode of this dataset by default) into arrays."""
         indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
-        with _EpisodeReader(self._data_path, self._spec, self._metadata,
-                            self._index_cache) as reader:
+        if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
+            raise EpisodeIndexError(
+                f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
+                f"{sorted(set(indices.tolist()))[:5]}")
+        with hdf5_errors(self._data_path / layout.MAIN_FILE_NAME), _EpisodeReader(
+                self._data_path, self._spec, self._metadata, self._index_cache) as reader:
             return reader.read(indices)
 
     def episode_seeds(self) -> list[int | None]:
@@ -316,17 +326,23 @@ class MultiAgentDataset:
         ids = self._ids.tolist() if episode_indices is None else list(episode_indices)
         return episode_attributes(self._data_path / layout.MAIN_FILE_NAME, ids)
 
-    def recover_environment(self, api: str | None = None, **overrides: Any) -> Any:
+    def recover_environment(self, api: str | None = None, *, trust_remote_code: bool = False,
+                            **overrides: Any) -> Any:
         """Re-create the PettingZoo environment the data was recorded from.
 
+        Only environments of trusted packages are made (see
+        :func:`marl_minari.trusted_env_packages`) unless ``trust_remote_code`` is true.
+
         Raises:
-            EnvDescriptorError: the dataset does not say how to make its environment.
+            EnvDescriptorError: the dataset does not say how to make its environment, or names
+                one outside the trusted packages.
         """
         from marl_minari.errors import EnvDescriptorError
 
         if self._spec.env is None:
             raise EnvDescriptorError("this dataset records no environment descriptor")
-        return self._spec.env.make(api, **overrides)  # type: ignore[arg-type]
+        return self._spec.env.make(api, trust_remote_code=trust_remote_code,  # type: ignore[arg-type]
+                                   **overrides)
 
     def _seed_and_options(self, index: int) -> tuple[int | None, dict[str, Any] | None]:
         return self.episode_attributes([index])[0]
@@ -342,26 +358,14 @@ def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> Mul
     """
     if isinstance(dataset_id, MinariDataset):
         return MultiAgentDataset(dataset_id)
-    folder = dataset_dir(dataset_id)
-    if not download and not (folder / "data" / layout.METADATA_FILE_NAME).exists():
-        raise DatasetNotFoundError(
-            f"no local dataset {dataset_id!r} (looked in {folder}); record one, or pass "
-            "download=True to fetch it from the configured remote."
-        )
-    if download:
-        return MultiAgentDataset(minari.load_dataset(dataset_id, download=True))
-    # What minari.load_dataset does for a local dataset, under this package's datasets root.
-    return MultiAgentDataset(MinariDataset(folder / "data"))
+    # What minari.load_dataset does, under this package's datasets root.
+    return MultiAgentDataset(open_minari_dataset(dataset_id, download=download))
 
 
 def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
     from dataclasses import replace
 
     return replace(episode, **changes)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -376,20 +380,19 @@ class _Leaf:
 
 @dataclass
 class _IndexCache:
-    """The last checked offset index and the file state (sizes, mtimes) it was checked on."""
+    """The last checked offset index and the identity of the files it was checked on."""
 
-    key: tuple[int, ...] | None = None
-    index: dict[str, Any] | None = None
+    key: tuple[Any, ...] | None = None
+    index: offset_index.OffsetIndex | None = None
 
 
-def _files_key(data_path: Path) -> tuple[int, ...]:
-    key: list[int] = []
+def _files_key(data_path: Path) -> tuple[Any, ...]:
+    key: list[Any] = []
     for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
         try:
-            stat = (data_path / name).stat()
-            key += [stat.st_size, stat.st_mtime_ns]
+            key.append(stat_key((data_path / name).stat()))
         except FileNotFoundError:
-            key += [-1, -1]
+            key.append(None)
     return tuple(key)
 
 
@@ -405,8 +408,9 @@ class _EpisodeReader:
         cache = cache or _IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
-            cache.index = _load_index(data_path, self._file, int(metadata["total_episodes"]),
-                                      int(metadata["total_steps"]))
+            cache.index = offset_index.load(data_path, self._file,
+                                            int(metadata["total_episodes"]),
+                                            int(metadata["total_steps"]))
             cache.key = key
         self._index = cache.index
         self._map: np.ndarray | None = None
@@ -422,14 +426,14 @@ class _EpisodeReader:
     def read(self, indices: np.ndarray) -> MultiAgentArrays:
         lengths = np.asarray([self._steps(int(i)) for i in indices], dtype=np.int64)
         if len(indices) == 0:
-            raise ValueError("to_arrays needs at least one episode index")
+            raise InvalidOptionError("to_arrays needs at least one episode index")
         by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
                    for leaf in self._leaves(indices)}
         return self._assemble(by_path, indices, lengths)
 
     def _steps(self, index: int) -> int:
         if self._index is not None:
-            return int(self._index["steps"][index])
+            return int(self._index.steps[index])
         try:
             return int(self._file[f"episode_{index}"].attrs["total_steps"])
         except KeyError as exc:
@@ -464,6 +468,7 @@ class _EpisodeReader:
                                        else obj.dtype, obj.shape[1:], True, text=text))
             return visit
 
+        check_links(group, self._path)
         group.visititems(visitor(_MARL))
         first_infos = group.get(layout.AGENT_INFOS)
         seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
@@ -481,14 +486,14 @@ class _EpisodeReader:
         late: dict[str, int] = {}
         if self._index is not None:
             prefix = _AGENT_INFOS + "/"
-            for path, offsets in self._index["paths"].items():
+            for path, offsets in self._index.offsets.items():
                 agent = path[len(prefix):].split("/")[0] if path.startswith(prefix) else None
                 if agent is None or agent in seen or agent in late:
                     continue
                 having = np.flatnonzero(offsets[indices] >= 0)
                 if having.size:
                     late[agent] = int(indices[having[0]])
-            candidates = {p[len(prefix):].split("/")[0] for p in self._index["paths"]
+            candidates = {p[len(prefix):].split("/")[0] for p in self._index.offsets
                           if p.startswith(prefix)} - seen - set(late)
             if not candidates:  # only text leaves left to look for (not indexed)
                 return late
@@ -506,13 +511,13 @@ class _EpisodeReader:
     def _read_leaf(self, leaf: _Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         rows = lengths + 1 if leaf.per_obs else lengths
         out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
-        offsets = None if self._index is None else self._index["paths"].get(leaf.path)
+        offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
-            if bool((starts >= 0).all()):
-                mapped = self._mapped()
-                ends = starts + rows * row_bytes
+            mapped = self._mapped()
+            ends = starts + rows * row_bytes
+            if bool((starts >= 0).all()) and bool((ends <= len(mapped)).all()):
                 np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
                                                             strict=True)],
                                out=out.reshape(-1).view(np.uint8))
@@ -537,6 +542,7 @@ class _EpisodeReader:
             return
         if not isinstance(dataset, h5py.Dataset):
             raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
+        check_dataset(dataset.id, self._file.id, self._path, f"episode_{index}/{leaf.path}")
         if leaf.jpeg:
             from PIL import Image
 
@@ -617,33 +623,3 @@ def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[last] = value
     return out
-
-
-def _load_index(data_path: Path, file: h5py.File, total_episodes: int,
-                total_steps: int) -> dict[str, Any] | None:
-    """The writer's offset index, if present and consistent with the file; else ``None``."""
-    path = data_path / layout.INDEX_FILE_NAME
-    if not path.exists():
-        return None
-    try:
-        with np.load(path) as stored:
-            header = json.loads(stored["header"].tobytes())
-            steps = stored["steps"]
-            offsets = {p: stored[f"o{i}"] for i, p in enumerate(header["paths"])}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return None
-    main = data_path / layout.MAIN_FILE_NAME
-    if (header.get("file_size") != main.stat().st_size or len(steps) != total_episodes
-            or int(steps.sum()) != total_steps):
-        return None
-    for index in {0, total_episodes - 1}:
-        group = file.get(f"episode_{index}")
-        if not isinstance(group, h5py.Group) or group.attrs.get("total_steps") != steps[index]:
-            return None
-        for leaf_path, stored_offsets in offsets.items():
-            dataset = group.get(leaf_path)
-            expected = int(stored_offsets[index])
-            actual = dataset.id.get_offset() if isinstance(dataset, h5py.Dataset) else None
-            if expected >= 0 and actual != expected:
-                return None
-    return {"steps": steps, "paths": offsets}

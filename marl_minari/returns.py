@@ -14,6 +14,9 @@ from numpy.typing import ArrayLike
 
 from marl_minari.errors import LayoutError
 
+REWARD_AGGREGATIONS = ("sum", "mean", "max", "min")
+"""How a team reward is made from the agents' rewards (``reward_aggregation``)."""
+
 
 def sequential_sums(values: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> np.ndarray:
     """``values[s:e]`` summed over rows for every ``(s, e)`` pair, left to right from ``0.0``.

@@ -196,6 +196,36 @@ def map_tree(fn: Any, tree: Tree) -> Tree:
     return fn(tree)
 
 
+def rows_outside(space: spaces.Space, tree: Tree) -> np.ndarray:
+    """``(rows,)`` bool: which stacked rows of ``tree`` are not in ``space`` (Discrete,
+    MultiDiscrete, MultiBinary and Box values out of range, NaN in a Box; Text rows pass)."""
+    if isinstance(space, spaces.Dict):
+        parts = [rows_outside(sub, tree[key]) for key, sub in space.spaces.items()]
+    elif isinstance(space, spaces.Tuple):
+        parts = [rows_outside(sub, tree[i]) for i, sub in enumerate(space.spaces)]
+    else:
+        return _leaf_rows_outside(space, np.asarray(tree))
+    return np.logical_or.reduce(parts) if parts else np.zeros(tree_rows(tree), dtype=bool)
+
+
+def _leaf_rows_outside(space: spaces.Space, values: np.ndarray) -> np.ndarray:
+    flat = values.reshape(len(values), -1)
+    if isinstance(space, spaces.Discrete):
+        low: Any = int(space.start)
+        high: Any = low + int(space.n) - 1
+    elif isinstance(space, spaces.MultiDiscrete):
+        low = np.asarray(space.start).reshape(1, -1)
+        high = low + np.asarray(space.nvec).reshape(1, -1) - 1
+    elif isinstance(space, spaces.MultiBinary):
+        low, high = 0, 1
+    elif isinstance(space, spaces.Box):
+        low, high = space.low.reshape(1, -1), space.high.reshape(1, -1)
+    else:
+        return np.zeros(len(values), dtype=bool)
+    inside = (flat >= low) & (flat <= high)  # NaN is never inside
+    return np.asarray(~inside.all(axis=1))
+
+
 def tree_rows(tree: Tree) -> int:
     """Number of rows of a tree (of its first leaf)."""
     return len(next(leaves(tree))[1])

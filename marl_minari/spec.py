@@ -11,7 +11,7 @@ from minari.serialization import deserialize_space, serialize_space
 
 from marl_minari import layout
 from marl_minari.descriptor import Api, EnvDescriptor
-from marl_minari.errors import LayoutError, UnsupportedSpaceError
+from marl_minari.errors import EnvDescriptorError, LayoutError, UnsupportedSpaceError
 from marl_minari.spaces import check_storable
 
 
@@ -43,12 +43,12 @@ class MultiAgentSpec:
 
     def __post_init__(self) -> None:
         if self.reward_aggregation not in layout.REWARD_AGGREGATIONS:
-            raise ValueError(
+            raise LayoutError(
                 f"reward_aggregation must be one of {layout.REWARD_AGGREGATIONS}, "
                 f"got {self.reward_aggregation!r}"
             )
         if len(set(self.possible_agents)) != len(self.possible_agents):
-            raise ValueError(f"possible_agents has duplicates: {self.possible_agents}")
+            raise LayoutError(f"possible_agents has duplicates: {self.possible_agents}")
         for agent in self.possible_agents:
             if not isinstance(agent, str) or agent in ("", ".", "..") or "/" in agent:
                 raise UnsupportedSpaceError(
@@ -113,16 +113,11 @@ class MultiAgentSpec:
                 f"dataset {metadata.get('dataset_id')!r} uses layout version {version!r}; this "
                 f"marl-minari reads up to {layout.LAYOUT_VERSION}. Upgrade marl-minari."
             )
-        api, agents_list = marl.get(layout.META_API), marl.get(layout.META_POSSIBLE_AGENTS)
-        if api not in ("parallel", "aec") or not isinstance(agents_list, list) or not all(
-                isinstance(a, str) for a in agents_list):
-            raise LayoutError(
-                f"dataset {metadata.get('dataset_id')!r}: '{layout.METADATA_KEY}' metadata needs "
-                f"'{layout.META_API}' (\"parallel\" or \"aec\", got {api!r}) and "
-                f"'{layout.META_POSSIBLE_AGENTS}' (a list of agent names, got {agents_list!r}); "
-                "see docs/format.md."
-            )
-        agents = tuple(agents_list)
+        agents = _agents(marl.get(layout.META_POSSIBLE_AGENTS), metadata)
+        api = marl.get(layout.META_API)
+        if api not in ("parallel", "aec"):
+            raise LayoutError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.api must be "
+                              f"'parallel' or 'aec', got {api!r}")
         if not isinstance(observation_space, spaces.Dict) or not isinstance(
             action_space, spaces.Dict
         ) or set(observation_space.spaces) != set(agents) or set(action_space.spaces) != set(
@@ -141,12 +136,15 @@ class MultiAgentSpec:
                 f"{aggregation!r}, not one of {list(layout.REWARD_AGGREGATIONS)}"
             )
         known = {getattr(layout, k) for k in dir(layout) if k.startswith("META_")}
+        if env is not None and not isinstance(env, dict):
+            raise EnvDescriptorError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.env "
+                                     f"must be an env descriptor object, got {env!r}")
         return cls(
             api=api,
             possible_agents=agents,
             observation_spaces={a: observation_space[a] for a in agents},
             action_spaces={a: action_space[a] for a in agents},
-            state_space=None if state_space is None else deserialize_space(state_space),
+            state_space=None if state_space is None else _state_space(state_space, metadata),
             env=None if env is None else EnvDescriptor.from_dict(env),
             reward_aggregation=aggregation,
             record_infos=bool(marl.get(layout.META_RECORD_INFOS, False)),
@@ -190,3 +188,19 @@ class MultiAgentSpec:
             deserialize_space(data["observation_space"]),
             deserialize_space(data["action_space"]),
         )
+
+
+def _agents(value: Any, metadata: dict[str, Any]) -> tuple[str, ...]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(agent, str) for agent in value)):
+        raise LayoutError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.possible_agents "
+                          f"must be a non-empty list of agent names, got {value!r}")
+    return tuple(value)
+
+
+def _state_space(value: Any, metadata: dict[str, Any]) -> spaces.Space:
+    try:
+        return deserialize_space(value)
+    except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
+        raise LayoutError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.state_space is "
+                          f"not a serialised space ({type(exc).__name__}: {exc})") from exc

@@ -33,7 +33,7 @@ from gymnasium import spaces
 from minari.serialization import serialize_space
 from tqdm.auto import tqdm
 
-from marl_minari import layout
+from marl_minari import layout, offset_index
 from marl_minari.digests import remember_digests
 from marl_minari.durable import sync_file, sync_folder, sync_tree
 from marl_minari.episode import MultiAgentEpisode
@@ -73,6 +73,8 @@ class EpisodeFileWriter:
     def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True) -> None:
         self._path = Path(path)
         self._file = h5py.File(self._path, "a")
+        if layout.AGENTS_ATTRIBUTE not in self._file.attrs:  # the column order, for readers
+            self._file.attrs[layout.AGENTS_ATTRIBUTE] = json.dumps(list(spec.possible_agents))
         self._next_id = len(self._file)
         self._first_id = self._next_id
         self._spec = spec
@@ -124,9 +126,11 @@ class EpisodeFileWriter:
         """Close the file and write the offset index beside it."""
         if not self._file.id.valid:
             return
+        if self._first_id == 0:
+            offset_index.seal(self._file, self._offsets, self._steps)
         self._file.close()
         if self._first_id == 0:
-            write_index(self._path, self._offsets, self._steps)
+            offset_index.write(self._path, self._offsets, self._steps)
         else:
             (self._path.parent / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
 
@@ -268,18 +272,6 @@ def _flatten_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
     return flat
 
 
-def write_index(h5_path: Path, offsets: dict[str, list[int]], steps: list[int]) -> None:
-    """Write the offset index beside ``h5_path`` (see ``docs/format.md``)."""
-    paths = sorted(offsets)
-    header = {"version": 1, "file_size": h5_path.stat().st_size, "paths": paths}
-    arrays: dict[str, Any] = {
-        f"o{i}": np.asarray(offsets[p], dtype=np.int64) for i, p in enumerate(paths)}
-    target = h5_path.parent / layout.INDEX_FILE_NAME
-    temporary = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "wb") as handle:
-        np.savez(handle, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-                 steps=np.asarray(steps, dtype=np.int64), **arrays)
-    os.replace(temporary, target)
 
 
 def dataset_metadata(

@@ -141,7 +141,8 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """Check that a local dataset can be published; return its combined datasets' ids.
 
     Opens it with ``minari.load_dataset``, checks the multi-agent layout with
-    ``marl_minari.load_dataset`` and that the HDF5 file holds the episodes the metadata counts.
+    ``marl_minari.load_dataset`` and runs the conformance check (:func:`marl_minari.check_dataset`)
+    on every episode.
 
     Raises:
         InvalidDatasetIdError: malformed id.
@@ -151,6 +152,7 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """
     import minari
 
+    from marl_minari.check import check_dataset
     from marl_minari.reader import MultiAgentDataset
 
     parse_dataset_id(dataset_id)
@@ -171,24 +173,11 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
                               "allow_single_agent=True (--allow-single-agent).") from exc
     metadata = read_json_object(folder / METADATA_PATH)
     if metadata.get("data_format", "hdf5") == "hdf5":
-        _check_hdf5(folder / "data" / "main_data.hdf5", int(dataset.total_episodes), dataset_id)
+        check_dataset(folder)  # every episode against docs/format.md, before any upload
     combined = list(dataset.spec.combined_datasets or [])
     for sub in combined:
         parse_dataset_id(sub)
     return combined
-
-
-def _check_hdf5(path: Path, total_episodes: int, dataset_id: str) -> None:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as handle:
-            episodes = sum(1 for name in handle if name.startswith("episode_"))
-    except OSError as exc:
-        raise CorruptedDataError(f"{dataset_id!r}: cannot open {path}: {exc}") from exc
-    if episodes != total_episodes:
-        raise CorruptedDataError(f"{dataset_id!r}: {path} holds {episodes} episodes, the "
-                                 f"metadata counts {total_episodes}")
 
 
 def publish(dataset_id: str, remote: str | None = None, *, allow_single_agent: bool = False,
@@ -253,7 +242,8 @@ def _plan(dataset_id: str, allow_single_agent: bool, order: list[str], seen: set
 
 # ---------------------------------------------------------------------------- download
 def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
-             progress: ProgressArg = False, settings: RemoteSettings | None = None) -> Path:
+             progress: ProgressArg = False, settings: RemoteSettings | None = None,
+             strict: bool = False) -> Path:
     """Download a published dataset (and the datasets it combines) into the datasets root.
 
     Every file goes to a hidden staging folder under the datasets root and is checked against
@@ -268,6 +258,8 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         progress: ``True`` for progress bars, or a callable receiving byte counts.
         settings: timeouts and the download deadline (:class:`RemoteSettings`); default from
             the environment.
+        strict: refuse (rather than warn about) a dataset whose environment descriptor or
+            ``env_spec`` names code outside the trusted environment packages.
 
     Returns:
         The local dataset folder.
@@ -277,6 +269,7 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
         DatasetExistsError: a local dataset with that id exists and ``force`` is off.
         DatasetNotFoundError: not published on the remote.
         CorruptedDataError: a file is truncated or tampered with, or the manifest is unsafe.
+        EnvDescriptorError: ``strict`` and the dataset names untrusted environment code.
         RemoteError: the remote failed (dropped connection, permissions, a file past its
             deadline, ...).
     """
@@ -287,11 +280,11 @@ def download(dataset_id: str, remote: str | None = None, force: bool = False, *,
             f"dataset {dataset_id!r} already exists locally at {dataset_dir(dataset_id)}; pass "
             "force=True (--force) to replace it with the published copy"
         )
-    return _download_tree(storage, dataset_id, force, progress, set())
+    return _download_tree(storage, dataset_id, force, progress, set(), strict)
 
 
 def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
-                   progress: ProgressArg, seen: set[str]) -> Path:
+                   progress: ProgressArg, seen: set[str], strict: bool) -> Path:
     from minari import supported_dataset_versions
 
     seen.add(dataset_id)
@@ -307,6 +300,7 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
                 warnings.warn(
                     f"{dataset_id!r} was written for Minari {metadata.get('minari_version')}, "
                     "which this Minari may not read", UserWarning, stacklevel=3)
+            _check_env_references(dataset_id, metadata, strict)
             for sub in metadata.get("combined_datasets") or []:
                 try:
                     parse_dataset_id(sub)
@@ -314,11 +308,26 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
                     raise CorruptedDataError(f"{dataset_id!r} combines a malformed id: {exc}"
                                              ) from exc
                 if sub not in seen and not dataset_dir(sub).exists():
-                    _download_tree(storage, sub, False, progress, seen)
+                    _download_tree(storage, sub, False, progress, seen, strict)
             storage.ensure_local_namespaces(dataset_id, root)
             return install(staged, root, dataset_id, replace=force, work=work)
     finally:
         close()
+
+
+def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: bool) -> None:
+    from marl_minari.descriptor import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
+    from marl_minari.errors import EnvDescriptorError
+
+    found = untrusted_env_references(metadata)
+    if not found:
+        return
+    message = (f"{dataset_id!r} names environment code outside the trusted packages "
+               f"({'; '.join(found)}); recover_environment() refuses it unless you trust the "
+               f"dataset's author (trust_remote_code=True or ${TRUSTED_ENV_PACKAGES_VAR}).")
+    if strict:
+        raise EnvDescriptorError(f"{message} Not downloaded (strict).")
+    warnings.warn(message, UserWarning, stacklevel=4)
 
 
 # ---------------------------------------------------------------------------- listing

@@ -62,11 +62,14 @@ def download(
     remote: RemoteOption = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing local dataset with the published copy.")] = False,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse a dataset naming environment code outside the trusted "
+                         "packages (default: warn).")] = False,
 ) -> None:
     """Download a dataset, verify every file against its manifest, install it atomically."""
     from marl_minari.registry import download as run_download
 
-    path = run_download(dataset_id, remote, force=force, progress=True)
+    path = run_download(dataset_id, remote, force=force, progress=True, strict=strict)
     typer.echo(f"downloaded {dataset_id} to {path}")
     typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")
 

@@ -39,7 +39,6 @@ class _Source:
 @contextmanager
 def _open_source(source: Any, chunk_steps: int, progress: bool,
                  vault_options: dict[str, Any]) -> Iterator[_Source]:
-    import minari
     from minari.dataset.minari_dataset import MinariDataset
 
     if isinstance(source, MultiAgentDataset):
@@ -67,7 +66,9 @@ def _open_source(source: Any, chunk_steps: int, progress: bool,
         raise DatasetNotFoundError(
             f"no local dataset {text!r} (looked in {dataset_dir(text)}); record or download it "
             "first")
-    yield _minari_source(minari.load_dataset(text), chunk_steps)
+    from marl_minari.metadata import open_minari_dataset
+
+    yield _minari_source(open_minari_dataset(text), chunk_steps)
 
 
 def _is_dataset_id(text: str) -> bool:
@@ -155,11 +156,13 @@ def _read_plain_columns(data_path: Path, indices: list[int], action_space: space
 
     from marl_minari.errors import CorruptedDataError
     from marl_minari.reader import open_data_file
+    from marl_minari.self_contained import check_file
 
     leaf_paths = [("actions/" + path if path else "actions").encode()
                   for path, _ in leaf_spaces(action_space)]
     out: list[dict[str, Any]] = []
     with open_data_file(data_path / layout.MAIN_FILE_NAME) as file:
+        check_file(file, data_path / layout.MAIN_FILE_NAME)
         root = file.id
         for index in indices:
             try:

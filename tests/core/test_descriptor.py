@@ -90,4 +90,5 @@ def test_descriptor_errors() -> None:
     with pytest.raises(EnvDescriptorError, match="no entry point"):
         EnvDescriptor(api="parallel", entry_point=None).make()
     with pytest.raises(EnvDescriptorError, match="is not callable"):
-        EnvDescriptor(api="parallel", entry_point="marl_minari:__version__").make()
+        EnvDescriptor(api="parallel", entry_point="marl_minari:__version__").make(
+            trust_remote_code=True)

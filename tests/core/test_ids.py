@@ -87,3 +87,24 @@ def test_a_datasets_root_override_stays_in_its_thread(datasets_root: Path, tmp_p
     assert ids.datasets_root() == datasets_root
     assert (other / "over" / "ride-v0" / "data" / "main_data.hdf5").exists()
     assert not (datasets_root / "over").exists()
+
+
+@pytest.mark.parametrize("dataset_id", ["ns/" + "x" * 300 + "-v0", "x" * 300 + "-v0",
+                                        "/".join(["ns" + "y" * 60] * 4) + "/n-v0"])
+def test_overlong_ids_are_refused_before_touching_the_file_system(dataset_id: str) -> None:
+    with pytest.raises(InvalidDatasetIdError, match="longer than"):
+        dataset_dir(dataset_id)
+
+
+def test_overlong_id_is_typed_at_every_entry_point() -> None:
+    import marl_minari as mm
+    from marl_minari import registry
+
+    dataset_id = "ns/" + "n" * 296 + "-v0"
+    calls = [lambda: mm.load_dataset(dataset_id), lambda: mm.describe(dataset_id),
+             lambda: registry.publish(dataset_id, "/tmp/nowhere-registry"),
+             lambda: mm.load_dataset(dataset_id, download=True)]
+    for call in calls:
+        # describe also takes vault folders, so it says "neither an id nor a vault".
+        with pytest.raises(mm.MarlMinariError, match="dataset id"):
+            call()

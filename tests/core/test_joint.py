@@ -73,7 +73,7 @@ def test_recovered_from_a_dataset_through_minari(record_parallel: Any) -> None:
         if terminated or truncated:
             break
     assert steps == 4
-    with pytest.raises(ValueError, match="needs an env or a descriptor"):
+    with pytest.raises(mm.EnvDescriptorError, match="needs a PettingZoo env or an env descriptor"):
         JointEnv()
 
 

@@ -15,9 +15,8 @@ from gymnasium import spaces
 from marl_strategies import assert_episode_equal, assert_tree_equal, random_episode
 
 import marl_minari as mm
-from marl_minari import layout
+from marl_minari import layout, offset_index
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
-from marl_minari.reader import _load_index
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
@@ -142,13 +141,15 @@ def test_truncated_data_file_gives_a_clear_error(written: tuple, keep: float) ->
     path = _main(dataset)
     with open(path, "r+b") as handle:
         handle.truncate(int(path.stat().st_size * keep))
-    reloaded = mm.load_dataset("read/mixed-v0")
     with pytest.raises(CorruptedDataError, match="main_data.hdf5 is damaged"):
-        reloaded.to_arrays()
+        mm.load_dataset("read/mixed-v0")
+    # A dataset loaded before the damage fails on use with the same message.
+    with pytest.raises(CorruptedDataError, match="main_data.hdf5 is damaged"):
+        dataset.to_arrays()
     with pytest.raises(CorruptedDataError, match="damaged"):
-        reloaded.episode(0)
+        dataset.episode(0)
     with pytest.raises(CorruptedDataError, match="damaged"):
-        reloaded.episode_seeds()
+        dataset.episode_seeds()
 
 
 def test_overwritten_file_header_gives_a_clear_error(written: tuple) -> None:
@@ -173,9 +174,8 @@ def test_metadata_claiming_more_episodes_than_stored(written: tuple) -> None:
     metadata = json.loads(meta_path.read_text())
     metadata["total_episodes"] = 6
     meta_path.write_text(json.dumps(metadata))
-    reloaded = mm.load_dataset("read/mixed-v0")
-    with pytest.raises(CorruptedDataError, match="episode_4 is missing"):
-        reloaded.to_arrays()
+    with pytest.raises(CorruptedDataError, match="counts 6 episodes but the file holds 4"):
+        mm.load_dataset("read/mixed-v0")
 
 
 def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
@@ -191,8 +191,8 @@ def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
 def _index_used(dataset: Any) -> bool:
     meta = dataset.metadata
     with h5py.File(_main(dataset), "r") as file:
-        return _load_index(dataset.data_path, file, int(meta["total_episodes"]),
-                           int(meta["total_steps"])) is not None
+        return offset_index.load(dataset.data_path, file, int(meta["total_episodes"]),
+                                 int(meta["total_steps"])) is not None
 
 
 def _edit_index(dataset: Any, edit: Any) -> None:
@@ -254,17 +254,29 @@ def _fewer_episodes(arrays: dict) -> None:
             arrays[key] = arrays[key][:-1]
 
 
-# The reader checks the index against the file at the first and the last episode only, so a
-# shifted middle offset is used and returns another episode's bytes (known gap: verify every
-# episode's offsets); strict, so the mark has to go once the check covers every episode.
-_MIDDLE_NOT_CHECKED = pytest.mark.xfail(
-    strict=True, reason="the offset index is checked at the first and last episode only")
+def _shift_middle_observation(arrays: dict) -> None:
+    # Written per the spec but wrong for one middle episode: points at episode 2's data.
+    header = json.loads(arrays["header"].tobytes())
+    key = f"o{header['paths'].index(next(p for p in header['paths'] if p.startswith('obs')))}"
+    arrays[key][1] = arrays[key][2]
 
 
-@pytest.mark.parametrize("edit", [_shift_first, pytest.param(_shift_middle,
-                                                             marks=_MIDDLE_NOT_CHECKED),
-                                  _shift_last, _steps_first, _steps_middle, _file_size,
-                                  _reversed_paths, _fewer_episodes])
+def _swap_middle_entries(arrays: dict) -> None:
+    # Still increasing and inside the file, but episode 1 and 2 swapped for one path.
+    header = json.loads(arrays["header"].tobytes())
+    key = f"o{header['paths'].index('rewards')}"
+    arrays[key][1] = arrays[key][1] + 8
+
+
+def _old_version(arrays: dict) -> None:
+    _header(arrays, version=1)
+
+
+@pytest.mark.parametrize("edit", [_shift_first, _shift_middle, _shift_last, _steps_first,
+                                  _steps_middle,
+                                  _file_size, _reversed_paths, _fewer_episodes,
+                                  _shift_middle_observation, _swap_middle_entries,
+                                  _old_version])
 def test_tampered_index_is_ignored_and_reads_stay_correct(written: tuple, edit: Any) -> None:
     dataset, episodes = written
     assert _index_used(dataset)
@@ -352,3 +364,41 @@ def test_info_columns_of_an_agent_that_appears_later_are_read_in_bulk(with_index
     assert set(dataset.episode(0).agent_infos) == {"p", "q"}
     assert_tree_equal(dataset.episode(2).agent_infos, episodes[2].agent_infos)
     assert dataset.to_arrays([0, 1]).agent_infos.keys() == {"p", "q"}
+
+
+def test_index_is_stale_after_any_write_even_one_keeping_the_file_size(written: tuple) -> None:
+    dataset, _ = written
+    path = _main(dataset)
+    size = path.stat().st_size
+    with h5py.File(path, "r+") as file:
+        del file["episode_1"]
+    assert path.stat().st_size == size
+    assert not _index_used(dataset)
+    with pytest.raises(CorruptedDataError, match="counts 4 episodes but the file holds 3"):
+        mm.load_dataset("read/mixed-v0")
+
+
+def test_every_index_entry_is_checked_by_mismatches(written: tuple) -> None:
+    dataset, _ = written
+    _edit_index(dataset, _swap_middle_entries)
+    index = offset_index.read(dataset.data_path)
+    assert index is not None
+    with h5py.File(_main(dataset), "r") as file:
+        found = offset_index.mismatches(index, file, range(4))
+    assert len(found) == 1 and found[0].startswith("episode_1/rewards")
+
+
+def test_index_of_a_real_recording_is_used_although_hdf5_reuses_space(
+        record_parallel: Any) -> None:
+    # HDF5 places some later datasets before earlier ones: offsets need not grow.
+    dataset, _ = record_parallel("mpe2/simple_spread_v3", 30, dataset_id="read/many-v0",
+                                 max_cycles=3)
+    index = offset_index.read(dataset.data_path)
+    assert index is not None
+    assert any((np.diff(o[o >= 0]) <= 0).any() for o in index.offsets.values())
+    assert _index_used(dataset)
+    fast = dataset.to_arrays()
+    (dataset.data_path / layout.INDEX_FILE_NAME).unlink()
+    slow = mm.load_dataset("read/many-v0").to_arrays()
+    for position in range(30):
+        assert_episode_equal(fast.episode(position), slow.episode(position))

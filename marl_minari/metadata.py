@@ -1,0 +1,101 @@
+"""A dataset's ``metadata.json``: read, checked, and opened through Minari with damage typed.
+
+Minari parses metadata with whatever exception a malformed value makes its parser hit
+(``KeyError``, ``AssertionError``, numpy's ``TypeError``). The functions here check what every
+reader needs first and turn the rest into :class:`~marl_minari.errors.CorruptedDataError`
+naming the file, so nothing a dataset's author wrote reaches the user untyped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import minari
+from minari.dataset.minari_dataset import MinariDataset
+from minari.serialization import deserialize_space
+
+from marl_minari import layout
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
+from marl_minari.ids import dataset_dir
+
+
+def read_metadata(data_path: Path) -> dict[str, Any]:
+    """The ``metadata.json`` of the dataset whose ``data/`` folder is ``data_path``.
+
+    Raises:
+        DatasetNotFoundError: there is none.
+        CorruptedDataError: it is not a JSON object.
+    """
+    path = Path(data_path) / layout.METADATA_FILE_NAME
+    if not path.exists():
+        raise DatasetNotFoundError(f"no dataset metadata at {path}")
+    try:
+        metadata: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(metadata, dict):
+        raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
+    return metadata
+
+
+def metadata_count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
+    """``metadata[key]`` checked to be a non-negative integer (``total_episodes``...).
+
+    Raises:
+        CorruptedDataError: it is missing or not such an integer.
+    """
+    value = metadata.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CorruptedDataError(
+            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} must be a non-negative "
+            f"integer, got {value!r}; the metadata is damaged, restore it from a copy.")
+    return value
+
+
+def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDataset:
+    """``minari.load_dataset(dataset_id)`` with the damage it can meet typed.
+
+    The local metadata is checked first (JSON object, episode and step counts), and anything
+    Minari raises on a damaged dataset becomes :class:`CorruptedDataError` naming the folder.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetNotFoundError: no local dataset (and ``download`` is off).
+        CorruptedDataError: its metadata or files are damaged.
+    """
+    data_path = dataset_dir(dataset_id) / "data"
+    local = (data_path / layout.METADATA_FILE_NAME).exists()
+    if not local and not download:
+        raise DatasetNotFoundError(
+            f"no local dataset {dataset_id!r} (looked in {data_path.parent}); record one, or "
+            "pass download=True to fetch it from the configured remote.")
+    if local:
+        metadata = read_metadata(data_path)
+        metadata_count(metadata, "total_episodes", data_path)
+        metadata_count(metadata, "total_steps", data_path)
+    try:
+        return MinariDataset(data_path) if local else minari.load_dataset(dataset_id,
+                                                                          download=True)
+    except MarlMinariError:
+        raise
+    except Exception as exc:  # Minari raises whatever a damaged file makes its parser hit
+        raise CorruptedDataError(
+            f"Minari cannot open dataset {dataset_id!r} at {data_path}: "
+            f"{type(exc).__name__}: {exc}. Run marl-minari check {dataset_id} for details; "
+            "restore it from a copy or download it again.") from exc
+
+
+def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
+    """The space ``metadata[key]`` (``observation_space``...) deserialised.
+
+    Raises:
+        CorruptedDataError: it is missing or not a serialised space.
+    """
+    try:
+        return deserialize_space(metadata[key])
+    except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
+        raise CorruptedDataError(
+            f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "
+            f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc

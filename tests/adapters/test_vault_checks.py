@@ -1,0 +1,58 @@
+"""A vault's index and actions are checked before anything is imported or buffered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorstore as ts
+from adapter_helpers import write_vault
+from gymnasium import spaces
+from marl_minari.adapters import from_vault, make_buffer, to_vault
+
+from marl_minari.errors import CorruptedDataError, StepDataError
+
+
+def _spec(vault: Path, name: str) -> dict:
+    return {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{vault}",
+                                          "path": name}}
+
+
+def _set_index(vault: Path, value: int) -> None:
+    store = ts.open(_spec(vault, "vault_index"), open=True).result()
+    store.write(np.asarray([value], dtype=store.dtype.numpy_dtype)).result()
+
+
+@pytest.mark.parametrize("index", [10**6, -5, 0])
+def test_vault_index_outside_the_stored_steps_is_refused(vaults: Path, index: int) -> None:
+    write_vault(vaults, "spread", "u", steps=60, max_cycles=7)
+    _set_index(vaults / "spread" / "u", index)
+    with pytest.raises(CorruptedDataError,
+                       match=f"vault_index is {index}, but its arrays hold fewer"):
+        from_vault(vaults, "spread", "u", "og/index-v0", restore=False)
+    with pytest.raises(CorruptedDataError, match=f"vault_index is {index}"):
+        make_buffer([vaults / "spread" / "u"], sample_batch_size=2, sample_sequence_length=2)
+
+
+def test_vault_index_of_a_converted_dataset_is_checked_too(vaults: Path,
+                                                           record_parallel: object) -> None:
+    dataset, _ = record_parallel(  # type: ignore[operator]
+        "mpe2/simple_spread_v3", 2, dataset_id="og/src-v0", max_cycles=5)
+    path = to_vault(dataset, vaults, "mine", "u")
+    _set_index(path, 10**9)
+    with pytest.raises(CorruptedDataError, match="vault_index is 1000000000"):
+        from_vault(vaults, "mine", "u", "og/back-v0")
+
+
+def test_actions_outside_their_space_are_refused(vaults: Path) -> None:
+    write_vault(vaults, "spread", "u", steps=14, max_cycles=7)
+    store = ts.open(_spec(vaults / "spread" / "u", "actions."), open=True).result()
+    store[0, 3, 1].write(np.asarray(99, dtype=store.dtype.numpy_dtype)).result()
+    agents = ("agent_0", "agent_1", "agent_2")
+    with pytest.raises(StepDataError, match=r"action of 'agent_1' at step 3 of episode 0 is "
+                                            r"99, outside its action space Discrete\(5\)"):
+        from_vault(vaults, "spread", "u", "og/actions-v0",
+                   action_spaces={a: spaces.Discrete(5) for a in agents})
+    with pytest.raises(StepDataError, match="outside its action space Discrete"):
+        from_vault(vaults, "spread", "u", "og/actions-v1")  # width from the legal-action masks

@@ -1,0 +1,182 @@
+"""The conformance check: every episode against docs/format.md, for anyone writing the layout."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import marl_minari as mm
+from marl_minari import layout, offset_index
+from marl_minari.cli import app
+from marl_minari.errors import CorruptedDataError, LayoutError, MarlMinariError
+
+DATASET = "check/spread-v0"
+
+
+@pytest.fixture
+def spread(record_parallel: Callable[..., Any]) -> Any:
+    dataset, _ = record_parallel("mpe2/simple_spread_v3", 5, dataset_id=DATASET, max_cycles=6)
+    return dataset
+
+
+def _main(dataset: Any) -> Path:
+    return Path(dataset.data_path) / layout.MAIN_FILE_NAME
+
+
+def _replace(file: h5py.File, name: str, data: np.ndarray) -> None:
+    del file[name]
+    file[name] = data
+
+
+def test_recorded_datasets_pass(spread: Any, record_tictactoe: Callable[..., Any],
+                                record_cartpole: Callable[..., Any]) -> None:
+    report = mm.check_dataset(DATASET)
+    assert (report.kind, report.total_episodes, report.index_checked) == ("marl", 5, True)
+    assert report.total_steps == spread.total_steps
+    record_tictactoe("check/ttt-v0", 3)
+    assert mm.check_dataset("check/ttt-v0").kind == "marl"
+    record_cartpole("check/cartpole-v0", 2)
+    plain = mm.check_dataset("check/cartpole-v0")
+    assert (plain.kind, plain.total_episodes, plain.index_checked) == ("plain", 2, False)
+    assert mm.check_dataset(Path(spread.data_path).parent).total_episodes == 5  # by folder
+
+
+def _t_rows_of_observations(file: h5py.File) -> None:
+    name = "episode_2/observations/agent_0"
+    _replace(file, name, file[name][:-1])
+
+
+def _wrong_dtype(file: h5py.File) -> None:
+    name = "episode_3/actions/agent_1"
+    _replace(file, name, file[name][()].astype(np.int32))
+
+
+def _wrong_width(file: h5py.File) -> None:
+    name = "episode_1/infos/marl/rewards"
+    _replace(file, name, file[name][:, :2])
+
+
+def _wrong_shape(file: h5py.File) -> None:
+    name = "episode_4/observations/agent_2"
+    _replace(file, name, file[name][:, :3])
+
+
+def _missing_column(file: h5py.File) -> None:
+    del file["episode_1/infos/marl/active"]
+
+
+def _unknown_agent_infos(file: h5py.File) -> None:
+    file["episode_0/infos/marl/agent_infos/intruder/x"] = np.zeros(7)
+
+
+@pytest.mark.parametrize(("tamper", "where"), [
+    (_t_rows_of_observations, "episode_2/observations/agent_0"),
+    (_wrong_dtype, "episode_3/actions/agent_1"),
+    (_wrong_width, "episode_1/infos/marl/rewards"),
+    (_wrong_shape, "episode_4/observations/agent_2"),
+    (_missing_column, "episode_1/infos/marl/active"),
+    (_unknown_agent_infos, "episode_0/infos/marl/agent_infos/intruder"),
+])
+def test_layout_violations_name_the_episode_and_path(spread: Any, tamper: Any,
+                                                     where: str) -> None:
+    with h5py.File(_main(spread), "r+") as file:
+        tamper(file)
+    with pytest.raises(LayoutError, match=where):
+        mm.check_dataset(DATASET)
+
+
+def _edit_metadata(dataset: Any, **changes: Any) -> None:
+    path = Path(dataset.data_path) / layout.METADATA_FILE_NAME
+    metadata = json.loads(path.read_text())
+    metadata.update(changes)
+    path.write_text(json.dumps(metadata))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"total_episodes": 2}, "counts 2 episodes"),
+    ({"total_episodes": 7}, "counts 7 episodes"),
+    ({"total_steps": 3}, "total_steps"),
+    ({"total_steps": "many"}, "total_steps must be"),
+    ({"observation_space": {"type": "Nonsense"}}, "observation_space"),
+])
+def test_metadata_that_disagrees_with_the_file_is_corrupt(spread: Any, changes: dict,
+                                                          message: str) -> None:
+    _edit_metadata(spread, **changes)
+    with pytest.raises(CorruptedDataError, match=message):
+        mm.check_dataset(DATASET)
+
+
+def test_a_wrong_middle_index_entry_is_found_even_when_sealed(spread: Any) -> None:
+    # As a writer that follows the spec's words but computes one offset wrong would do.
+    index = offset_index.read(Path(spread.data_path))
+    assert index is not None
+    offsets = {p: o.tolist() for p, o in index.offsets.items()}
+    offsets["rewards"][1] += 8
+    path = _main(spread)
+    with h5py.File(path, "r+") as file:
+        offset_index.seal(file, offsets, index.steps.tolist())
+    offset_index.write(path, offsets, index.steps.tolist())
+    with pytest.raises(CorruptedDataError, match="episode_1/rewards: index says offset"):
+        mm.check_dataset(DATASET)
+
+
+def test_publish_refuses_what_the_check_refuses(spread: Any, tmp_path: Path) -> None:
+    from marl_minari import registry
+
+    with h5py.File(_main(spread), "r+") as file:
+        _t_rows_of_observations(file)
+    with pytest.raises(LayoutError, match="episode_2/observations/agent_0"):
+        registry.publish(DATASET, str(tmp_path / "registry"))
+    assert not (tmp_path / "registry" / "check").exists()
+
+
+def test_cli_check(spread: Any) -> None:
+    result = CliRunner().invoke(app, ["check", DATASET])
+    assert result.exit_code == 0, result.output
+    assert "ok: 5 episodes" in result.output and "offset index verified" in result.output
+    with h5py.File(_main(spread), "r+") as file:
+        _wrong_dtype(file)
+    result = CliRunner().invoke(app, ["check", DATASET])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, MarlMinariError) or "episode_3" in result.output
+
+
+def _permute_agents(dataset: Any, *, both_copies: bool) -> None:
+    path = Path(dataset.data_path) / layout.METADATA_FILE_NAME
+    metadata = json.loads(path.read_text())
+    agents = metadata["marl_minari"]["possible_agents"]
+    metadata["marl_minari"]["possible_agents"] = agents[::-1]
+    if both_copies:
+        env_spec = json.loads(metadata["env_spec"])
+        env_spec["kwargs"]["possible_agents"] = agents[::-1]
+        metadata["env_spec"] = json.dumps(env_spec)
+    path.write_text(json.dumps(metadata))
+
+
+@pytest.mark.parametrize(("both_copies", "older_file", "where"), [
+    (False, False, "main_data.hdf5"), (True, False, "main_data.hdf5"),
+    (False, True, "env_spec")])
+def test_permuted_possible_agents_are_refused_at_load(spread: Any, both_copies: bool,
+                                                      older_file: bool, where: str) -> None:
+    if older_file:  # written before the file recorded the agent order
+        with h5py.File(_main(spread), "r+") as file:
+            del file.attrs[layout.AGENTS_ATTRIBUTE]
+    _permute_agents(spread, both_copies=both_copies)
+    with pytest.raises(CorruptedDataError, match=f"recorded in {where}"):
+        mm.load_dataset(DATASET)
+
+
+@pytest.mark.parametrize("total", [2, 7])
+def test_episode_count_is_cross_checked_at_every_load(spread: Any, total: int) -> None:
+    _edit_metadata(spread, total_episodes=total)
+    with pytest.raises(CorruptedDataError, match=f"counts {total} episodes"):
+        mm.load_dataset(DATASET)
+    with pytest.raises(CorruptedDataError, match=f"counts {total} episodes"):
+        mm.describe(DATASET)
