@@ -100,6 +100,18 @@ def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
                        total_steps, index_checked)
 
 
+def _uncommitted_append(file: h5py.File, metadata: dict[str, Any], total: int) -> bool:
+    """The file was swapped in by an append whose ``metadata.json`` never replaced the old one:
+    its generation differs from the metadata's and every extra group is numbered past it."""
+    generation = file.attrs.get(layout.GENERATION_KEY)
+    if generation is None or generation == metadata.get(layout.GENERATION_KEY):
+        return False
+    names = set(file)
+    return (all(f"episode_{i}" in names for i in range(total))
+            and all(name.startswith("episode_") and name[8:].isdigit() and int(name[8:]) >= total
+                    for name in names.difference(f"episode_{i}" for i in range(total))))
+
+
 def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec | None,
                 h5_path: Path) -> None:
     """What every load checks, in a few HDF5 calls: the file holds exactly the episodes
@@ -113,7 +125,9 @@ def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec 
     if not isinstance(total, int) or isinstance(total, bool) or total < 0:
         raise CorruptedDataError(f"{h5_path.parent / layout.METADATA_FILE_NAME}: "
                                  f"total_episodes must be a non-negative integer, got {total!r}")
-    if len(file) != total or (total and f"episode_{total - 1}" not in file):
+    if len(file) != total and _uncommitted_append(file, metadata, total):
+        pass  # groups past total_episodes: an append killed before its metadata commit
+    elif len(file) != total or (total and f"episode_{total - 1}" not in file):
         raise CorruptedDataError(
             f"{h5_path}: metadata.json counts {total} episodes but the file holds {len(file)} "
             "groups; the metadata or the file was changed after writing. Restore the dataset "

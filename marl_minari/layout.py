@@ -78,6 +78,10 @@ DIGESTS_FILE_NAME: Final = ".marl_minari_digests.json"
 
 REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
 
+GENERATION_KEY: Final = "marl_minari_generation"
+"""Root attribute of ``main_data.hdf5`` and top-level ``metadata.json`` key written by an append:
+while they differ, groups past ``total_episodes`` are an uncommitted append's leftovers."""
+
 JOURNALS_KEY: Final = "marl_minari_journals"
 """Top-level ``metadata.json`` key: ``{journal id: records committed}`` for every recording
 journal whose episodes the dataset holds, so recovery never stores them twice."""

@@ -446,6 +446,10 @@ def append_to_dataset(
                 steps += episode.total_steps
                 notes.append(_note(episode))
             count = writer.total_episodes
+        generation = uuid.uuid4().hex
+        with h5py.File(scratch, "r+") as file:
+            file.attrs[layout.GENERATION_KEY] = generation
+        metadata[layout.GENERATION_KEY] = generation
         _extend_episode_metadata(metadata, committed, notes)
         if journal is not None:
             metadata.setdefault(layout.JOURNALS_KEY, {})[journal[0]] = journal[1]
