@@ -27,7 +27,14 @@ from marl_minari.reader import MultiAgentArrays
 from marl_minari.spaces import build_tree, leaf_dtype, leaf_shape, leaves
 from marl_minari.spec import MultiAgentSpec
 
-from ._store import RESTORATION_COMPRESSION, Appender, VaultReader, VaultWriter, time_chunk
+from ._store import (
+    RESTORATION_COMPRESSION,
+    TIME_AXIS_LENGTH,
+    Appender,
+    VaultReader,
+    VaultWriter,
+    time_chunk,
+)
 from ._view import ACTIONS, OBSERVATIONS, STATE, ViewPlan
 
 RowKind = Literal["obs", "step", "episode"]
@@ -257,11 +264,11 @@ class ExactSink:
         self.fields.append(spec)
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         chunk = max(self._chunk, time_chunk(row_bytes, 1 << 16))
-        store = self._writer.create(name, (int(10e12), *row_shape), dtype,
+        store = self._writer.create(name, (TIME_AXIS_LENGTH, *row_shape), dtype,
                                     (chunk, *row_shape), RESTORATION_COMPRESSION)
         self._appenders[name] = Appender(store, chunk, streams=False, start=self._rows[kind])
         if bytes_name is not None:
-            data_store = self._writer.create(bytes_name, (int(10e12),), "uint8",
+            data_store = self._writer.create(bytes_name, (TIME_AXIS_LENGTH,), "uint8",
                                              (BYTES_CHUNK,), RESTORATION_COMPRESSION)
             self._appenders[bytes_name] = Appender(data_store, BYTES_CHUNK, streams=False)
 

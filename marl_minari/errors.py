@@ -55,3 +55,24 @@ class IncompatibleSourcesError(MarlMinariError, ValueError):
 
 class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
+
+
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An argument or option has a value the library cannot use (names the option and the
+    values it takes)."""
+
+
+class NotADatasetError(MarlMinariError, TypeError):
+    """Something given where a dataset (id, folder, ``MinariDataset``...) was expected."""
+
+
+class IncompleteTrajectoryError(MarlMinariError, ValueError):
+    """A batch given to a pattern holds only part of an agent's trajectory."""
+
+
+class VaultVersionError(MarlMinariError, ValueError):
+    """A Flashbax vault written in a format version this library does not read."""
+
+
+class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
+    """A change was asked of a buffer built from offline data, which is read-only."""

@@ -28,7 +28,7 @@ from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
-from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
+from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -100,7 +100,7 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
             if h5py.h5a.get_num_attrs(group) > 2 + (seed is not None):
                 flat = {k[len("options/"):]: v for k, v in h5py.Group(group).attrs.items()
                         if k.startswith("options/")}
-                options = _nested(flat) if flat else None
+                options = nest(flat) if flat else None
             out.append((seed, options))
     return out
 
@@ -576,7 +576,7 @@ class _EpisodeReader:
                     if p.startswith(prefix + "/")}
 
         infos_root = f"{_MARL}/{layout.AGENT_INFOS}"
-        agent_infos = {a: _nested(subtree(f"{infos_root}/{a}")) for a in agents
+        agent_infos = {a: nest(subtree(f"{infos_root}/{a}")) for a in agents
                        if any(p.startswith(f"{infos_root}/{a}/") for p in by_path)}
         return MultiAgentArrays(
             possible_agents=agents,
@@ -605,18 +605,6 @@ def _is_nested(space: Any) -> bool:
     from gymnasium import spaces
 
     return isinstance(space, (spaces.Dict, spaces.Tuple))
-
-
-def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """``{"a/b": x}`` -> ``{"a": {"b": x}}`` (info trees have no space to follow)."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = out
-        *parents, last = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 def _load_index(data_path: Path, file: h5py.File, total_episodes: int,
