@@ -343,7 +343,7 @@ def restore_arrays(plan: ViewPlan, spec: MultiAgentSpec, view: dict[tuple[str, .
                    fields: dict[str, np.ndarray], lengths: np.ndarray,
                    episode_ids: np.ndarray) -> MultiAgentArrays:
     """Rebuild the :class:`MultiAgentArrays` of a chunk from its view rows and restoration
-    fields (inverse of :func:`marl_minari.adapters._view.build_rows` + :func:`columns`)."""
+    fields (inverse of :func:`marl_minari.adapters._view.view_rows` + :func:`columns`)."""
     steps = int(lengths.sum())
     count = len(lengths)
     step_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)

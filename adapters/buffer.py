@@ -43,9 +43,9 @@ from ._view import (
     TRUNCATIONS,
     VAULT_SOURCE_KEY,
     ViewPlan,
-    build_rows,
     plan_from_spec,
     plan_from_vault_record,
+    view_rows,
 )
 from .minari_to_vault import VAULT_METADATA_KEY
 from .sources import require_layout
@@ -236,7 +236,7 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
         lengths = []
         cursor = 0
         for arrays in _chain(first, chunks):
-            rows = build_rows(plan, arrays)
+            rows = view_rows(plan, arrays)
             count = int(arrays.episode_lengths.sum())
             for path, values in rows.items():
                 out[path][cursor:cursor + count] = values

@@ -31,9 +31,9 @@ from ._view import (
     Dones,
     StateMode,
     ViewPlan,
-    build_rows,
     plan_from_spec,
     plan_from_vault_record,
+    view_rows,
 )
 from .sources import Chunk, require_layout
 from .sources import chunks as episode_chunks
@@ -142,7 +142,7 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
     bar = tqdm(total=source.total_steps or None, unit="step", disable=not progress,
                desc=f"{source.name} -> vault")
     for chunk in _chain(first, chunks):
-        rows = build_rows(plan, chunk.arrays)
+        rows = view_rows(plan, chunk.arrays)
         assembler.push(chunk.info.streams, chunk.arrays.episode_lengths, rows)
         futures = sink.append(columns(plan, chunk.arrays, chunk.info))
         for path, block in assembler.pop().items():

@@ -42,7 +42,7 @@ def export_rllib_command(
         typer.echo('this command needs Ray: pip install "marl-minari[ray]"', err=True)
         raise typer.Exit(1) from None
     from marl_minari.errors import MarlMinariError
-    from marl_minari.ray_data import export_rllib, open_source
+    from marl_minari.ray_data import episode_steps, export_rllib, open_source
 
     try:
         sources = [open_source(dataset)]
@@ -60,7 +60,7 @@ def export_rllib_command(
         except (json.JSONDecodeError, AttributeError) as exc:
             raise typer.BadParameter(f"not 'pooled', 'per-agent' or a JSON object: {exc}",
                                      param_hint="--modules") from None
-    steps = sum(int(s.episode_steps().sum()) for s in sources)
+    steps = sum(int(episode_steps(s).sum()) for s in sources)
     episodes = sum(s.total_episodes for s in sources)
     typer.echo(f"exporting {episodes} episodes, {steps} steps from "
                f"{', '.join(s.name for s in sources)}")
