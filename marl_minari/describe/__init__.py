@@ -1,0 +1,42 @@
+"""Describe a dataset: statistics, comparison plots and a dataset card.
+
+:func:`describe` streams over a source in chunks of whole episodes and returns a
+:class:`DatasetDescription`: episode counts and lengths, per-agent and team returns, per-agent
+action frequencies (discrete) or ranges (continuous), the share of inactive agent-steps and how
+episodes ended. Sources: a dataset id, a ``minari.MinariDataset``, a
+:class:`~marl_minari.reader.MultiAgentDataset` (multi-agent layout or plain single-agent Minari
+datasets, the latter seen as one agent ``agent_0``) or a Flashbax vault folder (read through
+:mod:`marl_minari.adapters`).
+
+:func:`plot_descriptions` draws several descriptions side by side on shared axes (compare
+expert, medium and random data before combining them); :func:`dataset_card` writes a Hugging
+Face style ``README.md`` with the metadata, the statistics and the plot. A ``README.md`` in a
+dataset's folder (``marl_minari.ids.dataset_dir(id) / "README.md"``) is published with it.
+"""
+
+from __future__ import annotations
+
+from marl_minari.describe._describe import DEFAULT_CHUNK_STEPS, describe
+from marl_minari.describe._sources import SINGLE_AGENT
+from marl_minari.describe.card import dataset_card, size_category
+from marl_minari.describe.plots import (
+    MANY_ACTIONS,
+    PANEL_SIZE,
+    PLOT_COLUMNS,
+    plot_descriptions,
+    plot_layout,
+)
+from marl_minari.describe.results import (
+    ActionKind,
+    ActionSummary,
+    AgentDescription,
+    DatasetDescription,
+    SourceKind,
+    Summary,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "PANEL_SIZE", "PLOT_COLUMNS", "SINGLE_AGENT",
+    "ActionKind", "ActionSummary", "AgentDescription", "DatasetDescription", "SourceKind",
+    "Summary", "dataset_card", "describe", "plot_descriptions", "plot_layout", "size_category",
+]

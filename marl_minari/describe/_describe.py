@@ -1,0 +1,58 @@
+"""The :func:`describe` entry point: stream a source through the statistics accumulator."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from marl_minari.describe._sources import _open_source, _Source
+from marl_minari.describe.results import DatasetDescription
+from marl_minari.describe.stats import _Accumulator
+
+DEFAULT_CHUNK_STEPS: Final = 262_144
+"""Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
+
+
+def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: bool = False,
+             vault_options: dict[str, Any] | None = None) -> DatasetDescription:
+    """Describe a dataset or vault, reading it in chunks of whole episodes.
+
+    Args:
+        source: a dataset id (multi-agent layout or plain single-agent Minari), a
+            ``minari.MinariDataset``, a :class:`~marl_minari.reader.MultiAgentDataset`, or the
+            folder of a Flashbax vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions).
+        chunk_steps: about how many steps are read at a time (at least one episode); memory
+            is proportional to it, plus a few numbers per episode.
+        progress: show a progress bar.
+        vault_options: keyword arguments for :func:`marl_minari.adapters.from_vault` (agent
+            names, spaces, ``cut_on``, ``infer_dead``, ``reward_aggregation``...), which
+            imports a vault into a temporary dataset that is described and then removed.
+
+    Returns:
+        The :class:`DatasetDescription`.
+
+    Raises:
+        DatasetNotFoundError: no such dataset or vault.
+        LayoutError: the source cannot be read as a dataset.
+        ValueError: ``chunk_steps`` < 1.
+    """
+    if chunk_steps < 1:
+        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    with _open_source(source, chunk_steps, progress, dict(vault_options or {})) as resolved:
+        stats = _Accumulator(resolved.possible_agents, resolved.action_spaces)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=resolved.metadata.get("total_steps"), unit="step",
+                       desc=f"describe {resolved.name}")
+        for arrays in resolved.chunks():
+            stats.add(arrays)
+            if bar is not None:
+                bar.update(int(arrays.episode_lengths.sum()))
+        if bar is not None:
+            bar.close()
+        return stats.result(resolved.name, resolved.kind, _provenance(resolved))
+
+
+def _provenance(source: _Source) -> dict[str, Any]:
+    return {**source.metadata, "source_kind": source.kind}

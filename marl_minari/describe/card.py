@@ -1,0 +1,195 @@
+"""Hugging Face style dataset cards (Markdown with YAML front matter)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from marl_minari.describe._format import _action_text, _env_name, _num
+from marl_minari.describe.plots import plot_descriptions
+from marl_minari.describe.results import DatasetDescription, Summary
+
+_SIZE_CATEGORIES: Final = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                           (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"),
+                           (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"),
+                           (10_000_000_000, "1B<n<10B"))
+
+
+def size_category(steps: int) -> str:
+    """The Hugging Face ``size_categories`` value for ``steps`` examples (steps)."""
+    for bound, name in _SIZE_CATEGORIES:
+        if steps < bound:
+            return name
+    return "n>10B"
+
+
+def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], *,
+                 plot: bool | str | os.PathLike[str] = True, license: str | None = None,
+                 tags: Sequence[str] = ()) -> Path:
+    """Write a Hugging Face style dataset card (Markdown with YAML front matter).
+
+    The card holds the metadata (env descriptor, agents, spaces, author, algorithm, code
+    permalink, layout version), the statistics and, with ``plot``, the plot of
+    :func:`plot_descriptions` linked by a relative path. Written as ``README.md`` into the
+    dataset's folder (``marl_minari.ids.dataset_dir(id) / "README.md"``), it is published with
+    the dataset (the plot too, when it lies in that folder).
+
+    Args:
+        description: what :func:`describe` returned.
+        path: the Markdown file to write.
+        plot: ``True`` writes ``statistics.png`` next to the card; a path writes the plot
+            there; ``False`` writes no plot.
+        license: the ``license`` front-matter value (default: the dataset metadata's
+            ``license``, else ``unknown``).
+        tags: extra tags.
+
+    Returns:
+        ``path``.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    image: Path | None = None
+    if plot is True:
+        image = target.parent / "statistics.png"
+    elif plot is not False:
+        image = Path(plot)  # type: ignore[arg-type]
+    if image is not None:
+        plot_descriptions([description], image)
+    link = None if image is None else Path(
+        os.path.relpath(image.resolve(), target.parent.resolve())).as_posix()
+    target.write_text(_card_text(description, link, license, tags), encoding="utf-8")
+    return target
+
+
+def _card_text(d: DatasetDescription, image: str | None, license: str | None,
+               extra_tags: Sequence[str]) -> str:
+    meta = d.metadata
+    env = meta.get("env") if isinstance(meta.get("env"), dict) else None
+    tag_list = ["reinforcement-learning", "offline-reinforcement-learning", "minari"]
+    if d.kind != "single_agent":
+        tag_list += ["multi-agent-reinforcement-learning", "marl-minari"]
+    if env is not None and env.get("env_id"):
+        tag_list.append(str(env["env_id"]).replace("/", "-"))
+    if d.kind == "vault":
+        tag_list.append("flashbax")
+    tag_list += [str(t) for t in extra_tags]
+    tag_list = list(dict.fromkeys(tag_list))
+    front = [
+        "---",
+        f"license: {_yaml(license or meta.get('license') or 'unknown')}",
+        f"pretty_name: {_yaml(d.name)}",
+        "task_categories:",
+        "- reinforcement-learning",
+        "tags:",
+        *[f"- {_yaml(t)}" for t in tag_list],
+        "size_categories:",
+        f"- {_yaml(size_category(d.total_steps))}",
+        "---",
+    ]
+    body = [f"# {d.name}", ""]
+    if meta.get("description"):
+        body += [str(meta["description"]), ""]
+    body += ["## Dataset summary", "", "| | |", "|---|---|"]
+    rows = [
+        ("Dataset id" if d.kind != "vault" else "Vault", f"`{d.name}`"),
+        ("Kind", {"multi_agent": "multi-agent (marl-minari layout)",
+                  "single_agent": "single-agent Minari dataset",
+                  "vault": "Flashbax vault"}[d.kind]),
+        ("Environment", _env_name(meta)),
+        ("Agents", ", ".join(f"`{a}`" for a in d.possible_agents)),
+        ("Episodes", f"{d.total_episodes:,}"),
+        ("Steps", f"{d.total_steps:,}"),
+        ("Algorithm", meta.get("algorithm_name")),
+        ("Author", _join(meta.get("author"))),
+        ("Author email", _join(meta.get("author_email"))),
+        ("Code permalink", meta.get("code_permalink")),
+        ("Layout version", meta.get("layout_version")),
+        ("marl-minari version", meta.get("library_version")),
+        ("Minari version", meta.get("minari_version")),
+        ("Reward aggregation", meta.get("reward_aggregation")),
+        ("Size (MB)", meta.get("dataset_size")),
+    ]
+    body += [f"| {k} | {_cell(v)} |" for k, v in rows if v not in (None, "", [])]
+    body += ["", "## Usage", "", "```python"]
+    if d.kind == "multi_agent":
+        body += ["import marl_minari", "", f"dataset = marl_minari.load_dataset({d.name!r})",
+                 "arrays = dataset.to_arrays()   # per-agent rewards, actions, masks",
+                 "", "import minari", "", f"plain = minari.load_dataset({d.name!r})"]
+    elif d.kind == "single_agent":
+        body += ["import minari", "", f"dataset = minari.load_dataset({d.name!r})"]
+    else:
+        body += ["from flashbax.vault import Vault", "",
+                 f"# the vault folder: {d.name}", "vault = Vault(vault_name=..., "
+                 "rel_dir=..., vault_uid=...)", "experience = vault.read().experience"]
+    body += ["```", "", "## Agents and spaces", "",
+             "| agent | observation space | action space |", "|---|---|---|"]
+    obs_spaces = meta.get("observation_spaces") or {}
+    act_spaces = meta.get("action_spaces") or {}
+    for name in d.possible_agents:
+        body.append(f"| `{name}` | {_cell(obs_spaces.get(name, '-'), code=True)} | "
+                    f"{_cell(act_spaces.get(name, '-'), code=True)} |")
+    if meta.get("state_space"):
+        body += ["", f"Global state: {_cell(meta['state_space'], code=True)}"]
+    if env is not None:
+        body += ["", "## Environment", "", "```json", json.dumps(env, indent=2, sort_keys=True),
+                 "```"]
+        if d.kind == "multi_agent":
+            body += ["", "`marl_minari.load_dataset(id).recover_environment()` re-creates it."]
+    body += ["", "## Statistics", "", "### Episodes", "",
+             "| | count | mean | std | min | 25% | median | 75% | max |",
+             "|---|---|---|---|---|---|---|---|---|",
+             _summary_row("length (steps)", d.episode_lengths),
+             "", f"Terminated: {d.terminated_episodes:,}; truncated: {d.truncated_episodes:,}; "
+             f"unfinished: {d.unfinished_episodes:,}.", "",
+             "### Returns", "",
+             "Undiscounted return per episode (team: the sum of the team reward column).", "",
+             "| | count | mean | std | min | 25% | median | 75% | max |",
+             "|---|---|---|---|---|---|---|---|---|",
+             _summary_row("team", d.team_returns)]
+    body += [_summary_row(f"`{a.name}`", a.returns) for a in d.agents]
+    body += ["", "### Agents", "",
+             f"Inactive agent-steps (agent absent): {d.inactive_share:.2%} overall.", "",
+             "| agent | active steps | acted steps | inactive | terminations | truncations |",
+             "|---|---|---|---|---|---|"]
+    body += [f"| `{a.name}` | {a.active_steps:,} | {a.acted_steps:,} | "
+             f"{a.inactive_share:.2%} | {a.terminations:,} | {a.truncations:,} |"
+             for a in d.agents]
+    body += ["", "### Actions", ""]
+    for agent in d.agents:
+        for action in agent.actions:
+            where = f"`{agent.name}`" + (f" `{action.path}`" if action.path else "")
+            body.append(f"- {where} ({action.kind}, {action.samples:,} actions"
+                        + (f", {action.out_of_space:,} outside the space"
+                           if action.out_of_space else "")
+                        + f"): {_action_text(action, top=12)}")
+    if image is not None:
+        body += ["", "## Plots", "", f"![Statistics of {d.name}]({image})"]
+    body.append("")
+    return "\n".join(front) + "\n\n" + "\n".join(body)
+
+
+def _summary_row(label: str, s: Summary) -> str:
+    cells = [s.mean, s.std, s.min, s.q25, s.median, s.q75, s.max]
+    return f"| {label} | {s.count:,} | " + " | ".join(_num(c) for c in cells) + " |"
+
+
+def _yaml(value: str) -> str:
+    """A YAML scalar: JSON's double-quoted strings are valid YAML."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _join(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        parts = [str(v) for v in value if v]
+        return ", ".join(parts) or None
+    return str(value)
+
+
+def _cell(value: Any, *, code: bool = False) -> str:
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return f"`{text}`" if code else text

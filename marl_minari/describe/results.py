@@ -1,0 +1,231 @@
+"""What :func:`~marl_minari.describe.describe` returns: summaries of returns, actions, agents
+and whole datasets, with their JSON and plain-text forms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from marl_minari.describe._format import _action_text, _brief, _env_name, _num
+
+SourceKind = Literal["multi_agent", "single_agent", "vault"]
+ActionKind = Literal["discrete", "multi_discrete", "binary", "continuous", "text"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Order statistics of a sample (``None`` everywhere when it is empty).
+
+    Quartiles use linear interpolation (``numpy.percentile``'s default); ``std`` is the
+    population standard deviation (``ddof=0``).
+    """
+
+    count: int
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    q25: float | None = None
+    median: float | None = None
+    q75: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Summary:
+        """The summary of a 1-D sample."""
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if values.size == 0:
+            return cls(count=0)
+        q25, median, q75 = (float(q) for q in np.percentile(values, [25, 50, 75]))
+        return cls(count=int(values.size), mean=float(values.mean()), std=float(values.std()),
+                   min=float(values.min()), q25=q25, median=median, q75=q75,
+                   max=float(values.max()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {"count": self.count, "mean": self.mean, "std": self.std, "min": self.min,
+                "q25": self.q25, "median": self.median, "q75": self.q75, "max": self.max}
+
+
+@dataclass(frozen=True)
+class ActionSummary:
+    """What one agent did with one leaf of its action space, over the steps it acted.
+
+    Attributes:
+        path: the leaf's path inside a ``Dict``/``Tuple`` action space (``""`` for a plain one).
+        kind: ``discrete`` (``Discrete``), ``multi_discrete`` (``MultiDiscrete``, components
+            flattened), ``binary`` (``MultiBinary``), ``continuous`` (``Box``) or ``text``.
+        space: the leaf space, as text.
+        samples: actions counted (steps at which the agent acted).
+        labels: what ``counts`` (discrete kinds) or the ranges (continuous) refer to: action
+            values (``"3"``), ``"c<i>=<v>"`` (component ``i`` took value ``v``), ``"b<i>"``
+            (bit ``i`` set) or ``"d<i>"`` (dimension ``i`` of the flattened Box).
+        counts: discrete kinds: how often each label occurred.
+        minimum, maximum, mean, std: continuous: per-dimension range, mean and population
+            standard deviation.
+        out_of_space: actions outside the space (a discrete value out of range, a Box value
+            outside its bounds); they are not in ``counts``.
+    """
+
+    path: str
+    kind: ActionKind
+    space: str
+    samples: int
+    labels: tuple[str, ...] = ()
+    counts: tuple[int, ...] = ()
+    minimum: tuple[float, ...] = ()
+    maximum: tuple[float, ...] = ()
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    out_of_space: int = 0
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        """``counts`` as shares of ``samples`` (per component for ``multi_discrete``)."""
+        return np.asarray(self.counts, dtype=np.float64) / max(self.samples, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        out: dict[str, Any] = {"path": self.path, "kind": self.kind, "space": self.space,
+                               "samples": self.samples, "out_of_space": self.out_of_space,
+                               "labels": list(self.labels)}
+        if self.kind == "continuous":
+            out.update(minimum=list(self.minimum), maximum=list(self.maximum),
+                       mean=list(self.mean), std=list(self.std))
+        else:
+            out["counts"] = list(self.counts)
+        return out
+
+
+@dataclass(frozen=True)
+class AgentDescription:
+    """Statistics of one agent.
+
+    Attributes:
+        name: the agent.
+        returns: its undiscounted return per episode.
+        active_steps: steps at which it was present (its observation row was active).
+        acted_steps: steps at which it took an action.
+        inactive_share: ``1 - active_steps / total_steps``.
+        terminations, truncations: how many times its own flag was set.
+        actions: one summary per leaf of its action space.
+    """
+
+    name: str
+    returns: Summary
+    active_steps: int
+    acted_steps: int
+    inactive_share: float
+    terminations: int
+    truncations: int
+    actions: tuple[ActionSummary, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {"name": self.name, "returns": self.returns.to_dict(),
+                "active_steps": self.active_steps, "acted_steps": self.acted_steps,
+                "inactive_share": self.inactive_share, "terminations": self.terminations,
+                "truncations": self.truncations,
+                "actions": [a.to_dict() for a in self.actions]}
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetDescription:
+    """Everything :func:`describe` found out about a dataset or vault.
+
+    Attributes:
+        name: the dataset id, or the vault folder.
+        kind: ``multi_agent``, ``single_agent`` (a plain Minari dataset, one agent
+            ``agent_0``) or ``vault``.
+        possible_agents: agent names in the environment's order.
+        total_episodes, total_steps: counts over what was described.
+        episode_lengths: summary of the steps per episode.
+        team_returns: summary of the team return per episode (the sum of the team reward,
+            Minari's ``rewards`` column, aggregated over agents as ``reward_aggregation`` says).
+        agents: per-agent statistics, in ``possible_agents`` order.
+        terminated_episodes, truncated_episodes: episodes whose last step terminated / was
+            truncated; ``unfinished_episodes``: neither (a vault's last, cut-off episodes).
+        inactive_share: share of agent-steps (steps x agents) at which the agent was absent.
+        metadata: provenance (env descriptor, spaces, author, algorithm, code permalink,
+            layout version...), JSON-serialisable.
+        episode_returns: ``(E, N)`` per-agent return of every episode (for plots).
+        episode_team_returns: ``(E,)`` team return of every episode.
+        episode_length_values: ``(E,)`` steps of every episode.
+    """
+
+    name: str
+    kind: SourceKind
+    possible_agents: tuple[str, ...]
+    total_episodes: int
+    total_steps: int
+    episode_lengths: Summary
+    team_returns: Summary
+    agents: tuple[AgentDescription, ...]
+    terminated_episodes: int
+    truncated_episodes: int
+    unfinished_episodes: int
+    inactive_share: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    episode_returns: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    episode_team_returns: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    episode_length_values: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+
+    def agent(self, name: str) -> AgentDescription:
+        """The statistics of agent ``name``."""
+        for agent in self.agents:
+            if agent.name == name:
+                return agent
+        raise KeyError(f"no agent {name!r} in {self.name} (agents: {self.possible_agents})")
+
+    def to_dict(self, *, include_episodes: bool = False) -> dict[str, Any]:
+        """A JSON-serialisable dict (``include_episodes`` adds the per-episode arrays)."""
+        out: dict[str, Any] = {
+            "name": self.name, "kind": self.kind, "possible_agents": list(self.possible_agents),
+            "total_episodes": self.total_episodes, "total_steps": self.total_steps,
+            "episode_lengths": self.episode_lengths.to_dict(),
+            "team_returns": self.team_returns.to_dict(),
+            "terminated_episodes": self.terminated_episodes,
+            "truncated_episodes": self.truncated_episodes,
+            "unfinished_episodes": self.unfinished_episodes,
+            "inactive_share": self.inactive_share,
+            "agents": [a.to_dict() for a in self.agents],
+            "metadata": self.metadata,
+        }
+        if include_episodes:
+            out["episodes"] = {
+                "lengths": self.episode_length_values.tolist(),
+                "team_returns": self.episode_team_returns.tolist(),
+                "returns": self.episode_returns.tolist(),
+            }
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON (keyword arguments go to ``json.dumps``)."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def to_text(self) -> str:
+        """A short plain-text report (what ``marl-minari describe`` prints)."""
+        lines = [
+            f"{'dataset' if self.kind != 'vault' else 'vault'}        {self.name} ({self.kind})",
+            f"environment    {_env_name(self.metadata)}",
+            f"agents         {', '.join(self.possible_agents)}",
+            f"episodes       {self.total_episodes}  (terminated {self.terminated_episodes}, "
+            f"truncated {self.truncated_episodes}, unfinished {self.unfinished_episodes})",
+            f"steps          {self.total_steps}  (length {_brief(self.episode_lengths)})",
+            f"team return    {_brief(self.team_returns)}",
+            f"inactive       {self.inactive_share:.2%} of agent-steps",
+            "agent            return mean       std       min    median       max  inactive",
+        ]
+        for agent in self.agents:
+            r = agent.returns
+            lines.append(f"{agent.name:<15} {_num(r.mean):>12} {_num(r.std):>9} "
+                         f"{_num(r.min):>9} {_num(r.median):>9} {_num(r.max):>9} "
+                         f"{agent.inactive_share:>8.1%}")
+        for agent in self.agents:
+            for action in agent.actions:
+                lines.append(f"actions {agent.name}{'/' + action.path if action.path else ''}: "
+                             f"{_action_text(action)}")
+        return "\n".join(lines)
