@@ -275,10 +275,14 @@ def _data_folder(path: Path) -> Path:
     candidates = [path.parent if path.is_file() else path, path / "data"]
     data_path = next((c for c in candidates if (c / layout.METADATA_FILE_NAME).is_file()),
                      None)
+    if data_path is None and _is_vault(path):
+        raise DatasetNotFoundError(
+            f"{path} is a Flashbax vault, not a dataset: describe it, or import it with "
+            "marl_minari.adapters.from_vault first")
     if data_path is None:
-        hint = (" It is a Flashbax vault: describe it, or import it with "
-                "marl_minari.adapters.from_vault." if _is_vault(path) else "")
-        raise DatasetNotFoundError(f"no Minari dataset (data/metadata.json) at {path}.{hint}")
+        raise DatasetNotFoundError(
+            f"no Minari dataset at {path}: it is neither a dataset id ((namespace/)name-vN), "
+            "a dataset folder (holding data/metadata.json) nor a Flashbax vault folder")
     return data_path.resolve()
 
 
