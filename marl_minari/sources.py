@@ -37,6 +37,7 @@ from marl_minari.errors import (
     CorruptedDataError,
     DatasetNotFoundError,
     InvalidOptionError,
+    LayoutError,
     NotADatasetError,
 )
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
@@ -272,13 +273,13 @@ def _vault_dataset(path: Path, vault_options: dict[str, Any], chunk_steps: int,
 
 def _data_folder(path: Path) -> Path:
     """The ``data/`` folder of a dataset folder, a ``data/`` folder or a file in it."""
-    candidates = [path.parent if path.is_file() else path, path / "data"]
-    data_path = next((c for c in candidates if (c / layout.METADATA_FILE_NAME).is_file()),
-                     None)
-    if data_path is None and _is_vault(path):
+    if _is_vault(path):
         raise DatasetNotFoundError(
             f"{path} is a Flashbax vault, not a dataset: describe it, or import it with "
             "marl_minari.adapters.from_vault first")
+    candidates = [path.parent if path.is_file() else path, path / "data"]
+    data_path = next((c for c in candidates if (c / layout.METADATA_FILE_NAME).is_file()),
+                     None)
     if data_path is None:
         raise DatasetNotFoundError(
             f"no Minari dataset at {path}: it is neither a dataset id ((namespace/)name-vN), "
@@ -327,9 +328,15 @@ def _from_data_path(name: str, data_path: Path, indices: np.ndarray | None) -> D
     if indices is None:
         indices = np.arange(int(metadata.get("total_episodes", 0)), dtype=np.int64)
     multi_agent = layout.METADATA_KEY in metadata
+    try:
+        spec = spec_of(metadata, multi_agent)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LayoutError(
+            f"{Path(data_path) / layout.METADATA_FILE_NAME} is not a readable Minari dataset's "
+            f"metadata ({type(exc).__name__}: {exc}); point at a dataset folder") from exc
     return DatasetSource(name=name, data_path=Path(data_path).resolve(),
                          kind="multi_agent" if multi_agent else "single_agent",
-                         spec=spec_of(metadata, multi_agent), metadata=metadata,
+                         spec=spec, metadata=metadata,
                          episode_indices=indices)
 
 
