@@ -19,6 +19,7 @@ from marl_minari import layout
 from marl_minari.errors import LayoutError
 from marl_minari.reader import MultiAgentArrays, episode_attributes
 from marl_minari.sources import (
+    DEFAULT_CHUNK_STEPS,
     MOVED_KEYS,
     SINGLE_AGENT,
     SINGLE_AGENT_KEY,
@@ -30,7 +31,7 @@ from marl_minari.sources import (
 
 from ._exact import EpisodeInfo
 
-__all__ = ["SINGLE_AGENT", "Chunk", "DatasetSource", "chunks", "open_source",
+__all__ = ["DEFAULT_CHUNK_STEPS", "SINGLE_AGENT", "Chunk", "DatasetSource", "chunks", "open_source",
            "require_layout", "single_agent_spec", "spec_of", "writer_metadata"]
 
 

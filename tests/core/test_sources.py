@@ -128,6 +128,19 @@ def test_a_plain_dataset_is_agent_0_in_describe_adapters_and_ray(
                           np.concatenate([e.observations for e in episodes]))
 
 
+def test_one_chunk_default_and_one_agent_name_everywhere() -> None:
+    import importlib
+
+    from marl_minari import sources
+
+    # ``marl_minari.describe`` the attribute is the function; import_module gives the package.
+    adapters = importlib.import_module("marl_minari.adapters")
+    describe = importlib.import_module("marl_minari.describe")
+    assert adapters.DEFAULT_CHUNK_STEPS == describe.DEFAULT_CHUNK_STEPS == \
+        sources.DEFAULT_CHUNK_STEPS == 65_536
+    assert adapters.SINGLE_AGENT == describe.SINGLE_AGENT == sources.SINGLE_AGENT == "agent_0"
+
+
 def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
         record_parallel: Callable[..., Any]) -> None:
     from marl_minari.adapters import to_vault
