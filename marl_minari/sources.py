@@ -208,11 +208,12 @@ def open_source(source: Any, *, download: bool = False,
     if isinstance(source, DatasetSource):
         return source
     if isinstance(source, MultiAgentDataset):
-        return _from_data_path(str(source.metadata.get("dataset_id")), source.data_path,
-                               np.asarray(source.minari.episode_indices, dtype=np.int64))
+        opened = _from_data_path(None, source.data_path,
+                                 np.asarray(source.minari.episode_indices, dtype=np.int64))
+        opened._handles["dataset"] = source  # its offset index is read already
+        return opened
     if isinstance(source, MinariDataset):
-        data_path = Path(source.storage.data_path)
-        return _from_data_path(str(_read_metadata(data_path).get("dataset_id")), data_path,
+        return _from_data_path(None, Path(source.storage.data_path),
                                np.asarray(source.episode_indices, dtype=np.int64))
     if not isinstance(source, (str, os.PathLike)):
         raise NotADatasetError(
@@ -323,8 +324,13 @@ def local_dataset_ids() -> list[str]:
     return sorted(found)
 
 
-def _from_data_path(name: str, data_path: Path, indices: np.ndarray | None) -> DatasetSource:
+def _from_data_path(name: str | None, data_path: Path,
+                    indices: np.ndarray | None) -> DatasetSource:
+    """The source of the dataset in ``data_path`` (``name`` defaults to its id; every stored
+    episode unless ``indices`` are given)."""
     metadata = _read_metadata(data_path)
+    if name is None:
+        name = str(metadata.get("dataset_id"))
     if indices is None:
         indices = np.arange(int(metadata.get("total_episodes", 0)), dtype=np.int64)
     multi_agent = layout.METADATA_KEY in metadata
