@@ -8,39 +8,82 @@ Conversions show tqdm progress bars.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from marl_minari.errors import MarlMinariError
+from marl_minari import cli_checks as checks
+from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.ids import parse_dataset_id
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code=1)
+class Compression(StrEnum):
+    """Vault compressors."""
+
+    gzip = "gzip"
+    zstd = "zstd"
+    none = "none"
+
+
+class DonesChoice(StrEnum):
+    """Vault done flags (see :func:`~marl_minari.adapters.to_vault`)."""
+
+    team = "team"
+    agent = "agent"
+
+
+class StateChoice(StrEnum):
+    """Sources of a vault's ``infos.state``."""
+
+    auto = "auto"
+    env = "env"
+    observations = "observations"
+    none = "none"
+
+
+class TrailingChoice(StrEnum):
+    """What happens to steps after a vault stream's last done."""
+
+    truncate = "truncate"
+    drop = "drop"
+    error = "error"
+
+
+COMPRESSORS: dict[Compression, dict[str, Any] | None] = {
+    Compression.gzip: {"id": "gzip", "level": 5},
+    Compression.zstd: {"id": "zstd", "level": 3},
+    Compression.none: None,
+}
 
 
 def convert(
     source: Annotated[str, typer.Argument(
-        help="A vault folder (rel_dir/vault_name/vault_uid) or a dataset id.")],
+        help="A vault folder (rel_dir/vault_name/vault_uid) or a local dataset id.")],
     target: Annotated[str, typer.Argument(
         help="The dataset id to create (from a vault) or the vault folder to create "
              "(rel_dir/vault_name/vault_uid, from a dataset).")],
+    download: Annotated[bool, typer.Option(
+        "--download",
+        help="Fetch SOURCE from Minari's remote when it is not a local dataset.")] = False,
     chunk_steps: Annotated[int, typer.Option(
         help="Steps converted at a time; memory is proportional to it.", min=1)] = 65_536,
-    compression: Annotated[str, typer.Option(
-        help="Vault compressor: gzip (Flashbax's default), zstd or none.")] = "gzip",
-    dones: Annotated[str, typer.Option(
-        help="Vault dones: team (the episode's, copied to every agent) or agent.")] = "team",
-    state: Annotated[str, typer.Option(
-        help="Vault infos.state: auto, env, observations or none.")] = "auto",
+    compression: Annotated[Compression, typer.Option(
+        help="Vault compressor (gzip is Flashbax's default).")] = Compression.gzip,
+    dones: Annotated[DonesChoice, typer.Option(
+        help="Vault dones: team (the episode's, copied to every agent) or agent.")
+    ] = DonesChoice.team,
+    state: Annotated[StateChoice, typer.Option(
+        help="Vault infos.state: auto, the env's state, all agents' observations, or none.")
+    ] = StateChoice.auto,
     seeds: Annotated[bool, typer.Option(
         "--seeds/--no-seeds",
         help="Keep episodes' reset seeds and options in the vault (slower on many "
              "episodes).")] = True,
-    trailing: Annotated[str, typer.Option(
-        help="Steps after a vault stream's last done: truncate, drop or error.")] = "truncate",
+    trailing: Annotated[TrailingChoice, typer.Option(
+        help="Steps after a vault stream's last done: truncate, drop or error.")
+    ] = TrailingChoice.truncate,
     agents: Annotated[str | None, typer.Option(
         help="Comma-separated agent names for a vault (default agent_0..N-1).")] = None,
     restore: Annotated[bool | None, typer.Option(
@@ -51,29 +94,48 @@ def convert(
     """Convert a Minari dataset into a Flashbax vault, or a vault into a dataset."""
     from marl_minari.adapters import from_vault, is_vault, to_vault, vault_path_parts
 
-    try:
-        if is_vault(source):
-            rel_dir, name, uid = vault_path_parts(source)
-            dataset = from_vault(
-                rel_dir, name, uid, target, chunk_steps=chunk_steps,
-                trailing=trailing,  # type: ignore[arg-type]
-                agents=None if agents is None else [a.strip() for a in agents.split(",")],
-                restore=restore, progress=True)
-            typer.echo(f"wrote {dataset.total_episodes} episodes, {dataset.total_steps} steps "
-                       f"into {target}")
-            typer.echo(f"load it with: minari.load_dataset({target!r})")
-            return
-        rel_dir, name, uid = _vault_target(target)
-        path = to_vault(source, rel_dir, name, uid, chunk_steps=chunk_steps,
-                        compression=_compression(compression),
-                        dones=dones,  # type: ignore[arg-type]
-                        state=state,  # type: ignore[arg-type]
-                        seeds=seeds, progress=True)
-    except (MarlMinariError, ValueError, FileNotFoundError, FileExistsError) as exc:
-        raise _fail(exc) from None
+    if is_vault(source):
+        parse_dataset_id(target)
+        rel_dir, name, uid = vault_path_parts(source)
+        dataset = from_vault(
+            rel_dir, name, uid, target, chunk_steps=chunk_steps, trailing=trailing.value,
+            agents=None if agents is None else [a.strip() for a in agents.split(",")],
+            restore=restore, progress=True)
+        typer.echo(f"wrote {dataset.total_episodes} episodes, {dataset.total_steps} steps "
+                   f"into {target}")
+        typer.echo(f"load it with: minari.load_dataset({target!r})")
+        return
+    rel_dir, name, uid = _vault_target(target)
+    _require_dataset(source, download=download)
+    path = to_vault(source, rel_dir, name, uid, chunk_steps=chunk_steps,
+                    compression=COMPRESSORS[compression], dones=dones.value, state=state.value,
+                    seeds=seeds, progress=True)
     typer.echo(f"wrote vault {path}")
     typer.echo(f"read it with: flashbax.vault.Vault({name!r}, rel_dir={str(rel_dir)!r}, "
                f"vault_uid={uid!r}).read()")
+
+
+def _require_dataset(source: str, *, download: bool) -> None:
+    """``source`` is a local dataset id (or fetched with ``download``); a path that is no vault
+    gets "no vault at", with what its nearest existing folder holds."""
+    try:
+        parse_dataset_id(source)
+    except InvalidDatasetIdError:
+        raise DatasetNotFoundError(f"no vault at {source}: {_nearby(Path(source))}") from None
+    checks.require_local_dataset(source, download=download)
+
+
+def _nearby(path: Path) -> str:
+    """What the deepest existing folder on ``path`` holds, for a "no vault" message."""
+    missing = path
+    while not missing.parent.is_dir() and missing.parent != missing.parent.parent:
+        missing = missing.parent
+    if not missing.parent.is_dir() or missing.parent in (Path("."), Path("")):
+        return f"{missing} does not exist (a vault folder is rel_dir/vault_name/vault_uid)"
+    entries = sorted(p.name for p in missing.parent.iterdir() if p.is_dir())
+    shown = ", ".join(entries[:10]) + (", ..." if len(entries) > 10 else "")
+    return (f"{missing.parent} holds {shown or 'no folders'} (a vault folder is "
+            "rel_dir/vault_name/vault_uid)")
 
 
 def _vault_target(target: str) -> tuple[Path, str, str]:
@@ -85,25 +147,13 @@ def _vault_target(target: str) -> tuple[Path, str, str]:
     return path.parent.parent, path.parent.name, path.name
 
 
-def _compression(name: str) -> dict[str, Any] | None:
-    choices: dict[str, dict[str, Any] | None] = {
-        "gzip": {"id": "gzip", "level": 5}, "zstd": {"id": "zstd", "level": 3}, "none": None}
-    if name not in choices:
-        raise typer.BadParameter(f"compression must be gzip, zstd or none, got {name!r}",
-                                 param_hint="--compression")
-    return choices[name]
-
-
 def vault_info(
     path: Annotated[str, typer.Argument(help="A vault folder (rel_dir/vault_name/vault_uid).")],
 ) -> None:
     """Arrays, streams, length and provenance of a Flashbax vault."""
     from marl_minari.adapters._store import VaultReader
 
-    try:
-        reader = VaultReader(path)
-    except (MarlMinariError, ValueError) as exc:
-        raise _fail(exc) from None
+    reader = VaultReader(path)
     typer.echo(f"vault          {reader.path}")
     typer.echo(f"version        {reader.metadata.get('version')}")
     typer.echo(f"streams (B)    {reader.num_streams}")

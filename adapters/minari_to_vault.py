@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from marl_minari.errors import LayoutError
+from marl_minari.errors import InvalidOptionError, LayoutError
 from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, open_source
 from marl_minari.spaces import leaves, nest
 
@@ -100,9 +100,15 @@ def to_vault(
         DatasetExistsError: the vault exists.
         LayoutError: the dataset cannot be laid out as asked (empty, no state for
             ``state="env"``...).
-        InvalidOptionError: ``chunk_steps`` < 1.
+        InvalidOptionError: ``chunk_steps`` < 1, or ``dones`` or ``state`` is not one of the
+            values above.
     """
     check_chunk_steps(chunk_steps)
+    for option, value, allowed in (("dones", dones, (None, *get_args(Dones))),
+                                   ("state", state, get_args(StateMode))):
+        if value not in allowed:
+            raise InvalidOptionError(f"{option} must be one of {', '.join(map(repr, allowed))}, "
+                                     f"got {value!r}")
     source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:

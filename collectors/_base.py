@@ -10,6 +10,7 @@ from typing import Any
 from marl_minari.builder import EpisodeBuilder
 from marl_minari.descriptor import Api, EnvDescriptor, describe_env
 from marl_minari.episode import MultiAgentEpisode
+from marl_minari.errors import EnvApiError
 from marl_minari.recording import Recording
 from marl_minari.spec import MultiAgentSpec
 
@@ -31,6 +32,24 @@ def state_space_of(env: Any) -> Any:
     return space
 
 
+def require_api(env: Any, api: Api) -> None:
+    """Refuse an env of the other PettingZoo API than the collector records.
+
+    Raises:
+        EnvApiError: naming the collector (and the conversion) that fits ``env``.
+    """
+    is_aec = callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))
+    if api == "parallel" and is_aec:
+        raise EnvApiError(
+            f"{type(env).__name__} is an AEC (turn-based) env: record it with "
+            "AECDataCollector, or convert it with pettingzoo.utils.aec_to_parallel first")
+    if api == "aec" and not is_aec:
+        raise EnvApiError(
+            f"{type(env).__name__} is not an AEC env (no agent_iter()/last()): record a "
+            "parallel env with ParallelDataCollector, or convert it with "
+            "pettingzoo.utils.parallel_to_aec first")
+
+
 class RecorderCore:
     """Episode building and durable storage for one wrapped environment.
 
@@ -49,6 +68,7 @@ class RecorderCore:
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any) -> None:
         agents = tuple(env.possible_agents)
+        require_api(env, api)
         self.spec = MultiAgentSpec(
             api=api,
             possible_agents=agents,
@@ -125,13 +145,13 @@ class DatasetRecorderMixin:
     """``create_dataset``/``add_to_dataset``/``close`` and the recording properties.
 
     Shared by both collectors; they provide ``env``, ``_core`` (a :class:`RecorderCore`),
-    ``_episode_callback`` and ``_save_unfinished(restart)``.
+    ``_episode_callback`` and ``_save_unfinished()``.
     """
 
     env: Any
     _core: RecorderCore
 
-    def _save_unfinished(self, restart: bool = False) -> None:
+    def _save_unfinished(self) -> None:
         raise NotImplementedError
 
     @property
@@ -158,11 +178,11 @@ class DatasetRecorderMixin:
         requirements: list[str] | None = None,
         extra_metadata: dict[str, Any] | None = None,
     ) -> Any:
-        """Create a Minari dataset from every episode recorded so far (Minari's signature).
+        """Create a Minari dataset from every episode finished so far (Minari's signature).
 
-        An episode still in progress is saved as truncated at its last step (unless all its
-        agents are already done), as Minari's ``DataCollector`` does; recording then goes on
-        into a fresh journal, continuing that episode from where it is.
+        An episode in progress is not cut: recording goes on, and the next ``create_dataset``
+        or ``add_to_dataset`` writes it whole, from its reset. To end it here, call ``reset``
+        first (it is then saved as truncated at its last step).
 
         Returns:
             The new :class:`~marl_minari.MultiAgentDataset` (``.minari`` is the plain
@@ -175,19 +195,32 @@ class DatasetRecorderMixin:
         from marl_minari.reader import load_dataset
 
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
-        self._save_unfinished(restart=True)
+        self._warn_in_progress(dataset_id)
         self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
             ref_min_score, ref_max_score, extra_metadata))
         return load_dataset(dataset_id)
 
     def add_to_dataset(self, dataset_id: str) -> Any:
-        """Append every episode recorded so far to the existing dataset ``dataset_id``."""
+        """Append every episode finished so far to the existing dataset ``dataset_id``.
+
+        As for :meth:`create_dataset`, an episode in progress is not cut.
+        """
         from marl_minari.reader import load_dataset
 
-        self._save_unfinished(restart=True)
+        self._warn_in_progress(dataset_id)
         self._core.add_to_dataset(dataset_id)
         return load_dataset(dataset_id)
+
+    def _warn_in_progress(self, dataset_id: str) -> None:
+        steps = self._core.builder.steps
+        if steps:
+            warnings.warn(
+                f"an episode in progress ({steps} steps so far) is not written to "
+                f"{dataset_id!r}: it goes whole into the next create_dataset/add_to_dataset "
+                "once it ends; call reset() first to save it here as truncated.",
+                stacklevel=3,
+            )
 
     def close(self) -> None:
         """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
@@ -208,12 +241,12 @@ def minari_metadata(
     extra: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """Keyword arguments for the writer, warning like Minari about missing provenance."""
-    for name, value in (("algorithm_name", algorithm_name), ("author", author),
-                        ("author_email", author_email), ("code_permalink", code_permalink),
-                        ("description", description)):
-        if value is None:
-            warnings.warn(f"`{name}` is not set: it helps others reuse and cite the dataset.",
-                          UserWarning, stacklevel=3)
+    missing = [name for name, value in (
+        ("algorithm_name", algorithm_name), ("author", author), ("author_email", author_email),
+        ("code_permalink", code_permalink), ("description", description)) if value is None]
+    if missing:
+        warnings.warn(f"{', '.join(missing)} not set: they help others reuse and cite the "
+                      "dataset.", UserWarning, stacklevel=3)
     return {
         "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
         "code_permalink": code_permalink, "description": description,

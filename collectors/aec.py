@@ -56,10 +56,12 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     computing a new one, so what a policy sees is exactly what is stored.
 
     Each finished episode (the step that removes the last agent) is appended to a durable
-    journal before ``step`` returns; an episode cut short by ``reset``, ``create_dataset`` or
-    ``close`` is saved before those return, marked truncated unless every remaining agent was
-    already terminated or truncated. :meth:`create_dataset` turns the journal into a Minari
-    dataset in the layout of ``docs/format.md`` (AEC section: ``docs/format-aec.md``).
+    journal before ``step`` returns; an episode cut short by ``reset`` or ``close`` is saved
+    before those return, marked truncated unless every remaining agent was already terminated
+    or truncated. ``create_dataset`` and ``add_to_dataset`` write the finished episodes only:
+    an episode in progress goes on and is written whole, from its reset, by a later call.
+    :meth:`create_dataset` turns the journal into a Minari dataset in the layout of
+    ``docs/format.md`` (AEC section: ``docs/format-aec.md``).
 
     Args:
         env: the turn-based environment to record.
@@ -125,7 +127,6 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         self._flags: dict[Any, tuple[bool, bool]] = {}
         # Rewards accumulated per agent since its last turn, as last() will report them.
         self._pending: dict[Any, Any] = {}
-        self._last_extras: dict[str, Any] = {}
         self._warned_rewards = False
         # Wrapper in the env's chain that holds each per-step attribute (read directly: going
         # through every wrapper's __getattr__ costs more than the recording itself).
@@ -177,9 +178,8 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             data = self._step_callback({"observations": observations, "infos": infos})
             observations, infos = data["observations"], data["infos"]
         self._pending = dict(self._handed_rewards())
-        self._last_extras = self._extras()
         self._core.builder.start(observations, infos, state=self._state(),
-                                 extras=self._last_extras, seed=seed, options=options)
+                                 extras=self._extras(), seed=seed, options=options)
 
     def observe(self, agent: Any) -> Any:
         """The agent's observation: the recorded one for live agents of the current row."""
@@ -220,9 +220,8 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
                                               data["rewards"])
             terminations, truncations = data["terminations"], data["truncations"]
             infos = data["infos"]
-        self._last_extras = self._extras()
         self._core.builder.add(actions, observations, rewards, terminations, truncations,
-                               infos, state=self._state(), extras=self._last_extras)
+                               infos, state=self._state(), extras=self._extras())
         if not self.agents:
             self._core.commit(cut=False, metadata_callback=self._episode_callback)
 
@@ -302,15 +301,11 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             return None
         return _copy_tree(self.env.state())
 
-    def _save_unfinished(self, restart: bool = False) -> None:
-        builder = self._core.builder
-        if builder.steps == 0:
+    def _save_unfinished(self) -> None:
+        if self._core.builder.steps == 0:
             return
         ended = bool(self._flags) and all(t or tr for t, tr in self._flags.values())
-        last_obs, last_infos = builder.last_row()
         self._core.commit(cut=not ended, metadata_callback=self._episode_callback)
-        if restart and self.agents:
-            builder.start(last_obs, last_infos, state=self._state(), extras=self._last_extras)
 
 
 def _owner(env: Any, name: str) -> Any:

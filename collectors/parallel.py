@@ -106,19 +106,26 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
 
     def step(self, actions: dict[Any, Any]) -> tuple[dict, dict, dict, dict, dict]:
         """Step the env and record the step; a finished episode is saved before returning."""
-        if not self._core.builder.started:
+        builder = self._core.builder
+        if not builder.started:
             return self.env.step(actions)
+        # Only agents that are live and observed at this row can act (training loops often
+        # pass an action for every possible agent, dead ones included).
+        can_act = set(self.env.agents).intersection(builder.last_row()[0])
         result = self.env.step(actions)
         obs, rewards, terms, truncs, infos = result
+        taken = {agent: action for agent, action in actions.items() if agent in can_act}
         if self._step_callback is not None:
-            data = self._step_callback({"observations": obs, "actions": actions,
+            data = self._step_callback({"observations": obs, "actions": taken,
                                         "rewards": rewards, "terminations": terms,
                                         "truncations": truncs, "infos": infos})
-            recorded = (data["actions"], data["observations"], data["rewards"],
+            taken = {agent: action for agent, action in data["actions"].items()
+                     if agent in can_act}
+            recorded = (taken, data["observations"], data["rewards"],
                         data["terminations"], data["truncations"], data["infos"])
         else:
-            recorded = (actions, obs, rewards, terms, truncs, infos)
-        self._core.builder.add(*recorded, state=self._state())
+            recorded = (taken, obs, rewards, terms, truncs, infos)
+        builder.add(*recorded, state=self._state())
         if not self.env.agents:
             self._core.commit(cut=False, metadata_callback=self._episode_callback)
         return result
@@ -132,11 +139,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         data = self._step_callback({"observations": observations, "infos": infos})
         return data["observations"], data["infos"]
 
-    def _save_unfinished(self, restart: bool = False) -> None:
-        builder = self._core.builder
-        if builder.steps == 0:
+    def _save_unfinished(self) -> None:
+        if self._core.builder.steps == 0:
             return
-        last_obs, last_infos = builder.last_row()
         self._core.commit(cut=True, metadata_callback=self._episode_callback)
-        if restart and self.env.agents:
-            builder.start(last_obs, last_infos, state=self._state())

@@ -13,16 +13,10 @@ import numpy as np
 from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import InfoStructureError, StepDataError
+from marl_minari.returns import team_rewards
 from marl_minari.spaces import leaves, nest, stack
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import check_options
-
-_AGGREGATE = {
-    "sum": lambda r, m: np.where(m, r, 0.0).sum(axis=1),
-    "mean": lambda r, m: np.where(m, r, 0.0).sum(axis=1) / np.maximum(m.sum(axis=1), 1),
-    "max": lambda r, m: np.where(m.any(axis=1), np.where(m, r, -np.inf).max(axis=1), 0.0),
-    "min": lambda r, m: np.where(m.any(axis=1), np.where(m, r, np.inf).min(axis=1), 0.0),
-}
 
 
 class EpisodeBuilder:
@@ -150,7 +144,7 @@ class EpisodeBuilder:
             active=np.array([[a in o for a in agents] for o in self._obs], dtype=bool),
             acted=np.array([[act.get(a) is not None for a in agents] for act in self._actions],
                            dtype=bool),
-            team_rewards=_AGGREGATE[self.spec.reward_aggregation](rewards, rewarded),
+            team_rewards=team_rewards(rewards, rewarded, self.spec.reward_aggregation),
             episode_terminations=ends_t,
             episode_truncations=ends_tr,
             state=self._stack_state(),

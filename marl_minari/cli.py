@@ -2,21 +2,49 @@
 
 from __future__ import annotations
 
-import json
+import functools
+from enum import StrEnum
 from typing import Annotated, Any
 
 import numpy as np
 import typer
 from tqdm.auto import tqdm
 
+from marl_minari import cli_checks as checks
+from marl_minari.cli_errors import DEBUG_ENV_VAR, CommandGroup, install_warning_format
+from marl_minari.ids import dataset_dir, parse_dataset_id
+
 app = typer.Typer(
     name="marl-minari",
     help="Record, inspect, convert and publish multi-agent Minari datasets.",
     no_args_is_help=True,
     add_completion=False,
+    cls=CommandGroup,
+    # Help texts are plain text: URLs such as s3://bucket[/prefix] are not rich markup.
+    rich_markup_mode=None,
+    epilog="Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
+           "130 interrupted. See docs/cli.md.",
 )
 
 DEFAULT_ENV = "mpe2/simple_spread_v3"
+
+
+class ApiChoice(StrEnum):
+    """PettingZoo APIs an env can be recorded through."""
+
+    parallel = "parallel"
+    aec = "aec"
+
+
+@app.callback()
+def root(
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV_VAR,
+        help="Show the full traceback of a failure instead of one 'error:' line "
+             f"(or set {DEBUG_ENV_VAR}=1).")] = False,
+) -> None:
+    """Options of every command."""
+    del debug  # read by CommandGroup when a command fails
 
 
 @app.command()
@@ -27,40 +55,66 @@ def collect(
     episodes: Annotated[int, typer.Option(help="Episodes to record.", min=1)] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then +1 each).")] = 0,
     dataset_id: Annotated[str | None, typer.Option(
-        help="Dataset id; default <env>/random-vN with the next free N.")] = None,
-    api: Annotated[str | None, typer.Option(
-        help="parallel or aec; default: parallel where the env supports it.")] = None,
-    jpeg_encoding: Annotated[bool, typer.Option(help="JPEG-encode image observations.")] = True,
-    record_infos: Annotated[bool, typer.Option(help="Record per-agent info dicts.")] = False,
-    env_kwargs: Annotated[str, typer.Option(help="JSON keyword arguments for the env.")] = "{}",
-    author: Annotated[str | None, typer.Option()] = None,
-    author_email: Annotated[str | None, typer.Option()] = None,
-    code_permalink: Annotated[str | None, typer.Option()] = None,
-    description: Annotated[str | None, typer.Option()] = None,
+        callback=checks.dataset_id,
+        help="Dataset id, (namespace/)name-vN; default <env>/random-vN with the next free "
+             "N. Must not exist yet, unless --append.")] = None,
+    append: Annotated[bool, typer.Option(
+        "--append", help="Add the episodes to the existing dataset --dataset-id (same env and "
+             "spaces) instead of creating a new one.")] = False,
+    api: Annotated[ApiChoice | None, typer.Option(
+        help="PettingZoo API to record through; default: parallel where the env supports "
+             "it, else aec.")] = None,
+    env_kwargs: Annotated[dict[str, Any], typer.Option(
+        parser=checks.json_object, metavar="JSON",
+        help="""Keyword arguments for the env, as a JSON object: '{"max_cycles": 50}'.""")
+    ] = "{}",  # type: ignore[assignment]
+    jpeg_encoding: Annotated[bool, typer.Option(
+        help="JPEG-encode image observations, as Minari does (lossy).")] = True,
+    record_infos: Annotated[bool, typer.Option(
+        help="Record the agents' info dicts (action masks are always kept).")] = False,
+    record_state: Annotated[bool, typer.Option(
+        help="Record the env's global state() at every step when it has one.")] = True,
+    author: Annotated[str | None, typer.Option(
+        help="Author of the dataset (Minari metadata), for others to cite it.")] = None,
+    author_email: Annotated[str | None, typer.Option(
+        help="Contact email of the author (Minari metadata).")] = None,
+    code_permalink: Annotated[str | None, typer.Option(
+        help="Link to the code that made the dataset (Minari metadata).")] = None,
+    description: Annotated[str | None, typer.Option(
+        help="What the dataset holds; default '<N> episodes of <env> (<api> api)'.")] = None,
+    license: Annotated[str | None, typer.Option(  # noqa: A002 - the metadata key's name
+        help="License of the data (an SPDX id such as CC-BY-4.0), stored in the metadata "
+             "and shown on dataset cards.")] = None,
 ) -> None:
     """Record episodes of a PettingZoo env with a random (legal-action) policy."""
-    import warnings
-
     from marl_minari.collect import collect as run_collect
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`\w+` is not set")
-        dataset = run_collect(
-            env_id, episodes=episodes, seed=seed, dataset_id=dataset_id, api=api,
-            jpeg_encoding=jpeg_encoding, record_infos=record_infos,
-            env_kwargs=json.loads(env_kwargs), author=author, author_email=author_email,
-            code_permalink=code_permalink, description=description, progress=True,
-        )
-    typer.echo(f"recorded {dataset.total_episodes} episodes, {dataset.total_steps} steps "
-               f"into {dataset.minari.spec.dataset_id}")
-    typer.echo(f"load it with: minari.load_dataset({dataset.minari.spec.dataset_id!r})")
+    metadata: dict[str, Any] = {"author": author, "author_email": author_email,
+                                "code_permalink": code_permalink, "description": description}
+    if license is not None:
+        metadata["extra_metadata"] = {"license": license}
+    dataset = run_collect(
+        env_id, episodes=episodes, seed=seed, dataset_id=dataset_id,
+        api=None if api is None else api.value, jpeg_encoding=jpeg_encoding,
+        record_infos=record_infos, record_state=record_state, env_kwargs=env_kwargs,
+        append=append, progress=True,
+        **({} if append else {k: v for k, v in metadata.items() if v is not None}),
+    )
+    dataset_id = dataset.minari.spec.dataset_id
+    verb = "appended to" if append else "recorded into"
+    typer.echo(f"{verb} {dataset_id}: now {dataset.total_episodes} episodes, "
+               f"{dataset.total_steps} steps")
+    typer.echo(f"wrote {dataset_dir(dataset_id)}")
+    typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")
 
 
 @app.command()
-def info(dataset_id: Annotated[str, typer.Argument(help="Dataset id.")]) -> None:
+def info(dataset_id: Annotated[str, typer.Argument(
+        callback=checks.dataset_id, help="Local dataset id.")]) -> None:
     """Agents, spaces, counts and per-agent return statistics of a dataset."""
     from marl_minari.reader import load_dataset
 
+    checks.require_local_dataset(dataset_id)
     dataset = load_dataset(dataset_id)
     spec = dataset.spec
     arrays = dataset.to_arrays()
@@ -99,12 +153,20 @@ def recover(
         return
     if dataset_id is None:
         raise typer.BadParameter("give the id of the dataset to create", param_hint="DATASET_ID")
+    parse_dataset_id(dataset_id)  # a malformed id fails before the recording is read
     target = recover_recording(recording, dataset_id)
     typer.echo(f"recovered into {dataset_id} ({target})")
 
 
 def _short(space: Any) -> str:
     return " ".join(repr(space).split())
+
+
+@functools.cache
+def full_app() -> typer.Typer:
+    """The ``marl-minari`` app with the subpackages' commands registered (once)."""
+    _register_optional_commands()
+    return app
 
 
 def _register_optional_commands() -> None:
@@ -126,7 +188,7 @@ def _register_optional_commands() -> None:
 
 def main() -> None:
     """Entry point of the ``marl-minari`` command."""
-    _register_optional_commands()
     np.set_printoptions(precision=3, suppress=True)
     tqdm.monitor_interval = 0
-    app()
+    install_warning_format()
+    full_app()(prog_name="marl-minari")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,36 +24,54 @@ def describe_command(
         help="Write a PNG of the statistics (all datasets side by side with --compare).")] = None,
     card: Annotated[Path | None, typer.Option(
         "--card", metavar="FILE",
-        help="Write a dataset card (Markdown) with a statistics.png next to it; "
-             "<dataset folder>/README.md is published with the dataset.")] = None,
+        help="Write a dataset card (Markdown) with a statistics.png next to it (or linking "
+             "the --plot file when it shows only this dataset); <dataset folder>/README.md is "
+             "published with the dataset.")] = None,
     compare: Annotated[list[str] | None, typer.Option(
         "--compare", metavar="OTHER",
         help="Another dataset or vault to describe and plot alongside (repeatable).")] = None,
+    license: Annotated[str | None, typer.Option(
+        "--license", metavar="LICENSE",
+        help="License of the dataset card's front matter (e.g. cc-by-4.0; default: the "
+             "dataset metadata's license, else unknown).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the statistics as JSON (a list with --compare).")] = False,
-    chunk_steps: Annotated[int, typer.Option(
-        help="Steps read at a time (memory is proportional to it).", min=1)] = 262_144,
+    chunk_steps: Annotated[int | None, typer.Option(
+        help="Steps read at a time (memory is proportional to it; default "
+             "marl_minari.sources.DEFAULT_CHUNK_STEPS, 65,536).", min=1)] = None,
 ) -> None:
     """Statistics of a dataset or vault: episodes, returns, actions, inactive agents."""
     import warnings
 
-    from marl_minari.describe import dataset_card, describe, plot_descriptions
+    from marl_minari.describe import card_plot_path, dataset_card, describe, plot_descriptions
 
     sources = [source, *(compare or [])]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        descriptions = [describe(item, chunk_steps=chunk_steps, progress=not as_json)
+        # The library's one default applies unless the option is given.
+        options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
+        descriptions = [describe(item, progress=not as_json, **options)
                         for item in sources]
     if as_json:
         payload = [d.to_dict() for d in descriptions]
         typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
     else:
         typer.echo("\n\n".join(d.to_text() for d in descriptions))
+    written: list[tuple[str, Path]] = []
+    # the card's plot shows its one dataset: when --plot draws exactly that, the card links
+    # the --plot file instead of drawing the same figure again
+    card_plot: bool | Path = True
     if plot is not None:
-        written = plot_descriptions(descriptions, plot)
-        if not as_json:
-            typer.echo(f"plot written to {written}")
+        if card is not None and len(descriptions) == 1:
+            card_plot = plot
+        else:
+            written.append(("plot", plot_descriptions(descriptions, plot)))
     if card is not None:
-        written = dataset_card(descriptions[0], card)
-        if not as_json:
-            typer.echo(f"dataset card written to {written}")
+        image = card_plot_path(card, card_plot)
+        written.append(("dataset card", dataset_card(descriptions[0], card, plot=card_plot,
+                                                     license=license)))
+        if image is not None:
+            written.append(("plot", image))
+    for what, path in written:
+        # with --json, stdout stays one JSON document
+        typer.echo(f"{what} written to {path}", err=as_json)

@@ -15,7 +15,7 @@ import re
 import sys
 import warnings
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from marl_minari.errors import EnvDescriptorError
@@ -56,9 +56,23 @@ class EnvDescriptor:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EnvDescriptor:
-        """Rebuild a descriptor from :meth:`to_dict` output."""
+        """Rebuild a descriptor from :meth:`to_dict` output.
+
+        Keys this version does not know (a newer writer's) are ignored with a warning, so that
+        newer datasets stay readable; missing required keys (``api``, ``entry_point``) raise.
+        """
+        if not isinstance(data, dict):
+            raise EnvDescriptorError(f"not an env descriptor: {data!r} (expected a JSON object)")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(key) for key in data if key not in known)
+        if unknown:
+            warnings.warn(
+                f"env descriptor keys {unknown} are unknown to this marl-minari and ignored "
+                "(written by a newer version?); upgrade marl-minari to use them.",
+                stacklevel=2,
+            )
         try:
-            return cls(**data)
+            return cls(**{key: value for key, value in data.items() if key in known})
         except TypeError as exc:
             raise EnvDescriptorError(f"not an env descriptor: {data!r} ({exc})") from exc
 
@@ -203,10 +217,39 @@ def _resolve(env_id: str, api: Api) -> tuple[str, str | None]:
         except ImportError:
             continue
         return f"{candidate}:{'parallel_env' if api == 'parallel' else 'env'}", None
+    close = close_env_ids(env_id)
+    if close:
+        raise EnvDescriptorError(f"unknown env {env_id!r}: did you mean {', '.join(close)}?")
     raise EnvDescriptorError(
         f"cannot find env {env_id!r}: not in PettingZoo's registry, and none of {tried} imports. "
-        "Install its package (e.g. pip install 'marl-minari[envs]') or pass 'module:attr'."
+        "Check the id, install the package that provides it (e.g. pip install "
+        "'marl-minari[envs]' for PettingZoo's and mpe2's envs) or pass 'module:attr'."
     )
+
+
+def close_env_ids(env_id: str, limit: int = 3) -> list[str]:
+    """Known env ids close to ``env_id``: PettingZoo's registry and mpe2's modules, written
+    with ``_vN`` or ``-vN`` as ``env_id`` is."""
+    import difflib
+    import pkgutil
+
+    import pettingzoo
+
+    known = {re.sub(r"-v(?=\d+$)", "_v", key)
+             for registry in (pettingzoo.parallel_registry, pettingzoo.aec_registry)
+             for key in registry}
+    try:
+        import mpe2
+    except ImportError:
+        pass
+    else:
+        known |= {f"mpe2/{m.name}" for m in pkgutil.iter_modules(mpe2.__path__)
+                  if re.search(r"_v\d+$", m.name)}
+    typed = re.sub(r"-v(?=\d+$)", "_v", env_id.strip())
+    close = difflib.get_close_matches(typed, sorted(known), n=limit, cutoff=0.8)
+    if re.search(r"-v\d+$", env_id):
+        close = [re.sub(r"_v(?=\d+$)", "-v", c) for c in close]
+    return close
 
 
 def _load(entry_point: str) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_minari.returns import episode_returns
 from marl_minari.spaces import Tree, tree_rows
 
 
@@ -62,8 +63,8 @@ class MultiAgentEpisode:
 
     @property
     def returns(self) -> dict[str, float]:
-        """Undiscounted return of every agent."""
-        sums = self.rewards.sum(axis=0)
+        """Undiscounted return of every agent (summed as :mod:`marl_minari.returns` defines)."""
+        sums = episode_returns(self.rewards, [self.total_steps])[0]
         return {agent: float(sums[i]) for i, agent in enumerate(self.possible_agents)}
 
     @property

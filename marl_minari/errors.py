@@ -17,6 +17,14 @@ class InvalidDatasetIdError(MarlMinariError, ValueError):
     """A dataset id does not follow Minari's ``(namespace/)name-vN`` form."""
 
 
+class InvalidOptionError(MarlMinariError, ValueError):
+    """An option has a value outside the ones it accepts (the message lists them)."""
+
+
+class EnvApiError(MarlMinariError, TypeError):
+    """An environment of one PettingZoo API was given where the other one is needed."""
+
+
 class DatasetExistsError(MarlMinariError, FileExistsError):
     """A dataset (or a published version of it) already exists and will not be overwritten."""
 
@@ -57,9 +65,12 @@ class RemoteError(MarlMinariError, RuntimeError):
     """A registry remote failed or refused an operation."""
 
 
-class InvalidOptionError(MarlMinariError, ValueError):
-    """An argument or option has a value the library cannot use (names the option and the
-    values it takes)."""
+class UnknownAgentError(MarlMinariError, KeyError):
+    """An agent name that the dataset or environment does not have."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its message; show it as written, like the other errors.
+        return str(self.args[0]) if self.args else ""
 
 
 class NotADatasetError(MarlMinariError, TypeError):

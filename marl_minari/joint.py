@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
 from marl_minari.descriptor import EnvDescriptor
+from marl_minari.returns import team_rewards
 from marl_minari.spaces import fill_rows, map_tree
 
 
@@ -112,8 +112,10 @@ class JointEnv(gym.Env):
         return self._joint({a: env.observe(a) for a in env.agents})
 
     def _reward(self, rewards: dict[str, float]) -> float:
-        values = np.asarray(list(rewards.values()), dtype=np.float64)
-        return _aggregate(values, self.reward_aggregation)
+        # The dataset's team reward: agents in possible_agents order, as recorded.
+        values = [[float(rewards.get(a, 0.0)) for a in self.agents_order]]
+        rewarded = [[a in rewards for a in self.agents_order]]
+        return float(team_rewards(values, rewarded, self.reward_aggregation)[0])
 
     def _ended(self, truncations: dict[str, bool]) -> tuple[bool, bool]:
         ended = not self.pettingzoo_env.agents
@@ -125,8 +127,3 @@ class JointEnv(gym.Env):
                 for a in self.agents_order}
 
 
-def _aggregate(values: np.ndarray, how: str) -> float:
-    if values.size == 0:
-        return 0.0
-    reducers: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-    return float(reducers[how](values))

@@ -36,19 +36,11 @@ def export_rllib_command(
     overwrite: Annotated[bool, typer.Option(help="Replace a previous export in OUT.")] = False,
 ) -> None:
     """Export agent-steps as Parquet for RLlib's offline API (AlgorithmConfig.offline_data)."""
-    try:
-        import ray
-    except ModuleNotFoundError:
-        typer.echo('this command needs Ray: pip install "marl-minari[ray]"', err=True)
-        raise typer.Exit(1) from None
-    from marl_minari.errors import MarlMinariError
+    import ray  # a missing ray is reported with its install command (cli_errors)
+
     from marl_minari.ray_data import episode_steps, export_rllib, open_source
 
-    try:
-        sources = [open_source(dataset)]
-    except MarlMinariError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    sources = [open_source(dataset)]
     mapping: dict[str, str] | None
     if modules == "pooled":
         mapping = None
@@ -70,14 +62,10 @@ def export_rllib_command(
     from ray.data import DataContext
 
     DataContext.get_current().enable_progress_bars = True
-    try:
-        result = export_rllib(sources, out, policy_mapping_fn=mapping, obs_key=obs_key,
-                              obs_dtype=None if keep_obs_dtype else "float32",
-                              include_infos=include_infos, override_num_blocks=read_tasks,
-                              overwrite=overwrite)
-    except (MarlMinariError, FileExistsError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    result = export_rllib(sources, out, policy_mapping_fn=mapping, obs_key=obs_key,
+                          obs_dtype=None if keep_obs_dtype else "float32",
+                          include_infos=include_infos, override_num_blocks=read_tasks,
+                          overwrite=overwrite)
     for module in result.modules.values():
         typer.echo(f"module {module.module_id}: {module.rows} agent-steps of "
                    f"{', '.join(module.agents)} in {module.path}")

@@ -28,6 +28,7 @@ from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
+from marl_minari.returns import episode_returns
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
 from marl_minari.spec import MultiAgentSpec
 
@@ -170,9 +171,8 @@ class MultiAgentArrays:
         return self.obs_rows + 1
 
     def returns(self) -> np.ndarray:
-        """``(E, N)`` undiscounted per-agent return of every episode."""
-        return np.add.reduceat(self.rewards, self.step_starts, axis=0) if len(
-            self.rewards) else np.zeros((0, len(self.possible_agents)))
+        """``(E, N)`` undiscounted per-agent return of every episode (as ``episode(i).returns``)."""
+        return episode_returns(self.rewards, self.episode_lengths)
 
     def episode(self, position: int) -> MultiAgentEpisode:
         """The ``position``-th episode of these arrays as a :class:`MultiAgentEpisode`."""

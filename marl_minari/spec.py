@@ -113,7 +113,16 @@ class MultiAgentSpec:
                 f"dataset {metadata.get('dataset_id')!r} uses layout version {version!r}; this "
                 f"marl-minari reads up to {layout.LAYOUT_VERSION}. Upgrade marl-minari."
             )
-        agents = tuple(marl[layout.META_POSSIBLE_AGENTS])
+        api, agents_list = marl.get(layout.META_API), marl.get(layout.META_POSSIBLE_AGENTS)
+        if api not in ("parallel", "aec") or not isinstance(agents_list, list) or not all(
+                isinstance(a, str) for a in agents_list):
+            raise LayoutError(
+                f"dataset {metadata.get('dataset_id')!r}: '{layout.METADATA_KEY}' metadata needs "
+                f"'{layout.META_API}' (\"parallel\" or \"aec\", got {api!r}) and "
+                f"'{layout.META_POSSIBLE_AGENTS}' (a list of agent names, got {agents_list!r}); "
+                "see docs/format.md."
+            )
+        agents = tuple(agents_list)
         if not isinstance(observation_space, spaces.Dict) or not isinstance(
             action_space, spaces.Dict
         ) or set(observation_space.spaces) != set(agents) or set(action_space.spaces) != set(
@@ -125,15 +134,21 @@ class MultiAgentSpec:
             )
         env = marl.get(layout.META_ENV)
         state_space = marl.get(layout.META_STATE_SPACE)
+        aggregation = marl.get(layout.META_REWARD_AGGREGATION, "sum")
+        if aggregation not in layout.REWARD_AGGREGATIONS:
+            raise LayoutError(
+                f"dataset {metadata.get('dataset_id')!r}: '{layout.META_REWARD_AGGREGATION}' is "
+                f"{aggregation!r}, not one of {list(layout.REWARD_AGGREGATIONS)}"
+            )
         known = {getattr(layout, k) for k in dir(layout) if k.startswith("META_")}
         return cls(
-            api=marl[layout.META_API],
+            api=api,
             possible_agents=agents,
             observation_spaces={a: observation_space[a] for a in agents},
             action_spaces={a: action_space[a] for a in agents},
             state_space=None if state_space is None else deserialize_space(state_space),
             env=None if env is None else EnvDescriptor.from_dict(env),
-            reward_aggregation=marl.get(layout.META_REWARD_AGGREGATION, "sum"),
+            reward_aggregation=aggregation,
             record_infos=bool(marl.get(layout.META_RECORD_INFOS, False)),
             extra={k: v for k, v in marl.items() if k not in known},
         )

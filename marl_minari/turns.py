@@ -32,6 +32,7 @@ from marl_minari import layout
 from marl_minari.errors import InvalidOptionError
 from marl_minari.legal_actions import recorded_mask
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.returns import sequential_sums
 from marl_minari.spaces import Tree, map_tree
 
 
@@ -133,7 +134,7 @@ def agent_transitions(
     episode = obs_episode[turn_rows]
     end_steps = next_rows - episode  # (global) step after the last one credited
 
-    rewards = _sequential_sums(arrays.rewards[:, column], acting_steps, end_steps)
+    rewards = sequential_sums(arrays.rewards[:, column], acting_steps, end_steps)
     flag_steps = end_steps - 1  # per-agent flags of observation row b live at step b - 1
     terminated = arrays.terminations[flag_steps, column].astype(bool)
     data_ends = next_rows == final_rows[episode]
@@ -161,20 +162,3 @@ def agent_transitions(
     )
 
 
-def _sequential_sums(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``sum(values[s:e])`` for every pair, added left to right from ``0.0``.
-
-    The order matches how an AEC env accumulates ``_cumulative_rewards``, so the sums equal
-    what ``last()`` returned bit for bit (numpy's pairwise ``sum`` could differ in the last
-    bits for long segments of non-representable rewards).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    totals = np.zeros(len(starts), dtype=np.float64)
-    counts = ends - starts
-    live = np.flatnonzero(counts > 0)
-    offset = 0
-    while live.size:
-        totals[live] = totals[live] + values[starts[live] + offset]
-        offset += 1
-        live = live[counts[live] > offset]
-    return totals

@@ -2,7 +2,8 @@
 
 Plain functions with typer-annotated parameters; :func:`register` adds them to the
 ``marl-minari`` app (``marl-minari publish``, ``marl-minari remote list``,
-``marl-minari download``). Transfers show tqdm progress bars on a terminal.
+``marl-minari download``). Transfers show tqdm progress bars on a terminal. Failures are
+reported by the command line's error policy (:mod:`marl_minari.cli_errors`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,10 @@ from typing import Annotated
 
 import typer
 
-from marl_minari.errors import MarlMinariError
-
 RemoteOption = Annotated[str | None, typer.Option(
     "--remote", "-r",
     help="Registry: file:///dir, a directory path, s3://bucket[/prefix], http(s)://host/path "
          "(read-only). Default: $MARL_MINARI_REGISTRY or ~/.minari/registry.")]
-
-
-def _fail(exc: MarlMinariError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code=1)
 
 
 def publish(
@@ -33,11 +27,8 @@ def publish(
     """Validate a local dataset and publish it (with its combined datasets) to a registry."""
     from marl_minari.registry import publish as run_publish
 
-    try:
-        result = run_publish(dataset_id, remote, allow_single_agent=allow_single_agent,
-                             progress=True)
-    except MarlMinariError as exc:
-        raise _fail(exc) from None
+    result = run_publish(dataset_id, remote, allow_single_agent=allow_single_agent,
+                         progress=True)
     for current, outcome in result.outcomes.items():
         typer.echo(f"{outcome:<10} {current}")
     typer.echo(f"{dataset_id}: {len(result.manifest.files)} files, "
@@ -52,10 +43,7 @@ def remote_list(
     from marl_minari.registry import list_datasets, resolve_remote
     from marl_minari.registry.storage import scrub
 
-    try:
-        found = list_datasets(remote, prefix=prefix)
-    except MarlMinariError as exc:
-        raise _fail(exc) from None
+    found = list_datasets(remote, prefix=prefix)
     if not found:
         typer.echo(f"no datasets on {scrub(resolve_remote(remote))}")
         return
@@ -76,10 +64,7 @@ def download(
     """Download a dataset, verify every file against its manifest, install it atomically."""
     from marl_minari.registry import download as run_download
 
-    try:
-        path = run_download(dataset_id, remote, force=force, progress=True)
-    except MarlMinariError as exc:
-        raise _fail(exc) from None
+    path = run_download(dataset_id, remote, force=force, progress=True)
     typer.echo(f"downloaded {dataset_id} to {path}")
     typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")
 

@@ -1,46 +1,73 @@
-"""README's Python examples run as written, in order, against a fresh datasets root."""
+"""README's examples run as written: each Python block alone, in a fresh process, in order,
+against a fresh datasets root; the command-line examples use their own vault paths."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+OG_MARL_VAULT = re.compile(r"vaults/[\w.-]+/[\w.-]+/[\w.-]+\.vlt/[\w.-]+")
+"""OG-MARL's vault paths: ``vaults/<source>/<env>/<scenario>.vlt/<uid>``."""
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
 
 
 def test_readme_has_examples_for_every_feature() -> None:
-    text = "\n".join(python_blocks())
+    text = "\n".join(blocks("python"))
     for feature in ("ParallelDataCollector", "AECDataCollector", "to_vault", "from_vault",
                     "make_buffer", "describe", "registry.publish", "minari.load_dataset",
                     "read_dataset", "export_rllib"):
         assert feature in text, feature
 
 
-def run_blocks(blocks: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MARL_MINARI_REGISTRY", str(tmp_path / "registry"))
-    namespace: dict[str, object] = {"__name__": "__readme__"}
-    for number, block in enumerate(blocks):
-        exec(compile(block, f"README.md block {number}", "exec"), namespace)  # noqa: S102
+def run_alone(number: int, block: str, folder: Path) -> None:
+    """Run one block as a script of its own, the way a user pastes it into a fresh Python."""
+    script = folder / f"readme_block_{number}.py"
+    script.write_text(block)
+    env = {**os.environ, "MARL_MINARI_REGISTRY": str(folder / "registry")}
+    done = subprocess.run([sys.executable, str(script)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"README block {number}:\n{block}\n{done.stderr[-3000:]}"
 
 
-def test_readme_python_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every block but the Ray one, in order, with the core install."""
-    run_blocks([b for b in python_blocks() if "import ray" not in b], tmp_path, monkeypatch)
+def test_readme_python_examples_run(tmp_path: Path) -> None:
+    """Every block but the Ray one, each in its own process, with the core install."""
+    for number, block in enumerate(blocks("python")):
+        if "import ray" not in block:
+            run_alone(number, block, tmp_path)
     assert (tmp_path / "compare.png").stat().st_size > 0
     assert (tmp_path / "registry").exists()
+    assert (tmp_path / "vaults" / "minari" / "spread" / "readme.vlt" / "Random").is_dir()
 
 
-def test_readme_ray_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every block including Ray's; needs the ``ray`` extra, which CI installs."""
-    ray = pytest.importorskip("ray", reason="README's Ray example needs: pip install -e '.[ray]'")
-    if ray.is_initialized():  # the example starts its own Ray, as a user's script would
-        ray.shutdown()
-    run_blocks(python_blocks(), tmp_path, monkeypatch)
+def test_readme_ray_example_runs(tmp_path: Path) -> None:
+    """The Ray block, in its own process after the recording block it reads; needs the
+    ``ray`` extra, which CI installs."""
+    pytest.importorskip("ray", reason="README's Ray example needs: pip install -e '.[ray]'")
+    python = blocks("python")
+    run_alone(0, python[0], tmp_path)
+    ray_block = next(i for i, block in enumerate(python) if "import ray" in block)
+    run_alone(ray_block, python[ray_block], tmp_path)
     assert any((tmp_path / "rllib-data").rglob("*.parquet"))
+
+
+def test_readme_vault_paths_are_distinct_and_og_marl_style() -> None:
+    """Running the Python examples and then the command-line ones never writes one vault
+    twice, and every vault path follows OG-MARL's convention."""
+    python = "\n".join(blocks("python"))
+    python_vaults = {f"vaults/{name}/{uid}" for name, uid in
+                     re.findall(r'to_vault\([^)]*"vaults", "([^"]+)", "([^"]+)"\)', python)}
+    cli_vaults = {m for line in "\n".join(blocks("bash")).splitlines()
+                  if "convert" in line for m in OG_MARL_VAULT.findall(line)}
+    assert python_vaults and cli_vaults
+    for path in python_vaults | cli_vaults:
+        assert OG_MARL_VAULT.fullmatch(path), path
+    assert not python_vaults & cli_vaults

@@ -18,25 +18,32 @@ from __future__ import annotations
 
 from marl_minari.describe._describe import DEFAULT_CHUNK_STEPS, describe
 from marl_minari.describe._sources import SINGLE_AGENT
-from marl_minari.describe.card import dataset_card, size_category
+from marl_minari.describe.card import CARD_PLOT_NAME, card_plot_path, dataset_card, size_category
 from marl_minari.describe.plots import (
     MANY_ACTIONS,
+    MANY_AGENTS,
     PANEL_SIZE,
     PLOT_COLUMNS,
+    Panel,
+    draw_descriptions,
     plot_descriptions,
     plot_layout,
+    plot_panels,
 )
 from marl_minari.describe.results import (
     ActionKind,
     ActionSummary,
     AgentDescription,
     DatasetDescription,
+    Outcome,
     SourceKind,
     Summary,
 )
 
 __all__ = [
-    "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "PANEL_SIZE", "PLOT_COLUMNS", "SINGLE_AGENT",
-    "ActionKind", "ActionSummary", "AgentDescription", "DatasetDescription", "SourceKind",
-    "Summary", "dataset_card", "describe", "plot_descriptions", "plot_layout", "size_category",
+    "CARD_PLOT_NAME", "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "MANY_AGENTS", "PANEL_SIZE",
+    "PLOT_COLUMNS", "SINGLE_AGENT", "ActionKind", "ActionSummary", "AgentDescription",
+    "DatasetDescription", "Outcome", "Panel", "SourceKind", "Summary", "card_plot_path",
+    "dataset_card", "describe", "draw_descriptions", "plot_descriptions", "plot_layout",
+    "plot_panels", "size_category",
 ]

@@ -12,6 +12,8 @@ from marl_minari.describe._format import _action_text, _env_name, _num
 from marl_minari.describe.plots import plot_descriptions
 from marl_minari.describe.results import DatasetDescription, Summary
 
+CARD_PLOT_NAME: Final = "statistics.png"
+"""File name of the plot :func:`dataset_card` writes next to the card by default."""
 _SIZE_CATEGORIES: Final = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
                            (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"),
                            (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"),
@@ -41,7 +43,7 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
         description: what :func:`describe` returned.
         path: the Markdown file to write.
         plot: ``True`` writes ``statistics.png`` next to the card; a path writes the plot
-            there; ``False`` writes no plot.
+            there; ``False`` writes no plot (:func:`card_plot_path` says where it goes).
         license: the ``license`` front-matter value (default: the dataset metadata's
             ``license``, else ``unknown``).
         tags: extra tags.
@@ -51,17 +53,24 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    image: Path | None = None
-    if plot is True:
-        image = target.parent / "statistics.png"
-    elif plot is not False:
-        image = Path(plot)  # type: ignore[arg-type]
+    image = card_plot_path(target, plot)
     if image is not None:
         plot_descriptions([description], image)
     link = None if image is None else Path(
         os.path.relpath(image.resolve(), target.parent.resolve())).as_posix()
     target.write_text(_card_text(description, link, license, tags), encoding="utf-8")
     return target
+
+
+def card_plot_path(card: str | os.PathLike[str], plot: bool | str | os.PathLike[str] = True
+                   ) -> Path | None:
+    """Where :func:`dataset_card` writes its plot: ``statistics.png`` next to the card for
+    ``plot=True``, the given path, or ``None`` for ``plot=False``."""
+    if plot is True:
+        return Path(card).parent / CARD_PLOT_NAME
+    if plot is False:
+        return None
+    return Path(plot)
 
 
 def _card_text(d: DatasetDescription, image: str | None, license: str | None,
@@ -144,12 +153,18 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
              _summary_row("length (steps)", d.episode_lengths),
              "", f"Terminated: {d.terminated_episodes:,}; truncated: {d.truncated_episodes:,}; "
              f"unfinished: {d.unfinished_episodes:,}.", "",
-             "### Returns", "",
-             "Undiscounted return per episode (team: the sum of the team reward column).", "",
-             "| | count | mean | std | min | 25% | median | 75% | max |",
-             "|---|---|---|---|---|---|---|---|---|",
-             _summary_row("team", d.team_returns)]
+             "### Returns", ""]
+    if d.team_return_always_zero:
+        body += ["Undiscounted return per episode. A zero-sum game: the agents' returns add up "
+                 "to zero in every episode, so the team return is always 0 (see *Outcomes*).",
+                 "", "| | count | mean | std | min | 25% | median | 75% | max |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        body += ["Undiscounted return per episode (team: the sum of the team reward column).",
+                 "", "| | count | mean | std | min | 25% | median | 75% | max |",
+                 "|---|---|---|---|---|---|---|---|---|", _summary_row("team", d.team_returns)]
     body += [_summary_row(f"`{a.name}`", a.returns) for a in d.agents]
+    body += _outcome_lines(d)
     body += ["", "### Agents", "",
              f"Inactive agent-steps (agent absent): {d.inactive_share:.2%} overall.", "",
              "| agent | active steps | acted steps | inactive | terminations | truncations |",
@@ -169,6 +184,22 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         body += ["", "## Plots", "", f"![Statistics of {d.name}]({image})"]
     body.append("")
     return "\n".join(front) + "\n\n" + "\n".join(body)
+
+
+def _outcome_lines(d: DatasetDescription) -> list[str]:
+    """The *Outcomes* section of a turn-based game (nothing for other datasets)."""
+    rows = [(a.name, a.outcome) for a in d.agents if a.outcome is not None]
+    if not rows:
+        return []
+    games = max(outcome.games for _, outcome in rows)
+    lines = ["", "### Outcomes", "",
+             f"{games:,} terminated games, read from the final rewards (the last rewarded "
+             "step): positive is a win, negative a loss, zero a draw.", "",
+             "| agent | wins | draws | losses |", "|---|---|---|---|"]
+    lines += [f"| `{name}` | {o.wins:,} ({o.share(o.wins):.1%}) | "
+              f"{o.draws:,} ({o.share(o.draws):.1%}) | {o.losses:,} ({o.share(o.losses):.1%}) |"
+              for name, o in rows]
+    return lines
 
 
 def _summary_row(label: str, s: Summary) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from marl_minari.describe._format import _action_text, _brief, _env_name, _num
+from marl_minari.errors import UnknownAgentError
 
 SourceKind = Literal["multi_agent", "single_agent", "vault"]
 ActionKind = Literal["discrete", "multi_discrete", "binary", "continuous", "text"]
@@ -100,6 +101,35 @@ class ActionSummary:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """How the terminated games of a turn-based (AEC) dataset ended for one agent.
+
+    Read from the final rewards: the rewards of the last step of the game at which any agent
+    was rewarded (where classic games hand out +1 / -1). A positive final reward is a win, a
+    negative one a loss, zero (or no reward in the whole game) a draw. Truncated and unfinished
+    games are left out: they have no result.
+    """
+
+    wins: int
+    draws: int
+    losses: int
+
+    @property
+    def games(self) -> int:
+        """Terminated games counted."""
+        return self.wins + self.draws + self.losses
+
+    def share(self, count: int) -> float:
+        """``count`` as a share of :attr:`games` (0 without games)."""
+        return count / self.games if self.games else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {"wins": self.wins, "draws": self.draws, "losses": self.losses,
+                "games": self.games}
+
+
+@dataclass(frozen=True)
 class AgentDescription:
     """Statistics of one agent.
 
@@ -111,6 +141,7 @@ class AgentDescription:
         inactive_share: ``1 - active_steps / total_steps``.
         terminations, truncations: how many times its own flag was set.
         actions: one summary per leaf of its action space.
+        outcome: win/draw/loss counts of a turn-based (AEC) game; ``None`` for other datasets.
     """
 
     name: str
@@ -121,6 +152,7 @@ class AgentDescription:
     terminations: int
     truncations: int
     actions: tuple[ActionSummary, ...]
+    outcome: Outcome | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -128,7 +160,8 @@ class AgentDescription:
                 "active_steps": self.active_steps, "acted_steps": self.acted_steps,
                 "inactive_share": self.inactive_share, "terminations": self.terminations,
                 "truncations": self.truncations,
-                "actions": [a.to_dict() for a in self.actions]}
+                "actions": [a.to_dict() for a in self.actions],
+                "outcome": None if self.outcome is None else self.outcome.to_dict()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,6 +186,8 @@ class DatasetDescription:
         episode_returns: ``(E, N)`` per-agent return of every episode (for plots).
         episode_team_returns: ``(E,)`` team return of every episode.
         episode_length_values: ``(E,)`` steps of every episode.
+        zero_sum: the agents' returns add up to zero in every episode (and are not all zero):
+            the team return is then 0 by construction and the outcomes say more.
     """
 
     name: str
@@ -172,13 +207,29 @@ class DatasetDescription:
     episode_team_returns: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     episode_length_values: np.ndarray = field(
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    zero_sum: bool = False
+
+    @property
+    def label(self) -> str:
+        """A short name for legends and titles: the dataset id, or ``vault_name/vault_uid``
+        for a vault (its full path is :attr:`name`)."""
+        if self.kind == "vault" and self.metadata.get("vault_name"):
+            return f"{self.metadata['vault_name']}/{self.metadata.get('vault_uid')}"
+        return self.name
+
+    @property
+    def has_outcomes(self) -> bool:
+        """Whether the agents carry win/draw/loss counts (turn-based games)."""
+        return any(agent.outcome is not None for agent in self.agents)
 
     def agent(self, name: str) -> AgentDescription:
         """The statistics of agent ``name``."""
         for agent in self.agents:
             if agent.name == name:
                 return agent
-        raise KeyError(f"no agent {name!r} in {self.name} (agents: {self.possible_agents})")
+        raise UnknownAgentError(
+            f"no agent {name!r} in {self.name}; its agents are "
+            f"{', '.join(self.possible_agents)}")
 
     def to_dict(self, *, include_episodes: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict (``include_episodes`` adds the per-episode arrays)."""
@@ -191,6 +242,7 @@ class DatasetDescription:
             "truncated_episodes": self.truncated_episodes,
             "unfinished_episodes": self.unfinished_episodes,
             "inactive_share": self.inactive_share,
+            "zero_sum": self.zero_sum,
             "agents": [a.to_dict() for a in self.agents],
             "metadata": self.metadata,
         }
@@ -215,7 +267,7 @@ class DatasetDescription:
             f"episodes       {self.total_episodes}  (terminated {self.terminated_episodes}, "
             f"truncated {self.truncated_episodes}, unfinished {self.unfinished_episodes})",
             f"steps          {self.total_steps}  (length {_brief(self.episode_lengths)})",
-            f"team return    {_brief(self.team_returns)}",
+            f"team return    {self._team_return_text()}",
             f"inactive       {self.inactive_share:.2%} of agent-steps",
             "agent            return mean       std       min    median       max  inactive",
         ]
@@ -228,4 +280,23 @@ class DatasetDescription:
             for action in agent.actions:
                 lines.append(f"actions {agent.name}{'/' + action.path if action.path else ''}: "
                              f"{_action_text(action)}")
+        if self.has_outcomes:
+            games = max(a.outcome.games for a in self.agents if a.outcome is not None)
+            lines.append(f"outcomes       of {games} terminated games (from the final rewards)")
+            lines.append("agent                   wins     draws    losses")
+            for agent in self.agents:
+                if agent.outcome is not None:
+                    o = agent.outcome
+                    lines.append(f"{agent.name:<15} {o.wins:>12} {o.draws:>9} {o.losses:>9}")
         return "\n".join(lines)
+
+    @property
+    def team_return_always_zero(self) -> bool:
+        """A zero-sum game whose team return (sum or mean aggregation) is 0 in every
+        episode: reports show the outcomes instead of a column of zeros."""
+        return self.zero_sum and self.team_returns.min == 0 == self.team_returns.max
+
+    def _team_return_text(self) -> str:
+        if self.team_return_always_zero:
+            return "0 in every episode: the agents' returns add up to zero (zero-sum game)"
+        return _brief(self.team_returns)

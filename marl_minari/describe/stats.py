@@ -3,6 +3,7 @@ whole episodes into a :class:`~marl_minari.describe.results.DatasetDescription`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,11 +15,13 @@ from marl_minari.describe.results import (
     ActionSummary,
     AgentDescription,
     DatasetDescription,
+    Outcome,
     SourceKind,
     Summary,
 )
 from marl_minari.errors import LayoutError
 from marl_minari.reader import MultiAgentArrays
+from marl_minari.returns import sequential_sums
 from marl_minari.spaces import leaf_spaces, leaves
 
 
@@ -129,6 +132,8 @@ class _Accumulator:
         self.returns: list[np.ndarray] = []
         self.team_returns: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
+        self.final_rewards: list[np.ndarray] = []
+        self.terminated: list[np.ndarray] = []
         self.ends = np.zeros(3, dtype=np.int64)  # terminated, truncated, unfinished
         n = len(agents)
         self.active = np.zeros(n, dtype=np.int64)
@@ -154,6 +159,10 @@ class _Accumulator:
         last = ends[nonempty]
         terminated = np.asarray(arrays.episode_terminations, dtype=bool)[last]
         truncated = np.asarray(arrays.episode_truncations, dtype=bool)[last] & ~terminated
+        self.final_rewards.append(_final_rewards(arrays.rewards, starts, lengths))
+        ended = np.zeros(len(lengths), dtype=bool)
+        ended[nonempty] = terminated
+        self.terminated.append(ended)
         self.ends += [int(terminated.sum()), int(truncated.sum()),
                       int(len(lengths) - terminated.sum() - truncated.sum())]
         steps = int(lengths.sum())
@@ -178,13 +187,18 @@ class _Accumulator:
         returns = np.concatenate(self.returns) if self.returns else np.zeros((0, n))
         team = np.concatenate(self.team_returns) if self.team_returns else np.zeros(0)
         steps = int(lengths.sum())
+        outcomes: list[Outcome | None] = [None] * n
+        if metadata.get("api") == "aec":
+            finals = np.concatenate(self.final_rewards) if self.final_rewards else np.zeros((0, n))
+            ended = np.concatenate(self.terminated) if self.terminated else np.zeros(0, bool)
+            outcomes = list(_outcomes(finals[ended]))
         agents = tuple(
             AgentDescription(
                 name=agent, returns=Summary.of(returns[:, i]),
                 active_steps=int(self.active[i]), acted_steps=int(self.acted[i]),
                 inactive_share=_share(steps - int(self.active[i]), steps),
                 terminations=int(self.terminations[i]), truncations=int(self.truncations[i]),
-                actions=tuple(s.result() for s in self.actions[agent]))
+                actions=tuple(s.result() for s in self.actions[agent]), outcome=outcomes[i])
             for i, agent in enumerate(self.agents))
         return DatasetDescription(
             name=name, kind=kind, possible_agents=self.agents, total_episodes=len(lengths),
@@ -194,17 +208,42 @@ class _Accumulator:
             unfinished_episodes=int(self.ends[2]),
             inactive_share=_share(steps * n - int(self.active.sum()), steps * n),
             metadata=metadata, episode_returns=returns, episode_team_returns=team,
-            episode_length_values=lengths)
+            episode_length_values=lengths, zero_sum=_zero_sum(returns))
+
+
+def _final_rewards(rewards: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per episode, the agents' rewards at its last step at which any agent was rewarded
+    (zeros when none was): where turn-based games hand out their result."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    out = np.zeros((len(lengths), rewards.shape[1]))
+    rewarded = np.flatnonzero((rewards != 0).any(axis=1))
+    ends = starts + lengths
+    # the last rewarded row before each episode's end, if it lies inside the episode
+    last = np.searchsorted(rewarded, ends, side="left") - 1
+    inside = (last >= 0) & (lengths > 0)
+    inside[inside] = rewarded[last[inside]] >= starts[inside]
+    out[inside] = rewards[rewarded[last[inside]]]
+    return out
+
+
+def _outcomes(final_rewards: np.ndarray) -> Iterator[Outcome]:
+    """Win (positive), draw (zero) and loss (negative) counts per agent column."""
+    for column in np.asarray(final_rewards).T:
+        yield Outcome(wins=int((column > 0).sum()), draws=int((column == 0).sum()),
+                      losses=int((column < 0).sum()))
+
+
+def _zero_sum(returns: np.ndarray) -> bool:
+    """Two or more agents whose returns add up to zero in every episode, not all zero."""
+    if returns.ndim != 2 or returns.shape[1] < 2 or not len(returns):
+        return False
+    scale = float(np.abs(returns).max())
+    return scale > 0 and bool((np.abs(returns.sum(axis=1)) <= 1e-9 * scale).all())
 
 
 def _segment_sums(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per-episode sums of step rows (zero for empty episodes), in float64."""
-    values = np.asarray(values, dtype=np.float64)
-    out = np.zeros((len(lengths), *values.shape[1:]))
-    nonempty = lengths > 0
-    if nonempty.any():
-        out[nonempty] = np.add.reduceat(values, starts[nonempty], axis=0)
-    return out
+    return sequential_sums(values, starts, np.asarray(starts) + np.asarray(lengths))
 
 
 def _share(part: int, whole: int) -> float:

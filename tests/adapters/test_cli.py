@@ -10,10 +10,11 @@ from marl_minari.adapters.cli import register
 from typer.testing import CliRunner
 
 import marl_minari as mm
+from marl_minari.cli_errors import CommandGroup
 
 
 def _app() -> typer.Typer:
-    app = typer.Typer()
+    app = typer.Typer(cls=CommandGroup)
     register(app)
     return app
 

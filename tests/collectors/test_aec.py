@@ -107,6 +107,8 @@ def record(env_id: str, episodes: int, dataset_id: str, *, max_steps: int | None
         played = play_aec(env, episodes, max_steps=max_steps)
     # These games follow the AEC reward contract: no reward correction was needed.
     assert not [w for w in caught if "does not add up" in str(w.message)]
+    if played[-1].cut:
+        env.reset()  # ends the game in progress: saved as truncated (create_dataset never cuts)
     dataset = env.create_dataset(dataset_id, **META)
     env.close()
     return dataset, played
@@ -454,9 +456,10 @@ def test_every_classic_game_records(env_id: str, kwargs: dict[str, Any]) -> None
     assert dataset.spec.env.kwargs == kwargs
 
 
-def test_dataset_mid_episode_continues_the_episode() -> None:
+def test_dataset_mid_episode_keeps_the_game_whole_for_the_next_dataset() -> None:
     env = mm.AECDataCollector(mm.make_env("classic/tictactoe-v3", api="aec"))
     env.reset(seed=3)
+    first_observation = env.observe("player_1")
     rng = np.random.default_rng(3)
     handed = {a: 0.0 for a in env.possible_agents}
     steps = 0
@@ -464,21 +467,20 @@ def test_dataset_mid_episode_continues_the_episode() -> None:
         observation, reward, terminated, truncated, info = env.last()
         handed[agent] += reward
         if steps == 4:
-            first = env.create_dataset("ttt/first-v0", **META)
+            with pytest.warns(UserWarning, match="episode in progress"):
+                first = env.create_dataset("ttt/first-v0", **META)
         env.step(None if terminated or truncated
                  else legal_action(env, agent, mask_of(observation, info), rng))
         steps += 1
     second = env.create_dataset("ttt/second-v0", **META)
     env.close()
-    head, tail = first[0], second[0]
-    assert head.total_steps == 4 and head.episode_truncations[-1]
-    assert head.total_steps + tail.total_steps == steps
-    assert same_tree(row(head.observations["player_1"], -1),
-                     row(tail.observations["player_1"], 0))
-    assert head.extras[layout.AGENT_SELECTION][-1] == tail.extras[layout.AGENT_SELECTION][0]
+    assert first.total_episodes == 0
+    whole = second[0]
+    assert whole.seed == 3 and whole.total_steps == steps
+    assert whole.episode_terminations[-1] and not whole.episode_truncations.any()
+    assert same_tree(row(whole.observations["player_1"], 0), flat(first_observation))
     for agent in env.possible_agents:
-        assert head.returns[agent] + tail.returns[agent] == handed[agent]
-    assert tail.episode_terminations[-1]
+        assert whole.returns[agent] == handed[agent]
 
 
 def test_illegal_move_penalty_is_recorded() -> None:

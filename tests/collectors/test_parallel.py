@@ -482,31 +482,27 @@ def test_reset_mid_episode_saves_the_cut_episode_as_truncated() -> None:
                                   logs[0]["rows"][-1]["observations"]["agent_0"])
 
 
-def test_create_dataset_twice_continues_the_episode_in_progress() -> None:
+def test_create_dataset_twice_keeps_the_episode_in_progress_whole() -> None:
     collector = _spread()
     logs = play_logged(collector, 2, seed=0)
-    collector.reset(seed=7)
-    middle = None
-    for _ in range(3):
-        middle, *_ = collector.step({a: 1 for a in collector.agents})
-    first = collector.create_dataset("tests/twice-v0", **PROVENANCE)
+    with pytest.warns(UserWarning, match="episode in progress"):
+        collector.reset(seed=7)
+        for _ in range(3):
+            collector.step({a: 1 for a in collector.agents})
+        first = collector.create_dataset("tests/twice-v0", **PROVENANCE)
     while collector.agents:
         collector.step({a: 2 for a in collector.agents})
     play_logged(collector, 1, seed=20)
     second = collector.create_dataset("tests/twice-v1", **PROVENANCE)
     collector.close()
 
-    assert first.total_episodes == 3 and second.total_episodes == 2
+    assert first.total_episodes == 2 and second.total_episodes == 2
     for i in range(2):
         assert_episode_matches_log(first.episode(i), logs[i], first.spec)
-    cut = first.episode(2)
-    assert cut.total_steps == 3 and cut.episode_truncations[-1] and cut.seed == 7
-    rest = second.episode(0)
-    assert rest.total_steps == 2 and rest.episode_truncations[-1]
-    assert rest.seed is None  # a continuation, not a reset
-    for agent in first.possible_agents:
-        np.testing.assert_array_equal(rest.observations[agent][0], middle[agent])
-        np.testing.assert_array_equal(cut.observations[agent][-1], middle[agent])
+    whole = second.episode(0)
+    assert whole.total_steps == 5 and whole.seed == 7  # from its reset, not cut
+    assert whole.acted.all()
+    assert whole.actions["agent_0"].tolist() == [1, 1, 1, 2, 2]
     assert second.episode(1).seed == 20
     assert first.total_steps + second.total_steps == 2 * 5 + 5 + 5
 

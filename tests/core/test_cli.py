@@ -52,8 +52,8 @@ def test_info_prints_per_agent_return_statistics(datasets_root: Path) -> None:
 
 def test_info_on_missing_dataset_fails_with_clear_message(datasets_root: Path) -> None:
     result = CliRunner().invoke(app, ["info", "nope/missing-v0"])
-    assert result.exit_code != 0
-    assert isinstance(result.exception, mm.DatasetNotFoundError)
+    assert result.exit_code == 1
+    assert "error: dataset 'nope/missing-v0' not found locally" in result.output
 
 
 def test_recover_lists_and_rescues_a_killed_recording(datasets_root: Path,

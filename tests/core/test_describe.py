@@ -15,7 +15,6 @@ import minari
 import numpy as np
 import pytest
 import yaml
-from PIL import Image
 from typer.testing import CliRunner
 
 import marl_minari as mm
@@ -25,10 +24,9 @@ from marl_minari.describe import (
     Summary,
     dataset_card,
     describe,
-    plot_descriptions,
     size_category,
 )
-from marl_minari.errors import DatasetNotFoundError
+from marl_minari.errors import DatasetNotFoundError, InvalidOptionError, UnknownAgentError
 from marl_minari.ids import dataset_dir
 
 Recorder = Callable[..., tuple[Any, list[dict[str, Any]]]]
@@ -179,7 +177,9 @@ def test_metadata_and_text(record_parallel: Recorder) -> None:
     assert "mpe2/simple_spread_v3" in text and "agent_2" in text
     with pytest.raises(dataclasses.FrozenInstanceError):
         description.name = "other"  # type: ignore[misc]
-    with pytest.raises(KeyError, match="no agent"):
+    with pytest.raises(UnknownAgentError, match="no agent 'nobody' .* agent_0, agent_1"):
+        description.agent("nobody")
+    with pytest.raises(KeyError):  # still what a mapping lookup raises
         description.agent("nobody")
 
 
@@ -214,7 +214,7 @@ def test_missing_sources_are_refused(tmp_path: Path) -> None:
         describe(tmp_path)
     with pytest.raises(TypeError):
         describe(42)
-    with pytest.raises(ValueError, match="chunk_steps"):
+    with pytest.raises(InvalidOptionError, match="chunk_steps must be >= 1"):
         describe("tests/absent-v0", chunk_steps=0)
 
 
@@ -334,30 +334,6 @@ def png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def test_plots_side_by_side(record_parallel: Recorder, tmp_path: Path) -> None:
-    record_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
-    record_parallel(SPREAD[0], episodes=3, dataset_id="tests/spread-v0", **SPREAD[1])
-    record_parallel(SPREAD_CONTINUOUS[0], episodes=2, dataset_id="tests/cont-v0",
-                    **SPREAD_CONTINUOUS[1])
-    kaz, spread, cont = (describe(f"tests/{n}-v0") for n in ("kaz", "spread", "cont"))
-
-    # 2 + 2 x 7 agents (4 of KAZ, 3 of spread) = 16 panels: 4 x 4 panels
-    out = plot_descriptions([kaz, spread], tmp_path / "plots" / "compare.png")
-    assert png_size(out) == (4 * PANEL_SIZE[0], 4 * PANEL_SIZE[1])
-    with Image.open(out) as image:
-        image.load()
-        assert image.format == "PNG" and image.size == (1600, 1200)
-        assert len(set(image.convert("RGB").getdata())) > 10  # something was drawn
-
-    # discrete and continuous actions of the same agents, at half resolution: 8 panels
-    out = plot_descriptions([spread, cont], tmp_path / "mixed.png", labels=["d", "c"], dpi=50)
-    assert png_size(out) == (4 * PANEL_SIZE[0] // 2, 2 * PANEL_SIZE[1] // 2)
-    out = plot_descriptions([cont], tmp_path / "one.png")
-    assert png_size(out) == (4 * PANEL_SIZE[0], 2 * PANEL_SIZE[1])
-    with pytest.raises(ValueError, match="labels"):
-        plot_descriptions([kaz], tmp_path / "x.png", labels=["a", "b"])
-
-
 def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) -> None:
     from marl_minari.registry import publish
 
@@ -378,13 +354,68 @@ def test_dataset_card_is_published(record_parallel: Recorder, tmp_path: Path) ->
                      "![Statistics of tests/kaz-v0](statistics.png)", "recorded by the test"):
         assert expected in text, expected
     image = card.parent / "statistics.png"
-    assert png_size(image) == (4 * PANEL_SIZE[0], 3 * PANEL_SIZE[1])
+    assert png_size(image)[0] == 4 * PANEL_SIZE[0]
 
     remote = tmp_path / "remote"
     publish("tests/kaz-v0", f"file://{remote}")
     published = {p.name: p for p in remote.rglob("*") if p.is_file()}
     assert published["README.md"].read_text() == text
     assert published["statistics.png"].read_bytes() == image.read_bytes()
+
+
+# --------------------------------------------------------------------------- action leaves
+def action_stats(space: gym.Space, chunks: list[np.ndarray]) -> Any:
+    """The summary ``describe`` gives one action leaf fed in ``chunks``."""
+    from marl_minari.describe.stats import _ActionStats
+
+    stats = _ActionStats("", space)
+    for chunk in chunks:
+        stats.add(chunk)
+    return stats.result()
+
+
+def test_every_action_leaf_kind_is_counted_across_chunks() -> None:
+    rng = np.random.default_rng(3)
+    # Discrete with a start: values -2..2, plus two outside (-3 and 3)
+    values = np.concatenate([rng.integers(-2, 3, 50), [-3, 3]])
+    summary = action_stats(gym.spaces.Discrete(5, start=-2), [values[:17], values[17:]])
+    inside = values[(values >= -2) & (values <= 2)]
+    assert summary.kind == "discrete" and summary.samples == 52
+    assert summary.labels == ("-2", "-1", "0", "1", "2")
+    assert summary.counts == tuple(np.bincount(inside + 2, minlength=5))
+    assert summary.out_of_space == 2
+
+    # MultiDiscrete: per component value counts; a component outside its range is not
+    # counted, and its row counts once as outside
+    space = gym.spaces.MultiDiscrete([3, 2])
+    rows = np.stack([rng.integers(0, 3, 40), rng.integers(0, 2, 40)], axis=1)
+    rows[5] = [3, 0]
+    summary = action_stats(space, [rows[:11], rows[11:]])
+    assert summary.kind == "multi_discrete" and summary.out_of_space == 1
+    assert summary.labels == ("c0=0", "c0=1", "c0=2", "c1=0", "c1=1")
+    valid0, valid1 = rows[:, 0] < 3, rows[:, 1] < 2
+    assert summary.counts == (*np.bincount(rows[valid0, 0], minlength=3),
+                              *np.bincount(rows[valid1, 1], minlength=2))
+
+    # MultiBinary: how often each bit was set; rows with a non-bit value are outside
+    bits = rng.integers(0, 2, (30, 4))
+    bits[7, 2] = 5
+    summary = action_stats(gym.spaces.MultiBinary(4), [bits[:3], bits[3:]])
+    assert summary.kind == "binary" and summary.labels == ("b0", "b1", "b2", "b3")
+    assert summary.counts == tuple((bits == 1).sum(axis=0)) and summary.out_of_space == 1
+
+    # Box: running mean and std over chunks equal numpy's over everything
+    box = gym.spaces.Box(-1.0, 1.0, (2,))
+    rows = rng.uniform(-1.2, 1.0, (64, 2))
+    summary = action_stats(box, [rows[:1], rows[1:40], rows[40:]])
+    np.testing.assert_allclose(summary.mean, rows.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(summary.std, rows.std(axis=0), rtol=1e-12)
+    assert summary.minimum == tuple(rows.min(axis=0))
+    assert summary.out_of_space == int((rows < -1).any(axis=1).sum()) > 0
+
+    # Text: only counted
+    summary = action_stats(gym.spaces.Text(8), [np.asarray(["a", "bc"], dtype=object)])
+    assert summary.kind == "text" and summary.samples == 2 and summary.counts == ()
 
 
 def test_size_categories() -> None:
@@ -415,15 +446,34 @@ def test_describe_command(record_parallel: Recorder, tmp_path: Path) -> None:
     assert [p["kind"] for p in payload] == ["multi_agent", "multi_agent", "vault"]
     assert payload[2]["total_steps"] == raw["rewards"].shape[0] * raw["rewards"].shape[1]
 
+    # compared: the plot shows both datasets, the card's own plot only the first; both are
+    # written and every file is named
     plot, card = tmp_path / "out" / "cmp.png", tmp_path / "card" / "README.md"
     result = runner.invoke(app, ["describe", "tests/kaz-v0", "--compare", "tests/spread-v0",
-                                 "--plot", str(plot), "--card", str(card)])
+                                 "--plot", str(plot), "--card", str(card),
+                                 "--license", "cc-by-4.0"])
     assert result.exit_code == 0, result.output
     assert "tests/kaz-v0" in result.output and "knight_0" in result.output
-    assert png_size(plot) == (1600, 1200)
-    assert "pretty_name: \"tests/kaz-v0\"" in card.read_text()
-    assert png_size(card.parent / "statistics.png") == (1600, 3 * PANEL_SIZE[1])
+    written = [line for line in result.output.splitlines() if " written to " in line]
+    assert written == [f"plot written to {plot}", f"dataset card written to {card}",
+                       f"plot written to {card.parent / 'statistics.png'}"]
+    assert png_size(plot)[0] == 1600 and png_size(card.parent / "statistics.png")[0] == 1600
+    front = yaml.safe_load(card.read_text().split("---\n")[1])
+    assert front["pretty_name"] == "tests/kaz-v0" and front["license"] == "cc-by-4.0"
+
+    # one dataset: the card links the --plot file, drawn once; no second statistics.png
+    plot, card = tmp_path / "one" / "stats.png", tmp_path / "one" / "card.md"
+    result = runner.invoke(app, ["describe", "tests/kaz-v0", "--plot", str(plot), "--card",
+                                 str(card), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["name"] == "tests/kaz-v0"  # stdout stays JSON
+    assert result.stderr.splitlines()[-2:] == [f"dataset card written to {card}",
+                                               f"plot written to {plot}"]
+    assert sorted(p.name for p in plot.parent.iterdir()) == ["card.md", "stats.png"]
+    assert "![Statistics of tests/kaz-v0](stats.png)" in card.read_text()
 
     result = runner.invoke(app, ["describe", "tests/absent-v0"])
-    assert result.exit_code != 0
-    assert isinstance(result.exception, mm.DatasetNotFoundError)
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "tests/absent-v0" in result.output
+    debug = runner.invoke(app, ["--debug", "describe", "tests/absent-v0"])
+    assert isinstance(debug.exception, mm.DatasetNotFoundError)

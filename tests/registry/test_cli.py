@@ -11,10 +11,12 @@ import typer
 from marl_minari.registry.cli import register
 from typer.testing import CliRunner
 
+from marl_minari.cli_errors import CommandGroup
+
 
 @pytest.fixture
 def app() -> typer.Typer:
-    application = typer.Typer(no_args_is_help=True)
+    application = typer.Typer(no_args_is_help=True, cls=CommandGroup)
     register(application)
     return application
 
@@ -55,4 +57,4 @@ def test_list_empty_and_bad_id(app: typer.Typer, registry_dir: Path) -> None:
     result = runner.invoke(app, ["remote", "list"])
     assert result.exit_code == 0 and "no datasets" in result.output
     result = runner.invoke(app, ["download", "../../etc/x-v0"])
-    assert result.exit_code == 1 and "malformed dataset id" in result.output
+    assert result.exit_code == 2 and "malformed dataset id" in result.output

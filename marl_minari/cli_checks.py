@@ -1,0 +1,80 @@
+"""Checks the command line makes before any work starts: ids, JSON options, local datasets.
+
+Typer parsers and callbacks raise :class:`typer.BadParameter`, so a mistake is reported with
+the option's name and exit code 2 before an env is made or a file is read (see
+:mod:`marl_minari.cli_errors`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+
+
+def dataset_id(value: str | None) -> str | None:
+    """Typer callback: ``value`` is a well-formed dataset id (``None`` passes)."""
+    if value is None:
+        return None
+    try:
+        parse_dataset_id(value)
+    except InvalidDatasetIdError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """Typer parser: a JSON object such as ``{"max_cycles": 50}``."""
+    if isinstance(text, dict):  # a default already parsed
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(
+            f"{text!r} is not JSON ({exc.msg} at character {exc.pos + 1}): write an object "
+            """with double-quoted keys, e.g. '{"max_cycles": 50}'""") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(
+            f"{text!r} is a JSON {type(value).__name__}, not an object: write e.g. "
+            """'{"max_cycles": 50}'""")
+    return value
+
+
+def local_dataset_ids(root: Path | None = None) -> list[str]:
+    """Ids of the datasets under the datasets root (folders holding ``data/metadata.json``)."""
+    root = datasets_root() if root is None else root
+    found = []
+    for metadata in root.rglob("data/metadata.json"):
+        relative = metadata.parent.parent.relative_to(root)
+        if not any(part.startswith(".") for part in relative.parts):
+            found.append(relative.as_posix())
+    return sorted(found)
+
+
+def require_local_dataset(value: str, *, download: bool = False) -> None:
+    """Check that ``value`` names a local dataset, downloading it only when asked.
+
+    Raises:
+        InvalidDatasetIdError: ``value`` is not a dataset id.
+        DatasetNotFoundError: no local dataset of that id (and ``download`` is off); the
+            message lists the local ids that are close and how to download it.
+    """
+    if (dataset_dir(value) / "data" / "metadata.json").exists():
+        return
+    if download:
+        import minari
+
+        minari.load_dataset(value, download=True)
+        return
+    close = difflib.get_close_matches(value, local_dataset_ids(), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise DatasetNotFoundError(
+        f"dataset {value!r} not found locally (in {datasets_root()}): {hint}list local "
+        "datasets with `minari list local`, or fetch it from a remote with --download or "
+        "`marl-minari download`.")

@@ -1,0 +1,139 @@
+"""The command line's one error policy: what a failing command prints and its exit code.
+
+Every ``marl-minari`` command fails the same way: one ``error: ...`` line on stderr saying
+what is wrong and how to fix it, and an exit code that tells scripts whether the command line
+itself was wrong (:data:`EXIT_USAGE`) or the work failed (:data:`EXIT_FAILURE`). ``--debug``
+(or ``MARL_MINARI_DEBUG=1``) lets the original exception and its traceback through instead.
+Commands raise ordinary exceptions; only this module turns them into messages.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any, Final, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+from marl_minari.errors import InvalidDatasetIdError, InvalidOptionError, MarlMinariError
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+"""The work failed: missing or damaged data, a refused write, a missing optional package."""
+EXIT_USAGE: Final = 2
+"""The command line is wrong: unknown option, bad value, malformed id or JSON."""
+EXIT_INTERRUPTED: Final = 130
+"""Stopped with Ctrl-C (``128 + SIGINT``, as shells report it)."""
+DEBUG_ENV_VAR: Final = "MARL_MINARI_DEBUG"
+
+USAGE_ERRORS: Final = (InvalidDatasetIdError, InvalidOptionError)
+"""Library errors that mean the user typed something malformed (exit :data:`EXIT_USAGE`)."""
+
+OPTIONAL_EXTRAS: Final = {
+    "boto3": "marl-minari[s3]", "botocore": "marl-minari[s3]",
+    "ray": "marl-minari[ray]", "torch": "marl-minari[ray]",
+    "mpe2": "marl-minari[envs]", "pygame": "marl-minari[envs]", "pymunk": "marl-minari[envs]",
+    "chess": "marl-minari[envs]", "rlcard": "marl-minari[envs]",
+    "huggingface_hub": "minari[hf]", "google": "minari[gcs]",
+}
+"""Optional packages and the install that brings them."""
+
+# Recent typer releases run on their own copy of click: take the exceptions from whichever
+# click typer raises, not from the click package.
+click: Any = sys.modules[typer.BadParameter.__module__]
+_NO_ARGS_IS_HELP: Any = getattr(click, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class CommandFailed(click.ClickException):  # type: ignore[misc]
+    """A failure of the work a command does, reported as one line (exit :data:`EXIT_FAILURE`)."""
+
+    exit_code = EXIT_FAILURE
+
+
+class CommandGroup(TyperGroup):
+    """The ``marl-minari`` group: every command's exceptions go through :func:`explain`."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            raise explain(exc) from exc
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:
+            typer.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            fail(exc)
+        except typer.Abort:
+            fail(CommandFailed("aborted"))
+        if code == EXIT_INTERRUPTED:
+            typer.echo("error: interrupted", err=True)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def fail(exc: Any) -> NoReturn:
+    """Print ``exc`` as one ``error:`` line and exit with its code."""
+    message = one_line(exc.format_message())
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message += f" (see: {exc.ctx.command_path} --help)"
+    typer.echo(f"error: {message}", err=True)
+    sys.exit(exc.exit_code)
+
+
+def explain(exc: Exception) -> Any:
+    """The one-line report of an exception a command raised, with its exit code."""
+    if isinstance(exc, USAGE_ERRORS):
+        return click.UsageError(one_line(str(exc)))
+    if isinstance(exc, MarlMinariError):
+        return CommandFailed(one_line(str(exc)))
+    if isinstance(exc, ImportError):
+        return CommandFailed(_missing_package(exc))
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return CommandFailed(f"{exc.strerror}{where}" if exc.strerror else one_line(str(exc)))
+    return CommandFailed(
+        f"unexpected {type(exc).__name__}: {one_line(str(exc))} (rerun with --debug or "
+        f"{DEBUG_ENV_VAR}=1 to see the traceback, and please report it)")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its whitespace and line breaks collapsed."""
+    return " ".join(text.split())
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Print warnings as ``warning: ...`` lines (a drop-in ``warnings.showwarning``)."""
+    del category, filename, lineno, file, line
+    typer.echo(f"warning: {one_line(str(message))}", err=True)
+
+
+def install_warning_format() -> None:
+    """Show this process's warnings as one ``warning:`` line each (the command line's format)."""
+    warnings.showwarning = show_warning
+
+
+def _missing_package(exc: ImportError) -> str:
+    name = (exc.name or "").split(".")[0]
+    if not name:
+        return f"an optional package is missing: {one_line(str(exc))}"
+    install = OPTIONAL_EXTRAS.get(name, name)
+    return f"this needs the package {name!r}, which is not installed: pip install '{install}'"

@@ -1,0 +1,60 @@
+"""``--help`` of every command and subcommand, and the generated reference in docs/cli.md."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from marl_minari import cli_reference
+from marl_minari.cli import full_app
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def command_paths(command: object, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command and group of the app, as the words that invoke it."""
+    yield path
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from command_paths(sub, (*path, name))
+
+
+ALL_COMMANDS = list(command_paths(typer.main.get_command(full_app())))
+
+
+def test_the_walk_finds_every_command() -> None:
+    names = {" ".join(path) for path in ALL_COMMANDS}
+    assert {"", "collect", "info", "recover", "convert", "vault-info", "describe", "publish",
+            "download", "remote", "remote list", "export", "export rllib"} <= names
+
+
+@pytest.mark.parametrize("path", ALL_COMMANDS, ids=lambda p: " ".join(p) or "marl-minari")
+def test_help_of_every_command(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(full_app(), [*path, "--help"], prog_name="marl-minari")
+    assert result.exit_code == 0, result.output
+    assert f"Usage: {' '.join(('marl-minari', *path))} " in result.output
+    assert not result.stderr and "Traceback" not in result.output
+
+
+def test_help_of_the_installed_command(cli: Callable) -> None:
+    """The real entry point, in a subprocess, including a help text with brackets."""
+    result = cli("publish", "--help")
+    assert result.code == 0, result.stderr
+    assert "s3://bucket[/prefix]" in result.stdout
+
+
+def test_every_command_and_option_is_in_docs_cli_md() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    assert text == cli_reference.updated(text), (
+        "docs/cli.md is out of date: run python -m marl_minari.cli_reference")
+    for path in ALL_COMMANDS[1:]:
+        assert f"## `marl-minari {' '.join(path)}`" in text, path
+
+
+def test_no_arguments_prints_the_help_and_exits_2(cli: Callable) -> None:
+    result = cli()
+    assert result.code == 2
+    assert "Usage: marl-minari" in result.stdout and "collect" in result.stdout
