@@ -17,15 +17,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT
+
     from ._store import is_vault
     from ._view import PAD_VALUE
     from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
-    from .minari_to_vault import DEFAULT_CHUNK_STEPS, to_vault
-    from .sources import SINGLE_AGENT
+    from .minari_to_vault import to_vault
     from .vault_to_minari import EXTRA_PREFIX, from_vault, vault_path_parts
 
 _EXPORTS = {
-    "DEFAULT_CHUNK_STEPS": "minari_to_vault",
+    "DEFAULT_CHUNK_STEPS": "sources",
     "EXTRA_PREFIX": "vault_to_minari",
     "PAD_VALUE": "_view",
     "SINGLE_AGENT": "sources",

@@ -27,7 +27,14 @@ from marl_minari.reader import MultiAgentArrays
 from marl_minari.spaces import build_tree, leaf_dtype, leaf_shape, leaves
 from marl_minari.spec import MultiAgentSpec
 
-from ._store import RESTORATION_COMPRESSION, Appender, VaultReader, VaultWriter, time_chunk
+from ._store import (
+    RESTORATION_COMPRESSION,
+    TIME_AXIS_LENGTH,
+    Appender,
+    VaultReader,
+    VaultWriter,
+    time_chunk,
+)
 from ._view import ACTIONS, OBSERVATIONS, STATE, ViewPlan
 
 RowKind = Literal["obs", "step", "episode"]
@@ -255,11 +262,11 @@ class ExactSink:
         self.fields.append(spec)
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         chunk = max(self._chunk, time_chunk(row_bytes, 1 << 16))
-        store = self._writer.create(name, (int(10e12), *row_shape), dtype,
+        store = self._writer.create(name, (TIME_AXIS_LENGTH, *row_shape), dtype,
                                     (chunk, *row_shape), RESTORATION_COMPRESSION)
         self._appenders[name] = Appender(store, chunk, streams=False, start=self._rows[kind])
         if bytes_name is not None:
-            data_store = self._writer.create(bytes_name, (int(10e12),), "uint8",
+            data_store = self._writer.create(bytes_name, (TIME_AXIS_LENGTH,), "uint8",
                                              (BYTES_CHUNK,), RESTORATION_COMPRESSION)
             self._appenders[bytes_name] = Appender(data_store, BYTES_CHUNK, streams=False)
 
@@ -334,7 +341,7 @@ def restore_arrays(plan: ViewPlan, spec: MultiAgentSpec, view: dict[tuple[str, .
                    fields: dict[str, np.ndarray], lengths: np.ndarray,
                    episode_ids: np.ndarray) -> MultiAgentArrays:
     """Rebuild the :class:`MultiAgentArrays` of a chunk from its view rows and restoration
-    fields (inverse of :func:`marl_minari.adapters._view.build_rows` + :func:`columns`)."""
+    fields (inverse of :func:`marl_minari.adapters._view.view_rows` + :func:`columns`)."""
     steps = int(lengths.sum())
     count = len(lengths)
     step_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)

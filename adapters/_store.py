@@ -28,11 +28,17 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from marl_minari.errors import CorruptedDataError, DatasetExistsError, DatasetNotFoundError
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    VaultVersionError,
+)
+from marl_minari.spaces import leaves
 
 VAULT_VERSION = 1.2
 """The Flashbax vault format version written (``flashbax.vault.vault.VERSION``)."""
-TIME_AXIS_MAX_LENGTH = int(10e12)
+TIME_AXIS_LENGTH = 10**13
 """Flashbax's fixed length of the time axis of every vault array."""
 METADATA_FILE = "metadata.json"
 INDEX_NAME = "vault_index"
@@ -50,25 +56,11 @@ def leaf_name(path: tuple[str, ...]) -> str:
     return "".join(f"{part}." for part in path)
 
 
-def flatten_structure(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
-                      ) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Yield ``(path, leaf)`` of a nested dict (``structure_shape``/``structure_dtype``)."""
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            yield from flatten_structure(value, (*prefix, str(key)))
-        else:
-            yield (*prefix, str(key)), value
-
-
-def nest_structure(items: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    """Inverse of :func:`flatten_structure`."""
-    out: dict[str, Any] = {}
-    for path, value in items.items():
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return out
+def flatten_structure(tree: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Yield ``(path, leaf)`` of a nested dict (``structure_shape``/``structure_dtype``), the
+    path as a tuple of keys (:func:`marl_minari.spaces.leaves` with the parts split)."""
+    for path, leaf in leaves(dict(tree)):
+        yield tuple(path.split("/")), leaf
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -129,6 +121,21 @@ def _spec(base: Path, name: str) -> dict[str, Any]:
             "kvstore": {"driver": "ocdbt", "base": f"file://{base}", "path": name}}
 
 
+def check_version(version: Any, where: Path) -> None:
+    """Refuse a vault whose major format version is not :data:`VAULT_VERSION`'s (the rule
+    Flashbax's ``Vault`` applies: minor versions may differ).
+
+    Raises:
+        VaultVersionError: naming the file and both versions.
+    """
+    if (isinstance(version, bool) or not isinstance(version, (int, float))
+            or version // 1 != VAULT_VERSION // 1):
+        raise VaultVersionError(
+            f"{where}: vault format version {version!r} is not supported (this library reads "
+            f"version {int(VAULT_VERSION // 1)}.x, as flashbax>=0.1.3,<0.2 writes); convert "
+            "the vault with a matching Flashbax release first")
+
+
 def time_chunk(row_bytes: int, target: int = TARGET_CHUNK_BYTES) -> int:
     """Rows per zarr chunk so that a chunk of rows of ``row_bytes`` is about ``target``."""
     return max(1, target // max(1, row_bytes))
@@ -161,6 +168,7 @@ class VaultReader:
                 from exc
         if not shapes:
             raise CorruptedDataError(f"{meta_path}: structure_shape lists no arrays")
+        check_version(self.metadata.get("version"), meta_path)
         self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
                             for path in shapes)
         self._context = ts.Context({"cache_pool": {"total_bytes_limit": 64 << 20}})

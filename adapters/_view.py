@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from marl_minari import layout
 from marl_minari.errors import LayoutError, StepDataError
+from marl_minari.legal_actions import mask_source
 from marl_minari.reader import MultiAgentArrays
 from marl_minari.spaces import leaf_dtype, leaf_shape, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
@@ -242,12 +243,11 @@ def flatten_plan(space: spaces.Space, view_dtype: str, *, skip_mask: bool) -> Ag
 
 def _mask_source(spec: MultiAgentSpec, agent: str, info_paths: set[str]
                  ) -> tuple[str, str] | None:
-    if layout.ACTION_MASK_KEY in info_paths:
-        return ("agent_infos", layout.ACTION_MASK_KEY)
     space = spec.observation_spaces[agent]
-    if isinstance(space, spaces.Dict) and layout.ACTION_MASK_KEY in space.spaces:
-        return ("observations", layout.ACTION_MASK_KEY)
-    return None
+    observation_keys = [key for key, sub in space.spaces.items()
+                        if not isinstance(sub, (spaces.Dict, spaces.Tuple))] \
+        if isinstance(space, spaces.Dict) else []
+    return mask_source(observation_keys, info_paths)
 
 
 def plan_from_spec(spec: MultiAgentSpec, info_paths: dict[str, set[str]], *,
@@ -353,7 +353,7 @@ def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: np.nda
         out[:, leaf.offset:leaf.offset + leaf.size] = values.reshape(len(out), leaf.size)
 
 
-def build_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...], np.ndarray]:
+def view_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...], np.ndarray]:
     """The view rows (``S`` of them, one per step) of a chunk of episodes.
 
     Raises:

@@ -27,8 +27,15 @@ from flashbax.buffers.trajectory_buffer import (
 )
 from gymnasium import spaces
 
-from marl_minari.errors import IncompatibleSourcesError
-from marl_minari.spaces import leaves
+from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, ReadOnlyBufferError
+from marl_minari.sources import (
+    DEFAULT_CHUNK_STEPS,
+    DatasetSource,
+    check_chunk_steps,
+    open_source,
+    spec_of,
+)
+from marl_minari.spaces import leaves, nest
 
 from ._store import VaultReader, is_vault, leaf_name
 from ._view import (
@@ -36,12 +43,12 @@ from ._view import (
     TRUNCATIONS,
     VAULT_SOURCE_KEY,
     ViewPlan,
-    build_rows,
     plan_from_spec,
     plan_from_vault_record,
+    view_rows,
 )
-from .minari_to_vault import DEFAULT_CHUNK_STEPS, METADATA_KEY
-from .sources import DatasetSource, open_dataset, require_layout, spec_of
+from .minari_to_vault import VAULT_METADATA_KEY
+from .sources import require_layout
 
 SOURCE_KEY = "source"
 """Experience leaf holding, for every step, the index of its source in ``sources``."""
@@ -92,8 +99,8 @@ def make_buffer(
     """Build a Flashbax trajectory buffer and its state on the default JAX device.
 
     Args:
-        sources: datasets (local ids, ids fetched with ``minari.load_dataset(id,
-            download=True)``, ``MinariDataset`` or ``MultiAgentDataset`` objects) and vault
+        sources: datasets (anything :func:`marl_minari.sources.open_source` opens: local
+            ids, dataset folders, ``MinariDataset`` or ``MultiAgentDataset`` objects) and vault
             folders (``rel_dir/vault_name/vault_uid``). All must have the same agents, spaces,
             keys, shapes and dtypes.
         sample_batch_size: sequences per ``sample`` call.
@@ -116,17 +123,21 @@ def make_buffer(
 
     Raises:
         IncompatibleSourcesError: two sources differ; the message names the first mismatch.
-        ValueError: bad sizes or weights, or a weighted source without a single sequence.
+        InvalidOptionError: bad sizes or weights, or a weighted source without a single
+            sequence.
     """
+    check_chunk_steps(chunk_steps)
     if not sources:
-        raise ValueError("make_buffer needs at least one source")
+        raise InvalidOptionError("make_buffer needs at least one source")
     if sample_batch_size < 1 or sample_sequence_length < 1 or period < 1:
-        raise ValueError("sample_batch_size, sample_sequence_length and period must be >= 1 "
-                         f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
+        raise InvalidOptionError(
+            "sample_batch_size, sample_sequence_length and period must be >= 1 "
+            f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
     if weights is not None and (len(weights) != len(sources) or any(
             w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
-        raise ValueError(f"weights must be {len(sources)} finite non-negative numbers with a "
-                         f"positive sum, got {list(weights)}")
+        raise InvalidOptionError(
+            f"weights must be {len(sources)} finite non-negative numbers with a positive sum, "
+            f"got {list(weights)}")
     views = [_open_source(s, chunk_steps) for s in sources]
     _check_compatible(views)
     total = sum(v.length for v in views)
@@ -147,9 +158,9 @@ def make_buffer(
                                    respect_episode_boundaries)
     counts = np.diff(offsets)
     probabilities = _source_probabilities(counts, weights, views, sample_sequence_length)
-    experience: dict[str, Any] = {}
-    for path in list(experience_np):
-        _nest(experience, path, jax.device_put(experience_np.pop(path)))
+    # Popped one by one: each host copy is freed once it is on the device.
+    experience: dict[str, Any] = nest({path: jax.device_put(experience_np.pop(path))
+                                       for path in list(experience_np)})
     experience[SOURCE_KEY] = jax.device_put(source_ids)
     state = MultiSourceBufferState(
         experience=experience,
@@ -191,18 +202,11 @@ def can_sample(state: MultiSourceBufferState) -> chex.Array:
 
 def _read_only(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
+        raise ReadOnlyBufferError(
             f"the buffer from make_buffer is read-only offline data: {name}() is not "
             "available; build a new buffer from the sources to change its contents")
 
     return refuse
-
-
-def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    node = tree
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-    node[path[-1]] = value
 
 
 # --------------------------------------------------------------------------- sources
@@ -211,14 +215,14 @@ def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 def _open_source(source: Any, chunk_steps: int) -> _Source:
     if isinstance(source, (str, os.PathLike)) and is_vault(source):
         return _vault_source(VaultReader(source), chunk_steps)
-    dataset = open_dataset(source)
+    dataset = open_source(source)
     require_layout(dataset)
     return _dataset_source(dataset, chunk_steps)
 
 
 def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
-    chunks = dataset.array_chunks(chunk_steps)
+    chunks = dataset.chunks(chunk_steps)
     first = next(chunks)
     if record is not None:
         plan = plan_from_vault_record(dataset.spec, record)
@@ -226,14 +230,13 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
         infos = first.agent_infos or {}
         plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)} for a, t in
                                              infos.items()})
-    length = int(dataset.total_steps) if len(dataset.episode_indices) == int(
-        dataset.metadata.get("total_episodes", -1)) else _count_steps(dataset)
+    length = dataset.total_steps if dataset.reads_all_episodes else _count_steps(dataset)
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
         lengths = []
         cursor = 0
         for arrays in _chain(first, chunks):
-            rows = build_rows(plan, arrays)
+            rows = view_rows(plan, arrays)
             count = int(arrays.episode_lengths.sum())
             for path, values in rows.items():
                 out[path][cursor:cursor + count] = values
@@ -259,7 +262,7 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 
 def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
     keys = {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
-    ours = reader.metadata.get(METADATA_KEY)
+    ours = reader.metadata.get(VAULT_METADATA_KEY)
     agents = None
     spaces_ = None
     if isinstance(ours, dict) and "view" in ours:
@@ -355,12 +358,13 @@ def _source_probabilities(counts: np.ndarray, weights: Sequence[float] | None,
                           views: list[_Source], length: int) -> np.ndarray:
     if weights is None:
         if counts.sum() == 0:
-            raise ValueError(f"no source has a sequence of {length} steps"
-                             " inside one episode" if length > 1 else "the sources are empty")
+            raise InvalidOptionError(f"no source has a sequence of {length} steps inside one "
+                                     "episode" if length > 1 else "the sources are empty")
         return (counts / counts.sum()).astype(np.float32)
     chosen = np.asarray(weights, dtype=np.float64)
     for index, (weight, count) in enumerate(zip(chosen, counts, strict=True)):
         if weight > 0 and count == 0:
-            raise ValueError(f"source {index} ({views[index].name}) has weight {weight} but no "
-                             f"sequence of {length} steps to sample")
+            raise InvalidOptionError(
+                f"source {index} ({views[index].name}) has weight {weight} but no sequence of "
+                f"{length} steps to sample; lower sample_sequence_length or drop its weight")
     return (chosen / chosen.sum()).astype(np.float32)

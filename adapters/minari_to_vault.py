@@ -11,16 +11,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from marl_minari.errors import InvalidOptionError, LayoutError
-from marl_minari.spaces import leaves
+from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, open_source
+from marl_minari.spaces import leaves, nest
 
 from ._exact import ExactSink, columns
 from ._store import (
     DEFAULT_COMPRESSION,
+    TIME_AXIS_LENGTH,
     VAULT_VERSION,
     Appender,
     VaultWriter,
     default_uid,
-    nest_structure,
     time_chunk,
     vault_dir,
     wait,
@@ -30,17 +31,16 @@ from ._view import (
     Dones,
     StateMode,
     ViewPlan,
-    build_rows,
     plan_from_spec,
     plan_from_vault_record,
+    view_rows,
 )
-from .sources import Chunk, DatasetSource, open_dataset, require_layout
+from .sources import Chunk, require_layout
+from .sources import chunks as episode_chunks
 
-DEFAULT_CHUNK_STEPS: Final = 65_536
-"""Steps converted per chunk by default (memory is proportional to it, see docs)."""
 FORMAT: Final = "marl_minari/vault"
 FORMAT_VERSION: Final = 1
-METADATA_KEY: Final = "marl_minari"
+VAULT_METADATA_KEY: Final = "marl_minari"
 """Key of the vault's ``metadata.json`` holding what is needed to rebuild the dataset."""
 
 
@@ -56,6 +56,8 @@ def to_vault(
     state: StateMode = "auto",
     seeds: bool = True,
     progress: bool = False,
+    download: bool = False,
+    remote: str | None = None,
 ) -> Path:
     """Convert a Minari dataset into a Flashbax vault in OG-MARL's conventions.
 
@@ -68,8 +70,8 @@ def to_vault(
     arrays and the ``marl_minari`` metadata key, which ``Vault`` and OG-MARL ignore.
 
     Args:
-        dataset_or_id: a dataset id (local, or fetched with ``minari.load_dataset(...,
-            download=True)``), a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
+        dataset_or_id: anything :func:`marl_minari.sources.open_source` opens: a dataset id,
+            a dataset folder, a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
             single-agent dataset becomes one agent, ``agent_0``.
         rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
         vault_name: the vault's name; the dataset id with ``/`` replaced by ``.`` by default.
@@ -87,6 +89,8 @@ def to_vault(
             read one episode at a time: about a tenth of the conversion of 43k-episode
             data); ``False`` skips them, and the restored dataset has none.
         progress: show a progress bar.
+        download: fetch an id that is not local from ``$MINARI_REMOTE``.
+        remote: fetch an id that is not local from this registry.
 
     Returns:
         The vault's folder, ``rel_dir/vault_name/vault_uid``.
@@ -96,20 +100,19 @@ def to_vault(
         DatasetExistsError: the vault exists.
         LayoutError: the dataset cannot be laid out as asked (empty, no state for
             ``state="env"``...).
-        ValueError: ``chunk_steps`` < 1.
-        InvalidOptionError: ``dones`` or ``state`` is not one of the values above.
+        InvalidOptionError: ``chunk_steps`` < 1, or ``dones`` or ``state`` is not one of the
+            values above.
     """
-    if chunk_steps < 1:
-        raise ValueError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    check_chunk_steps(chunk_steps)
     for option, value, allowed in (("dones", dones, (None, *get_args(Dones))),
                                    ("state", state, get_args(StateMode))):
         if value not in allowed:
             raise InvalidOptionError(f"{option} must be one of {', '.join(map(repr, allowed))}, "
                                      f"got {value!r}")
-    source = open_dataset(dataset_or_id)
+    source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:
-        vault_name = source.name.replace("/", ".")
+        vault_name = source.dataset_id.replace("/", ".")
     path = vault_dir(rel_dir, vault_name, vault_uid or default_uid())
     writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
                          else compression)  # type: ignore[arg-type]
@@ -126,7 +129,7 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
              dones: Dones | None, state: StateMode, seeds: bool, progress: bool) -> None:
     record = source.spec.extra.get(VAULT_SOURCE_KEY)
     streams = 1 if record is None else int(record["streams"])
-    chunks = source.chunks(chunk_steps, None if record is None else _expand_runs(
+    chunks = episode_chunks(source, chunk_steps, None if record is None else _expand_runs(
         record["episode_streams"]), attributes=seeds)
     first = next(chunks)
     plan = _plan(source, first, record, dones, state)
@@ -134,8 +137,8 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
     widest = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                  for shape, dtype in keys.values())
     rows_per_chunk = max(1, min(time_chunk(widest * streams), chunk_steps // streams))
-    appenders = {path: Appender(writer.create(_name(path), (streams, int(10e12), *shape), dtype,
-                                              (streams, rows_per_chunk, *shape)),
+    appenders = {path: Appender(writer.create(_name(path), (streams, TIME_AXIS_LENGTH, *shape),
+                                              dtype, (streams, rows_per_chunk, *shape)),
                                 rows_per_chunk, streams=True)
                  for path, (shape, dtype) in keys.items()}
     sink = ExactSink(writer, rows_per_chunk)
@@ -145,7 +148,7 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
     bar = tqdm(total=source.total_steps or None, unit="step", disable=not progress,
                desc=f"{source.name} -> vault")
     for chunk in _chain(first, chunks):
-        rows = build_rows(plan, chunk.arrays)
+        rows = view_rows(plan, chunk.arrays)
         assembler.push(chunk.info.streams, chunk.arrays.episode_lengths, rows)
         futures = sink.append(columns(plan, chunk.arrays, chunk.info))
         for path, block in assembler.pop().items():
@@ -285,12 +288,12 @@ def _metadata(source: DatasetSource, plan: ViewPlan, sink: ExactSink,
         shapes = {path: str((streams, length, *shape)) for path, (shape, _) in keys.items()}
         dtypes = {path: dtype for path, (_, dtype) in keys.items()}
         user = {}
-    user.pop(METADATA_KEY, None)
+    user.pop(VAULT_METADATA_KEY, None)
     ours = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "library_version": __version__,
-        "dataset_id": source.name,
+        "dataset_id": source.dataset_id,
         "episodes": episodes,
         "steps": steps,
         "streams": streams,
@@ -302,8 +305,8 @@ def _metadata(source: DatasetSource, plan: ViewPlan, sink: ExactSink,
     }
     return {
         "version": VAULT_VERSION,
-        "structure_shape": nest_structure({p: shapes[p] for p in sorted(keys)}),
-        "structure_dtype": nest_structure({p: dtypes[p] for p in sorted(keys)}),
+        "structure_shape": nest({p: shapes[p] for p in sorted(keys)}),
+        "structure_dtype": nest({p: dtypes[p] for p in sorted(keys)}),
         **user,
-        METADATA_KEY: ours,
+        VAULT_METADATA_KEY: ours,
     }

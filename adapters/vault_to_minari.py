@@ -30,6 +30,7 @@ from marl_minari.errors import (
 )
 from marl_minari.ids import dataset_dir
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
 from marl_minari.spaces import build_tree, is_image_space, leaf_spaces, map_tree, rows_outside
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import LeafEpisode, write_dataset
@@ -51,7 +52,7 @@ from ._view import (
     ViewPlan,
     flatten_plan,
 )
-from .minari_to_vault import DEFAULT_CHUNK_STEPS, METADATA_KEY
+from .minari_to_vault import VAULT_METADATA_KEY
 from .sources import spec_of, writer_metadata
 
 Trailing = Literal["drop", "truncate", "error"]
@@ -140,14 +141,13 @@ def from_vault(
     if reward_aggregation not in _AGGREGATE:
         raise InvalidOptionError(f"reward_aggregation must be one of {sorted(_AGGREGATE)}, got "
                                  f"{reward_aggregation!r}")
-    if chunk_steps < 1:
-        raise InvalidOptionError(f"chunk_steps must be >= 1, got {chunk_steps}")
+    check_chunk_steps(chunk_steps)
     target = dataset_dir(dataset_id)
     if target.exists():
         raise DatasetExistsError(f"dataset {dataset_id!r} already exists at {target}; pick a "
                                  "new version (-vN+1)")
     reader = VaultReader(vault_dir(rel_dir, vault_name, vault_uid))
-    ours = reader.metadata.get(METADATA_KEY)
+    ours = reader.metadata.get(VAULT_METADATA_KEY)
     if restore is None:
         restore = isinstance(ours, dict) and "exact" in ours
     if restore:
@@ -516,7 +516,7 @@ def _record(reader: VaultReader, layout_: ImportLayout, options: ImportOptions, 
     """What the dataset keeps of its source vault (``metadata.json["marl_minari"]["vault"]``),
     enough for :func:`to_vault` to write the same arrays back."""
     user = {k: v for k, v in reader.metadata.items()
-            if k not in ("version", "structure_shape", "structure_dtype", METADATA_KEY)}
+            if k not in ("version", "structure_shape", "structure_dtype", VAULT_METADATA_KEY)}
     return {
         "format_version": 1,
         "vault_name": vault_name,

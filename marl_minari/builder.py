@@ -14,7 +14,7 @@ from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import InfoStructureError, StepDataError
 from marl_minari.returns import team_rewards
-from marl_minari.spaces import leaves, stack
+from marl_minari.spaces import leaves, nest, stack
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import check_options
 
@@ -187,7 +187,7 @@ class EpisodeBuilder:
                     )
             elif known is not None:
                 # The agent handed out no info this episode: fill its known columns.
-                out[agent] = _nested({path: (np.full(len(rows), "", dtype=object)
+                out[agent] = nest({path: (np.full(len(rows), "", dtype=object)
                                              if dtype.kind == "O" else
                                              np.zeros((len(rows), *shape), dtype=dtype))
                                       for path, (dtype, shape) in known.items()})
@@ -197,20 +197,6 @@ class EpisodeBuilder:
 def _describe(found: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> str:
     return ", ".join(f"{path or '.'}: {dtype}{list(shape)}" for path, (dtype, shape) in
                      sorted(found.items()))
-
-
-def _nested(flat: dict[str, Any]) -> Any:
-    """``{"a/b": x}`` -> ``{"a": {"b": x}}``."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        if not path:
-            return value
-        node = out
-        *parents, last = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 def stack_info(template: Any, rows: list[Any], where: str) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,8 +36,9 @@ def describe_command(
              "dataset metadata's license, else unknown).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the statistics as JSON (a list with --compare).")] = False,
-    chunk_steps: Annotated[int, typer.Option(
-        help="Steps read at a time (memory is proportional to it).", min=1)] = 262_144,
+    chunk_steps: Annotated[int | None, typer.Option(
+        help="Steps read at a time (memory is proportional to it; default "
+             "marl_minari.sources.DEFAULT_CHUNK_STEPS, 65,536).", min=1)] = None,
 ) -> None:
     """Statistics of a dataset or vault: episodes, returns, actions, inactive agents."""
     import warnings
@@ -47,7 +48,9 @@ def describe_command(
     sources = [source, *(compare or [])]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        descriptions = [describe(item, chunk_steps=chunk_steps, progress=not as_json)
+        # The library's one default applies unless the option is given.
+        options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
+        descriptions = [describe(item, progress=not as_json, **options)
                         for item in sources]
     if as_json:
         payload = [d.to_dict() for d in descriptions]

@@ -104,3 +104,19 @@ def hdf5_errors(h5_path: Path) -> Iterator[None]:
         raise CorruptedDataError(
             f"{h5_path} is damaged ({type(exc).__name__}: {exc}); run marl-minari check on "
             "the dataset for details, and restore it from a copy.") from exc
+
+
+class NotADatasetError(MarlMinariError, TypeError):
+    """Something given where a dataset (id, folder, ``MinariDataset``...) was expected."""
+
+
+class IncompleteTrajectoryError(MarlMinariError, ValueError):
+    """A batch given to a pattern holds only part of an agent's trajectory."""
+
+
+class VaultVersionError(MarlMinariError, ValueError):
+    """A Flashbax vault written in a format version this library does not read."""
+
+
+class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
+    """A change was asked of a buffer built from offline data, which is read-only."""

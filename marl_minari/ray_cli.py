@@ -38,7 +38,7 @@ def export_rllib_command(
     """Export agent-steps as Parquet for RLlib's offline API (AlgorithmConfig.offline_data)."""
     import ray  # a missing ray is reported with its install command (cli_errors)
 
-    from marl_minari.ray_data import export_rllib, open_source
+    from marl_minari.ray_data import episode_steps, export_rllib, open_source
 
     sources = [open_source(dataset)]
     mapping: dict[str, str] | None
@@ -52,7 +52,7 @@ def export_rllib_command(
         except (json.JSONDecodeError, AttributeError) as exc:
             raise typer.BadParameter(f"not 'pooled', 'per-agent' or a JSON object: {exc}",
                                      param_hint="--modules") from None
-    steps = sum(int(s.episode_steps().sum()) for s in sources)
+    steps = sum(int(episode_steps(s).sum()) for s in sources)
     episodes = sum(s.total_episodes for s in sources)
     typer.echo(f"exporting {episodes} episodes, {steps} steps from "
                f"{', '.join(s.name for s in sources)}")

@@ -39,7 +39,7 @@ from marl_minari.metadata import (
 )
 from marl_minari.returns import episode_returns
 from marl_minari.self_contained import check_dataset, check_links
-from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
+from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -98,7 +98,7 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
             if h5py.h5a.get_num_attrs(group) > 2 + (seed is not None):
                 flat = {k[len("options/"):]: v for k, v in h5py.Group(group).attrs.items()
                         if k.startswith("options/")}
-                options = _nested(flat) if flat else None
+                options = nest(flat) if flat else None
             out.append((seed, options))
     return out
 
@@ -582,7 +582,7 @@ class _EpisodeReader:
                     if p.startswith(prefix + "/")}
 
         infos_root = f"{_MARL}/{layout.AGENT_INFOS}"
-        agent_infos = {a: _nested(subtree(f"{infos_root}/{a}")) for a in agents
+        agent_infos = {a: nest(subtree(f"{infos_root}/{a}")) for a in agents
                        if any(p.startswith(f"{infos_root}/{a}/") for p in by_path)}
         return MultiAgentArrays(
             possible_agents=agents,
@@ -613,13 +613,3 @@ def _is_nested(space: Any) -> bool:
     return isinstance(space, (spaces.Dict, spaces.Tuple))
 
 
-def _nested(flat: dict[str, np.ndarray]) -> dict[str, Any]:
-    """``{"a/b": x}`` -> ``{"a": {"b": x}}`` (info trees have no space to follow)."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = out
-        *parents, last = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out

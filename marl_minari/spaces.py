@@ -7,7 +7,7 @@ space, a ``dict`` for :class:`~gymnasium.spaces.Dict`, a ``tuple`` for
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -229,3 +229,28 @@ def _leaf_rows_outside(space: spaces.Space, values: np.ndarray) -> np.ndarray:
 def tree_rows(tree: Tree) -> int:
     """Number of rows of a tree (of its first leaf)."""
     return len(next(leaves(tree))[1])
+
+
+def concat_trees(trees: Sequence[Tree]) -> Tree:
+    """Concatenate trees of one structure leaf by leaf (along the first axis)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: concat_trees([t[k] for t in trees]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(concat_trees([t[i] for t in trees]) for i in range(len(first)))
+    return np.concatenate(trees)
+
+
+def nest(flat: Mapping[str, Any] | Mapping[tuple[str, ...], Any]) -> Any:
+    """``{"a/b": x}`` (or ``{("a", "b"): x}``) -> ``{"a": {"b": x}}``: trees with no space to
+    follow (infos, vault structures). A single leaf at the empty path is returned as is."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        parts = tuple(path.split("/")) if isinstance(path, str) else tuple(path)
+        if parts in ((), ("",)):
+            return value
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from marl_minari import layout
+from marl_minari.errors import InvalidOptionError
+from marl_minari.legal_actions import recorded_mask
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
 from marl_minari.returns import sequential_sums
 from marl_minari.spaces import Tree, map_tree
@@ -103,13 +105,14 @@ def agent_transitions(
         source = load_dataset(source)
     if isinstance(source, MultiAgentArrays):
         if episode_indices is not None:
-            raise ValueError("episode_indices applies to a dataset; slice arrays beforehand")
+            raise InvalidOptionError("episode_indices applies to a dataset; slice arrays "
+                                     "beforehand")
         arrays = source
     else:
         arrays = source.to_arrays(None if episode_indices is None else list(episode_indices))
     if agent not in arrays.possible_agents:
-        raise ValueError(f"unknown agent {agent!r}; the dataset's agents are "
-                         f"{list(arrays.possible_agents)}")
+        raise InvalidOptionError(f"unknown agent {agent!r}; the dataset's agents are "
+                                 f"{list(arrays.possible_agents)}")
     column = arrays.possible_agents.index(agent)
     lengths = arrays.episode_lengths.astype(np.int64)
     obs_episode = np.repeat(np.arange(len(lengths)), lengths + 1)
@@ -138,7 +141,7 @@ def agent_transitions(
     truncated = arrays.truncations[flag_steps, column].astype(bool) | (data_ends & ~terminated)
 
     observations = arrays.observations[agent]
-    masks = _masks(arrays, agent)
+    masks = recorded_mask(arrays, agent)
 
     def at(rows: np.ndarray) -> Any:
         return lambda leaf: leaf[rows]
@@ -159,12 +162,3 @@ def agent_transitions(
     )
 
 
-def _masks(arrays: MultiAgentArrays, agent: str) -> np.ndarray | None:
-    """The agent's legal-action masks per observation row, wherever the env put them."""
-    observation = arrays.observations[agent]
-    if isinstance(observation, dict) and layout.ACTION_MASK_KEY in observation:
-        return np.asarray(observation[layout.ACTION_MASK_KEY])
-    infos = (arrays.agent_infos or {}).get(agent)
-    if isinstance(infos, dict) and layout.ACTION_MASK_KEY in infos:
-        return np.asarray(infos[layout.ACTION_MASK_KEY])
-    return None

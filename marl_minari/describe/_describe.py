@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from marl_minari.describe._sources import _open_source, _Source
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.describe.stats import _Accumulator
-from marl_minari.errors import InvalidOptionError
-
-DEFAULT_CHUNK_STEPS: Final = 262_144
-"""Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
+from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
 
 
 def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: bool = False,
@@ -18,9 +15,12 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
     """Describe a dataset or vault, reading it in chunks of whole episodes.
 
     Args:
-        source: a dataset id (multi-agent layout or plain single-agent Minari), a
-            ``minari.MinariDataset``, a :class:`~marl_minari.reader.MultiAgentDataset`, or the
-            folder of a Flashbax vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions).
+        source: what :func:`marl_minari.sources.open_source` opens (a local dataset id, a
+            dataset folder, a ``minari.MinariDataset``, a
+            :class:`~marl_minari.reader.MultiAgentDataset`; multi-agent layout or plain
+            single-agent Minari, seen as one agent ``agent_0``), or the folder of a Flashbax
+            vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions). Nothing is
+            downloaded.
         chunk_steps: about how many steps are read at a time (at least one episode); memory
             is proportional to it, plus a few numbers per episode.
         progress: show a progress bar.
@@ -34,11 +34,9 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
     Raises:
         DatasetNotFoundError: no such dataset or vault.
         LayoutError: the source cannot be read as a dataset.
-        InvalidOptionError: ``chunk_steps`` < 1.
+        InvalidOptionError: ``chunk_steps`` < 1 (a ``ValueError``).
     """
-    if chunk_steps < 1:
-        raise InvalidOptionError(
-            f"chunk_steps must be >= 1 (steps read at a time), got {chunk_steps}")
+    check_chunk_steps(chunk_steps)
     with _open_source(source, chunk_steps, progress, dict(vault_options or {})) as resolved:
         stats = _Accumulator(resolved.possible_agents, resolved.action_spaces)
         bar = None

@@ -14,7 +14,7 @@ from flashbax.vault import Vault
 from gymnasium import spaces
 from marl_minari.adapters import from_vault, to_vault
 
-from marl_minari.errors import DatasetExistsError, LayoutError
+from marl_minari.errors import DatasetExistsError, LayoutError, VaultVersionError
 
 
 def _read(vaults: Path, name: str, uid: str) -> dict:
@@ -163,3 +163,35 @@ def test_vault_that_breaks_conventions_is_rejected(vaults: Path) -> None:
         from_vault(vaults, "bad", "u", "og/bad-v0")
     with pytest.raises(FileNotFoundError, match="no vault"):
         from_vault(vaults, "missing", "u", "og/bad-v0")
+
+
+@pytest.mark.parametrize("version", [2.0, 0.9, "1.2", None])
+def test_vault_of_another_format_version_is_refused(vaults: Path, version: object) -> None:
+    from marl_minari.adapters import make_buffer
+
+    import marl_minari as mm
+
+    write_vault(vaults, "spread", "v", steps=20)
+    meta_path = vaults / "spread" / "v" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["version"] == 1.2  # what the pinned flashbax writes
+    if version is None:
+        del meta["version"]
+    else:
+        meta["version"] = version
+    meta_path.write_text(json.dumps(meta))
+    for read in (lambda: from_vault(vaults, "spread", "v", "og/spread-v0"),
+                 lambda: mm.describe(vaults / "spread" / "v"),
+                 lambda: make_buffer([vaults / "spread" / "v"], sample_batch_size=1,
+                                     sample_sequence_length=2)):
+        with pytest.raises(VaultVersionError, match=r"metadata.json: vault format version"):
+            read()
+
+
+def test_vault_of_a_newer_minor_version_is_read(vaults: Path) -> None:
+    write_vault(vaults, "spread", "v", steps=20)
+    meta_path = vaults / "spread" / "v" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["version"] = 1.7  # Flashbax's own rule: only the major version must match
+    meta_path.write_text(json.dumps(meta))
+    assert from_vault(vaults, "spread", "v", "og/spread-v0").total_episodes > 0

@@ -359,7 +359,7 @@ def test_turn_based_rows_go_from_turn_to_turn(record_tictactoe: Any) -> None:
 def test_plain_minari_dataset_reads_as_one_agent(record_cartpole: Any) -> None:
     plain = record_cartpole("plain/cartpole-v0")
     source = open_source("plain/cartpole-v0")
-    assert source.kind == "plain" and source.spec.possible_agents == ("agent",)
+    assert source.kind == "single_agent" and source.spec.possible_agents == ("agent_0",)
     rows = local_rows("plain/cartpole-v0")
     episodes = list(plain.iterate_episodes())
     assert len(rows["t"]) == sum(len(e.actions) for e in episodes)
@@ -371,7 +371,7 @@ def test_plain_minari_dataset_reads_as_one_agent(record_cartpole: Any) -> None:
         assert np.array_equal(mine["reward"], episode.rewards)
         assert np.array_equal(mine["terminated"], episode.terminations)
         assert mine["truncated"][-1] == (not episode.terminations[-1])
-        assert (mine["agent_id"] == "agent").all() and mine["legal_mask"].all()
+        assert (mine["agent_id"] == "agent_0").all() and mine["legal_mask"].all()
     by_path = local_rows(source.data_path, "steps")
     assert np.array_equal(by_path["reward"][:, 0], np.concatenate(
         [e.rewards for e in episodes]))

@@ -1,0 +1,226 @@
+"""The one way in (marl_minari.sources): what it opens, the single agent's name, the download
+rule, and that describe, the adapters and Ray follow it."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import minari
+import numpy as np
+import pytest
+
+import marl_minari as mm
+from marl_minari import registry
+from marl_minari.errors import (
+    DatasetNotFoundError,
+    InvalidDatasetIdError,
+    InvalidOptionError,
+    MarlMinariError,
+    NotADatasetError,
+)
+from marl_minari.ids import dataset_dir
+from marl_minari.sources import (
+    SINGLE_AGENT,
+    DatasetSource,
+    local_dataset_ids,
+    open_source,
+    opening,
+)
+
+SPREAD = "mpe2/simple_spread_v3"
+
+
+def _record_spread(record_parallel: Callable[..., Any], dataset_id: str,
+                   episodes: int = 2) -> Any:
+    dataset, _ = record_parallel(SPREAD, episodes, max_cycles=6, dataset_id=dataset_id)
+    return dataset
+
+
+def _same_arrays(a: mm.MultiAgentArrays, b: mm.MultiAgentArrays) -> None:
+    assert a.possible_agents == b.possible_agents
+    assert np.array_equal(a.episode_ids, b.episode_ids)
+    assert np.array_equal(a.rewards, b.rewards)
+    assert np.array_equal(a.active, b.active)
+    for agent in a.possible_agents:
+        assert np.array_equal(a.actions[agent], b.actions[agent])
+
+
+def test_every_way_of_naming_a_dataset_gives_one_source(
+        record_parallel: Callable[..., Any]) -> None:
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=3)
+    folder = dataset_dir("tests/spread-v0")
+    named = [open_source("tests/spread-v0"), open_source(folder), open_source(folder / "data"),
+             open_source(folder / "data" / "main_data.hdf5"), open_source(dataset),
+             open_source(dataset.minari)]
+    whole = dataset.to_arrays()
+    for source in named:
+        assert source.kind == "multi_agent" and source.dataset_id == "tests/spread-v0"
+        assert source.spec.possible_agents == dataset.possible_agents
+        assert source.episode_indices.tolist() == [0, 1, 2]
+        _same_arrays(source.read(source.episode_indices), whole)
+    assert open_source(named[0]) is named[0]
+    # Chunks hold whole episodes and cover every episode once, in order.
+    chunks = list(named[0].chunks(chunk_steps=1))
+    assert [c.episode_ids.tolist() for c in chunks] == [[0], [1], [2]]
+    with pytest.raises(NotADatasetError):
+        open_source(42)
+    with pytest.raises(InvalidOptionError, match="chunk_steps"):
+        next(named[0].chunks(chunk_steps=0))
+
+
+def test_a_filtered_minari_dataset_gives_only_its_episodes(
+        record_parallel: Callable[..., Any]) -> None:
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=4)
+    subset = dataset.minari.filter_episodes(lambda episode: episode.id in (1, 3))
+    source = open_source(subset)
+    assert source.episode_indices.tolist() == [1, 3] and not source.reads_all_episodes
+    arrays = np.concatenate([c.episode_ids for c in source.chunks()])
+    assert arrays.tolist() == [1, 3]
+
+
+def test_a_source_pickles_and_reads_the_same_in_another_process(
+        record_parallel: Callable[..., Any]) -> None:
+    _record_spread(record_parallel, "tests/spread-v0")
+    source = open_source("tests/spread-v0")
+    before = source.read([0, 1])  # opens the reader, which must not travel
+    copy = pickle.loads(pickle.dumps(source))
+    assert isinstance(copy, DatasetSource) and copy.data_path == source.data_path
+    _same_arrays(copy.read([0, 1]), before)
+
+
+def test_a_plain_dataset_is_agent_0_in_describe_adapters_and_ray(
+        record_cartpole: Callable[..., Any], tmp_path: Path) -> None:
+    from marl_minari.adapters import to_vault
+
+    from marl_minari.ray_data import local_rows
+
+    plain = record_cartpole("plain/cartpole-v0", 3, record_infos=True)
+    source = open_source("plain/cartpole-v0")
+    assert source.kind == "single_agent" and source.spec.possible_agents == (SINGLE_AGENT,)
+    assert SINGLE_AGENT == "agent_0"
+    assert mm.describe("plain/cartpole-v0").possible_agents == ("agent_0",)
+    rows = local_rows("plain/cartpole-v0")
+    assert set(rows["agent_id"].tolist()) == {"agent_0"}
+    vault = to_vault("plain/cartpole-v0", tmp_path / "vaults")
+    import json
+
+    view = json.loads((vault / "metadata.json").read_text())["marl_minari"]["view"]
+    assert view["agents"] == ["agent_0"]
+
+    # Every field read through Minari, and the fast path that leaves observations unread,
+    # give the episodes Minari itself gives.
+    episodes = list(plain.iterate_episodes())
+    full = source.read(source.episode_indices)
+    fast = source.read(source.episode_indices, observations=False)
+    assert fast.observations == {"agent_0": {}}
+    for arrays in (full, fast):
+        assert np.array_equal(arrays.episode_lengths, [len(e.rewards) for e in episodes])
+        assert np.array_equal(arrays.actions["agent_0"],
+                              np.concatenate([e.actions for e in episodes]))
+        assert np.array_equal(arrays.rewards[:, 0], np.concatenate([e.rewards for e in episodes]))
+        assert np.array_equal(arrays.episode_terminations,
+                              np.concatenate([e.terminations for e in episodes]))
+    assert np.array_equal(full.observations["agent_0"],
+                          np.concatenate([e.observations for e in episodes]))
+
+
+def test_one_chunk_default_and_one_agent_name_everywhere() -> None:
+    import importlib
+
+    from marl_minari import sources
+
+    # ``marl_minari.describe`` the attribute is the function; import_module gives the package.
+    adapters = importlib.import_module("marl_minari.adapters")
+    describe = importlib.import_module("marl_minari.describe")
+    assert adapters.DEFAULT_CHUNK_STEPS == describe.DEFAULT_CHUNK_STEPS == \
+        sources.DEFAULT_CHUNK_STEPS == 65_536
+    assert adapters.SINGLE_AGENT == describe.SINGLE_AGENT == sources.SINGLE_AGENT == "agent_0"
+
+
+def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
+        record_parallel: Callable[..., Any]) -> None:
+    from marl_minari.adapters import to_vault
+
+    from marl_minari.ray_data import local_rows
+
+    _record_spread(record_parallel, "tests/spread-v0")
+    assert local_dataset_ids() == ["tests/spread-v0"]
+    for open_missing in (open_source, mm.describe, to_vault, local_rows):
+        with pytest.raises(DatasetNotFoundError, match="tests/spread-v0") as caught:
+            open_missing("tests/spred-v0")
+        assert "no local dataset 'tests/spred-v0'" in str(caught.value)
+        assert "download=True" in str(caught.value)
+    with pytest.raises(InvalidDatasetIdError):
+        open_source("no id here")
+    with pytest.raises(DatasetNotFoundError, match="neither a dataset id"):
+        open_source(Path(__file__).parent)
+
+
+def test_an_id_is_downloaded_only_when_asked_or_from_a_named_remote(
+        datasets_root: Path, tmp_path: Path, record_parallel: Callable[..., Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    registry_dir = tmp_path / "registry"
+    remote = f"file://{registry_dir}"
+    monkeypatch.delenv("MARL_MINARI_REGISTRY", raising=False)
+    _record_spread(record_parallel, "published/spread-v0")
+    registry.publish("published/spread-v0", remote)
+    shutil.rmtree(datasets_root / "published")
+
+    with pytest.raises(DatasetNotFoundError, match="published/spread-v0"):
+        open_source("published/spread-v0")
+    assert not dataset_dir("published/spread-v0").exists()
+
+    fetched = open_source("published/spread-v0", remote=remote)
+    assert fetched.spec.possible_agents == ("agent_0", "agent_1", "agent_2")
+    assert fetched.data_path == (dataset_dir("published/spread-v0") / "data").resolve()
+
+    shutil.rmtree(datasets_root / "published")
+    monkeypatch.setenv("MINARI_REMOTE", remote)
+    with pytest.raises(DatasetNotFoundError):
+        open_source("published/spread-v0")
+    assert open_source("published/spread-v0", download=True).total_episodes == 2
+    assert minari.list_local_datasets()  # Minari sees what was fetched
+
+
+def test_opening_imports_a_vault_for_the_block_only(
+        record_parallel: Callable[..., Any], tmp_path: Path) -> None:
+    from marl_minari.adapters import to_vault
+
+    dataset = _record_spread(record_parallel, "tests/spread-v0")
+    vault = to_vault("tests/spread-v0", tmp_path / "vaults")
+    with pytest.raises(DatasetNotFoundError, match="Flashbax vault"):
+        open_source(vault)
+    with opening(vault) as source:
+        assert source.vault_path == vault.resolve()
+        assert source.name == str(vault.resolve())
+        imported_root = source.data_path
+        _same_arrays(source.read(source.episode_indices), dataset.to_arrays())
+    assert not imported_root.exists()
+
+
+def test_bad_options_are_library_errors(record_parallel: Callable[..., Any]) -> None:
+    from marl_minari import patterns as P
+    from marl_minari.ray_data import local_rows, map_pattern
+    from marl_minari.turns import agent_transitions
+
+    dataset = _record_spread(record_parallel, "tests/spread-v0")
+    arrays = dataset.to_arrays()
+    rows = P.agent_step_rows(arrays, dataset.spec)
+    calls: list[Callable[[], Any]] = [
+        lambda: P.build_rows("frames", arrays, dataset.spec),
+        lambda: P.select_agents(dataset.spec, ["nobody"]),
+        lambda: P.n_step(rows, n=0),
+        lambda: P.sequences(rows, length=0),
+        lambda: P.transitions({"t": rows["t"]}),
+        lambda: agent_transitions(arrays, "nobody"),
+        lambda: agent_transitions(arrays, "agent_0", episode_indices=[0]),
+        lambda: local_rows([]),
+        lambda: map_pattern(None, "bogus"),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(MarlMinariError):
+            call()
