@@ -7,15 +7,13 @@ the option's name and exit code 2 before an env is made or a file is read (see
 
 from __future__ import annotations
 
-import difflib
 import json
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
-from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.errors import InvalidDatasetIdError
+from marl_minari.ids import parse_dataset_id
 
 
 def dataset_id(value: str | None) -> str | None:
@@ -46,17 +44,6 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def local_dataset_ids(root: Path | None = None) -> list[str]:
-    """Ids of the datasets under the datasets root (folders holding ``data/metadata.json``)."""
-    root = datasets_root() if root is None else root
-    found = []
-    for metadata in root.rglob("data/metadata.json"):
-        relative = metadata.parent.parent.relative_to(root)
-        if not any(part.startswith(".") for part in relative.parts):
-            found.append(relative.as_posix())
-    return sorted(found)
-
-
 def require_local_dataset(value: str, *, download: bool = False) -> None:
     """Check that ``value`` names a local dataset, downloading it only when asked.
 
@@ -65,16 +52,6 @@ def require_local_dataset(value: str, *, download: bool = False) -> None:
         DatasetNotFoundError: no local dataset of that id (and ``download`` is off); the
             message lists the local ids that are close and how to download it.
     """
-    if (dataset_dir(value) / "data" / "metadata.json").exists():
-        return
-    if download:
-        import minari
+    from marl_minari.sources import locate_dataset
 
-        minari.load_dataset(value, download=True)
-        return
-    close = difflib.get_close_matches(value, local_dataset_ids(), n=3, cutoff=0.6)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise DatasetNotFoundError(
-        f"dataset {value!r} not found locally (in {datasets_root()}): {hint}list local "
-        "datasets with `minari list local`, or fetch it from a remote with --download or "
-        "`marl-minari download`.")
+    locate_dataset(value, download=download)

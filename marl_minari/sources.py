@@ -223,7 +223,7 @@ def open_source(source: Any, *, download: bool = False,
     path = Path(name).expanduser()
     if path.exists():
         return _from_data_path(name, _data_folder(path), None)
-    return _from_data_path(name, _local_or_fetched(name, download, remote), None)
+    return _from_data_path(name, locate_dataset(name, download=download, remote=remote), None)
 
 
 @contextmanager
@@ -288,8 +288,15 @@ def _data_folder(path: Path) -> Path:
     return data_path.resolve()
 
 
-def _local_or_fetched(dataset_id: str, download: bool, remote: str | None) -> Path:
-    """The ``data/`` folder of ``dataset_id``, downloaded first if asked and not local."""
+def locate_dataset(dataset_id: str, *, download: bool = False,
+                   remote: str | None = None) -> Path:
+    """The ``data/`` folder of the dataset ``dataset_id``: the local one, else (only when asked)
+    one downloaded from ``remote`` or Minari's default remote (``download``).
+
+    Raises:
+        InvalidDatasetIdError: not a dataset id.
+        DatasetNotFoundError: not local, and no download asked (see :func:`not_found_locally`).
+    """
     parse_dataset_id(dataset_id)
     data_path = dataset_dir(dataset_id) / "data"
     if (data_path / layout.METADATA_FILE_NAME).is_file():
@@ -303,11 +310,18 @@ def _local_or_fetched(dataset_id: str, download: bool, remote: str | None) -> Pa
 
         fetched = open_minari_dataset(dataset_id, download=True)
         return Path(fetched.storage.data_path).resolve()
+    raise not_found_locally(dataset_id)
+
+
+def not_found_locally(dataset_id: str) -> DatasetNotFoundError:
+    """The one "no such local dataset" error: it names the closest local ids and how to
+    download (the same words in Python and at the command line)."""
     close = difflib.get_close_matches(dataset_id, local_dataset_ids(), n=CLOSE_IDS)
-    suggestion = f" Closest local ids: {', '.join(close)}." if close else ""
-    raise DatasetNotFoundError(
-        f"no local dataset {dataset_id!r} (looked in {dataset_dir(dataset_id)}).{suggestion} "
-        "Record it, or pass download=True (or a remote) to fetch it.")
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return DatasetNotFoundError(
+        f"dataset {dataset_id!r} not found locally (looked in {dataset_dir(dataset_id)}); "
+        f"{hint}record it, or download it: download=True or a remote in Python, --download or "
+        "`marl-minari download` at the command line.")
 
 
 def local_dataset_ids() -> list[str]:
@@ -538,6 +552,8 @@ __all__ = [
     "DatasetSource",
     "check_chunk_steps",
     "local_dataset_ids",
+    "locate_dataset",
+    "not_found_locally",
     "open_source",
     "opening",
     "single_agent_arrays",

@@ -152,7 +152,7 @@ def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
     for open_missing in (open_source, mm.describe, to_vault, local_rows):
         with pytest.raises(DatasetNotFoundError, match="tests/spread-v0") as caught:
             open_missing("tests/spred-v0")
-        assert "no local dataset 'tests/spred-v0'" in str(caught.value)
+        assert "dataset 'tests/spred-v0' not found locally" in str(caught.value)
         assert "download=True" in str(caught.value)
     with pytest.raises(InvalidDatasetIdError):
         open_source("no id here")
