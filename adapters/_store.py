@@ -15,10 +15,9 @@ arrays, ``marl_minari.<i>.``) live in the same store; ``Vault`` never opens them
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,12 +27,14 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
+from marl_minari.durable import sync_folder, sync_tree
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
     DatasetNotFoundError,
     VaultVersionError,
 )
+from marl_minari.locking import remove_stale_staging, staging_folder
 from marl_minari.spaces import leaves
 
 VAULT_VERSION = 1.2
@@ -223,6 +224,10 @@ class VaultReader:
         return self._open(name)[index].read()
 
 
+VAULT_STAGING_FOLDER = ".marl_minari_staging"
+"""Hidden folder beside a vault being written (removed again once empty)."""
+
+
 class VaultWriter:
     """Creates a vault with the names and metadata Flashbax uses; data goes in chunk-aligned.
 
@@ -245,8 +250,12 @@ class VaultWriter:
                 f"a vault already exists at {self.path}; vaults are not overwritten here: pick "
                 "another vault_uid or delete it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.work = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}"
-        self.work.mkdir()
+        # Staged beside the target (same file system: one rename commits it), in a locked
+        # folder, so the next conversion there removes what a killed one left behind.
+        self._staging = self.path.parent / VAULT_STAGING_FOLDER
+        remove_stale_staging(self._staging)
+        self._cleanup = contextlib.ExitStack()
+        self.work = self._cleanup.enter_context(staging_folder(self._staging, "vault"))
         self._compression = compression
         # Files are synced once, in commit(), before the vault is moved into place.
         self._context = ts.Context({"file_io_sync": False})
@@ -276,7 +285,7 @@ class VaultWriter:
         temporary.write_text(json.dumps(metadata, default=_json_default))
         os.replace(temporary, self.work / METADATA_FILE)
         self._context = ts.Context()
-        _sync_tree(self.work)
+        sync_tree(self.work)  # tensorstore wrote the files unsynced
         try:
             os.rename(self.work, self.path)
         except OSError as exc:
@@ -284,29 +293,20 @@ class VaultWriter:
                 raise DatasetExistsError(f"a vault appeared at {self.path} while writing") \
                     from exc
             raise
-        _sync(self.path.parent)
+        finally:
+            self._close_staging()
+        sync_folder(self.path.parent)
         return self.path
 
     def abort(self) -> None:
         """Remove the partial vault."""
         self._stores.clear()
-        shutil.rmtree(self.work, ignore_errors=True)
+        self._close_staging()
 
-
-def _sync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _sync_tree(root: Path) -> None:
-    """Flush every file and folder under ``root`` to disk (tensorstore wrote them unsynced)."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            _sync(Path(folder) / name)
-        _sync(Path(folder))
+    def _close_staging(self) -> None:
+        self._cleanup.close()
+        with contextlib.suppress(OSError):  # other conversions may still be staging there
+            self._staging.rmdir()
 
 
 def _json_default(value: Any) -> Any:
