@@ -296,3 +296,17 @@ def test_info_columns_that_appear_in_later_chunks(vaults: Path) -> None:
     assert_trees_equal(dataset.to_arrays().agent_infos, back.to_arrays().agent_infos)
     for index in range(4):
         assert_trees_equal(dataset.episode(index).observations, back[index].observations)
+
+
+def test_a_killed_conversions_staging_is_removed_by_the_next(recorded, vaults: Path) -> None:
+    from marl_minari.adapters._store import VAULT_STAGING_FOLDER
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
+    staging = vaults / "spread" / VAULT_STAGING_FOLDER
+    stale = staging / f"vault-{'0' * 32}"  # a killed conversion's folder: nobody holds its lock
+    (stale / "d").mkdir(parents=True)
+    (stale / "d" / "chunk").write_bytes(b"x" * 1024)
+    path = to_vault(dataset, vaults, "spread", "Good")
+    assert not stale.exists()
+    assert sorted(p.name for p in (vaults / "spread").iterdir()) == ["Good"]  # staging gone too
+    assert (path / "metadata.json").is_file()
