@@ -363,7 +363,9 @@ def make_torchrl_buffer(sources: Sequence[Any], batch_size: int, *, slice_len: i
     elif slice_len is None:
         sampler = RandomSampler()
     else:
-        sampler = SliceSampler(slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True)
+        # The storage never changes: trajectory bounds are computed once, not per sample.
+        sampler = SliceSampler(slice_len=slice_len, traj_key=TRAJ_KEY, strict_length=True,
+                               cache_values=True)
     return TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=batch_size)
 
 
