@@ -248,3 +248,35 @@ def test_a_dataset_larger_than_a_chunk_streams_with_flat_memory(tmp_path: Path,
     # observations and next observations of 2 agents: about 150 MB written, in 50-step chunks
     assert found["bytes"] > 120e6
     assert found["growth_kib"] * 1024 < found["bytes"] / 4, found
+
+
+def test_every_kind_of_source(recorded, cartpole_dataset, vaults: Path) -> None:
+    from marl_minari.adapters import to_vault
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=3, max_cycles=5)
+    whole = to_tensordict(dataset)
+    filtered = minari.load_dataset("tests/recorded-v0").filter_episodes(
+        lambda episode: episode.id != 1)
+    some = to_tensordict(filtered)
+    assert some["collector", "episode_id"].unique().tolist() == [0, 2]
+    kept = whole["collector", "episode_id"] != 1
+    assert torch.equal(some["agent", "observation"], whole["agent", "observation"][kept])
+    path = to_vault(dataset, vaults, "spread", "u")
+    from_vault = to_tensordict(path)
+    assert torch.equal(from_vault["agent", "observation"], whole["agent", "observation"])
+    assert torch.equal(from_vault["next", "agent", "reward"], whole["next", "agent", "reward"])
+    plain = to_tensordict(cartpole_dataset)
+    episode = cartpole_dataset[0]
+    steps = len(episode.rewards)
+    np.testing.assert_array_equal(plain["agent", "observation"][:steps, 0],
+                                  episode.observations[:-1])
+    np.testing.assert_array_equal(plain["agent", "action"][:steps, 0], episode.actions)
+
+
+def test_missing_torch_extra_is_named(monkeypatch: pytest.MonkeyPatch, recorded) -> None:
+    from marl_minari.adapters.tensordicts import MissingExtraError
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
+    monkeypatch.setitem(sys.modules, "torchrl", None)
+    with pytest.raises(MissingExtraError, match=r"marl-minari\[torch\]"):
+        to_tensordict(dataset)
