@@ -8,8 +8,8 @@ several sources into one ``TensorDictReplayBuffer`` over a ``LazyMemmapStorage``
 whole-episode slices with TorchRL's ``SliceSampler``.
 
 Both stream chunk by chunk (:data:`~marl_minari.sources.DEFAULT_CHUNK_STEPS` steps at a time):
-peak memory is about one chunk's arrays twice (the read arrays and their tensors), whatever the
-dataset's size. Needs the ``torch`` extra (``pip install "marl-minari[torch]"``).
+peak memory is proportional to the chunk, whatever the dataset's size (``docs/torch.md``).
+Needs the ``torch`` extra (``pip install "marl-minari[torch]"``).
 """
 
 from __future__ import annotations
