@@ -6,6 +6,8 @@
   for a vault written by :func:`to_vault`, the original dataset back).
 * :func:`make_buffer`: datasets and vaults combined into one Flashbax trajectory buffer on the
   default JAX device.
+* :func:`to_tensordict`, :func:`make_torchrl_buffer`: datasets as TorchRL TensorDicts and
+  replay buffers (the ``torch`` extra).
 
 Names are imported on first use, so ``import marl_minari.adapters`` (and the command line)
 does not import JAX. See ``docs/adapters.md``.
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from ._view import PAD_VALUE
     from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
     from .minari_to_vault import to_vault
+    from .tensordicts import make_torchrl_buffer, to_tensordict
     from .vault_to_minari import EXTRA_PREFIX, from_vault, vault_path_parts
 
 _EXPORTS = {
@@ -35,6 +38,8 @@ _EXPORTS = {
     "from_vault": "vault_to_minari",
     "is_vault": "_store",
     "make_buffer": "buffer",
+    "make_torchrl_buffer": "tensordicts",
+    "to_tensordict": "tensordicts",
     "to_vault": "minari_to_vault",
     "vault_path_parts": "vault_to_minari",
 }
@@ -49,6 +54,8 @@ __all__ = [
     "from_vault",
     "is_vault",
     "make_buffer",
+    "make_torchrl_buffer",
+    "to_tensordict",
     "to_vault",
     "vault_path_parts",
 ]

@@ -24,7 +24,7 @@ def test_readme_has_examples_for_every_feature() -> None:
     text = "\n".join(blocks("python"))
     for feature in ("ParallelDataCollector", "AECDataCollector", "to_vault", "from_vault",
                     "make_buffer", "describe", "registry.publish", "minari.load_dataset",
-                    "read_dataset", "export_rllib"):
+                    "read_dataset", "export_rllib", "make_torchrl_buffer"):
         assert feature in text, feature
 
 
