@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +12,7 @@ from pathlib import Path
 
 from minari.storage.datasets_root_dir import get_dataset_path
 
-from marl_minari.errors import InvalidDatasetIdError
+from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
 
 _PART = r"[A-Za-z0-9][\w.-]*"
 MAX_PART_LENGTH = 100
@@ -87,3 +89,28 @@ def using_datasets_root(root: Path) -> Iterator[Path]:
         yield Path(root)
     finally:
         _ROOT_OVERRIDE.reset(token)
+
+
+def not_found_locally(dataset_id: str) -> DatasetNotFoundError:
+    """The one "no such local dataset" error: it names the closest local ids and how to
+    download (the same words in Python and at the command line)."""
+    close = difflib.get_close_matches(dataset_id, local_dataset_ids(), n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return DatasetNotFoundError(
+        f"dataset {dataset_id!r} not found locally (looked in {dataset_dir(dataset_id)}); "
+        f"{hint}record it, or download it: download=True or a remote in Python, --download or "
+        "`marl-minari download` at the command line.")
+
+
+def local_dataset_ids() -> list[str]:
+    """Ids of the datasets under the datasets root (folders holding ``data/metadata.json``)."""
+    root = datasets_root()
+    found: list[str] = []
+    for folder, children, _ in os.walk(root):
+        here = Path(folder)
+        if (here / "data" / "metadata.json").is_file():
+            found.append(here.relative_to(root).as_posix())
+            children.clear()
+        else:
+            children[:] = [c for c in children if not c.startswith(".")]
+    return sorted(found)

@@ -18,7 +18,7 @@ from minari.serialization import deserialize_space
 
 from marl_minari import layout
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
-from marl_minari.ids import dataset_dir
+from marl_minari.ids import dataset_dir, not_found_locally
 
 
 def read_metadata(data_path: Path) -> dict[str, Any]:
@@ -33,8 +33,9 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
         raise DatasetNotFoundError(f"no dataset metadata at {path}")
     try:
         metadata: dict[str, Any] = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptedDataError(f"{path} is not valid JSON ({exc}); restore it from a copy or "
+                                 "re-create the dataset") from exc
     if not isinstance(metadata, dict):
         raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
     return metadata
@@ -68,9 +69,7 @@ def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDat
     data_path = dataset_dir(dataset_id) / "data"
     local = (data_path / layout.METADATA_FILE_NAME).exists()
     if not local and not download:
-        raise DatasetNotFoundError(
-            f"no local dataset {dataset_id!r} (looked in {data_path.parent}); record one, or "
-            "pass download=True to fetch it from the configured remote.")
+        raise not_found_locally(dataset_id)
     if local:
         metadata = read_metadata(data_path)
         metadata_count(metadata, "total_episodes", data_path)

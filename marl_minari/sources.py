@@ -19,8 +19,6 @@ The rules every consumer (describe, the adapters, Ray) follows live here:
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -40,7 +38,12 @@ from marl_minari.errors import (
     LayoutError,
     NotADatasetError,
 )
-from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.ids import (
+    dataset_dir,
+    local_dataset_ids,
+    not_found_locally,
+    parse_dataset_id,
+)
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset
 from marl_minari.spaces import build_tree, concat_trees, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec
@@ -55,8 +58,6 @@ DEFAULT_CHUNK_STEPS: Final = 65_536
 """Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
 
 SourceKind = Literal["multi_agent", "single_agent"]
-CLOSE_IDS: Final = 3
-"""Local ids suggested when a dataset id is not found."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,40 +314,19 @@ def locate_dataset(dataset_id: str, *, download: bool = False,
     raise not_found_locally(dataset_id)
 
 
-def not_found_locally(dataset_id: str) -> DatasetNotFoundError:
-    """The one "no such local dataset" error: it names the closest local ids and how to
-    download (the same words in Python and at the command line)."""
-    close = difflib.get_close_matches(dataset_id, local_dataset_ids(), n=CLOSE_IDS)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return DatasetNotFoundError(
-        f"dataset {dataset_id!r} not found locally (looked in {dataset_dir(dataset_id)}); "
-        f"{hint}record it, or download it: download=True or a remote in Python, --download or "
-        "`marl-minari download` at the command line.")
-
-
-def local_dataset_ids() -> list[str]:
-    """Ids of the datasets under the datasets root (folders holding ``data/metadata.json``)."""
-    root = datasets_root()
-    found: list[str] = []
-    for folder, children, _ in os.walk(root):
-        here = Path(folder)
-        if (here / "data" / layout.METADATA_FILE_NAME).is_file():
-            found.append(here.relative_to(root).as_posix())
-            children.clear()
-        else:
-            children[:] = [c for c in children if not c.startswith(".")]
-    return sorted(found)
-
-
 def _from_data_path(name: str | None, data_path: Path,
                     indices: np.ndarray | None) -> DatasetSource:
     """The source of the dataset in ``data_path`` (``name`` defaults to its id; every stored
     episode unless ``indices`` are given)."""
-    metadata = _read_metadata(data_path)
+    from marl_minari.metadata import metadata_count, read_metadata
+
+    metadata = read_metadata(data_path)
+    total_episodes = metadata_count(metadata, "total_episodes", data_path)
+    metadata_count(metadata, "total_steps", data_path)  # chunk planning divides by it
     if name is None:
         name = str(metadata.get("dataset_id"))
     if indices is None:
-        indices = np.arange(int(metadata.get("total_episodes", 0)), dtype=np.int64)
+        indices = np.arange(total_episodes, dtype=np.int64)
     multi_agent = layout.METADATA_KEY in metadata
     try:
         spec = spec_of(metadata, multi_agent)
@@ -358,20 +338,6 @@ def _from_data_path(name: str | None, data_path: Path,
                          kind="multi_agent" if multi_agent else "single_agent",
                          spec=spec, metadata=metadata,
                          episode_indices=indices)
-
-
-def _read_metadata(data_path: Path) -> dict[str, Any]:
-    path = Path(data_path) / layout.METADATA_FILE_NAME
-    try:
-        metadata: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DatasetNotFoundError(f"no dataset metadata at {path}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON ({exc}); restore it from a "
-                                 "copy or re-create the dataset") from exc
-    if not isinstance(metadata, dict):
-        raise CorruptedDataError(f"{path} does not hold a JSON object")
-    return metadata
 
 
 # --------------------------------------------------------------------------- specs

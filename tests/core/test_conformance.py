@@ -216,13 +216,13 @@ def both(datasets_root: Path) -> tuple[mm.MultiAgentDataset, Path, list[dict[str
 # --- the writer is independent -----------------------------------------------------------------
 
 
-def test_the_spec_writer_imports_nothing_but_h5py_numpy_and_json() -> None:
+def test_the_spec_writer_imports_nothing_but_h5py_numpy_json_and_blake3() -> None:
     tree = ast.parse(Path(spec_writer.__file__).read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"__future__", "json", "pathlib", "typing", "h5py", "numpy"}
+    assert imported <= {"__future__", "json", "pathlib", "typing", "h5py", "numpy", "blake3"}
 
 
 # --- the two writers agree ---------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_the_library_writes_what_the_spec_says(both: Any) -> None:
             np.load(spec_data / "marl_minari_index.npz") as spec_index:
         ours_header = json.loads(ours_index["header"].tobytes())
         spec_header = json.loads(spec_index["header"].tobytes())
-        assert ours_header["version"] == spec_header["version"] == 1
+        assert ours_header["version"] == spec_header["version"] == 2
         assert ours_header["paths"] == spec_header["paths"]
         np.testing.assert_array_equal(ours_index["steps"], spec_index["steps"])
         for i, _ in enumerate(spec_header["paths"]):  # the same datasets are indexed
@@ -346,6 +346,14 @@ def test_the_library_reads_the_spec_dataset_with_the_same_numbers(both: Any) -> 
     ours, theirs = library.to_arrays(), spec_dataset.to_arrays()
     assert ours.returns().tolist() == theirs.returns().tolist()
     np.testing.assert_array_equal(ours.team_rewards, theirs.team_rewards)
+
+    from marl_minari import offset_index
+
+    with h5py.File(spec_data / "main_data.hdf5", "r") as file:  # the index the spec describes
+        trusted = offset_index.load(spec_data, file, len(script),
+                                    sum(len(e["steps"]) for e in script))
+    assert trusted is not None, "the library ignores an index written from the spec's words"
+    assert mm.check_dataset("conformance/spec-v0").index_checked
 
     (spec_data / "marl_minari_index.npz").unlink()  # through h5py: the same numbers
     with warnings.catch_warnings():

@@ -208,7 +208,7 @@ def test_single_agent_minari_dataset(record_cartpole: Any) -> None:
 
 
 def test_missing_sources_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(DatasetNotFoundError, match="no local dataset"):
+    with pytest.raises(DatasetNotFoundError, match="not found locally"):
         describe("tests/absent-v0")
     with pytest.raises(DatasetNotFoundError, match="neither a dataset id"):
         describe(tmp_path)

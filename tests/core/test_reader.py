@@ -111,7 +111,7 @@ def test_text_and_tuple_leaves_come_back_as_written(written: tuple) -> None:
 
 
 def test_load_dataset_errors(datasets_root: Path) -> None:
-    with pytest.raises(DatasetNotFoundError, match="no local dataset"):
+    with pytest.raises(DatasetNotFoundError, match="not found locally"):
         mm.load_dataset("read/missing-v0")
     # a single-agent Minari dataset is not in the layout
     import gymnasium as gym

@@ -100,11 +100,10 @@ def test_download_warns_about_and_strict_refuses_untrusted_env_code(
         record_parallel: Callable[..., Any], tmp_path: Path) -> None:
     import shutil
 
-    import typer
-    from marl_minari.registry.cli import register
     from typer.testing import CliRunner
 
     from marl_minari import registry
+    from marl_minari.cli import full_app
     from marl_minari.ids import dataset_dir
 
     marker = tmp_path / "X"
@@ -116,9 +115,8 @@ def test_download_warns_about_and_strict_refuses_untrusted_env_code(
     with pytest.raises(EnvDescriptorError, match="os:system.*Not downloaded"):
         registry.download(DATASET, remote, strict=True)
     assert not dataset_dir(DATASET).exists()
-    app = typer.Typer(no_args_is_help=True)
-    register(app)
-    result = CliRunner().invoke(app, ["download", DATASET, "--remote", remote, "--strict"])
+    result = CliRunner().invoke(full_app(), ["download", DATASET, "--remote", remote,
+                                             "--strict"])
     assert result.exit_code != 0 and "os:system" in result.output
     assert not dataset_dir(DATASET).exists()
     with pytest.warns(UserWarning, match="marl_minari.env.entry_point: os:system"):

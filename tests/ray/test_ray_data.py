@@ -336,4 +336,4 @@ def test_cli_export_rllib(ray_local: Any, spread: Any, tmp_path: Path) -> None:
     again = runner.invoke(app, ["export", "rllib", "ray/spread-v0", str(out)])
     assert again.exit_code == 1 and "not empty" in again.output
     missing = runner.invoke(app, ["export", "rllib", "ray/missing-v0", str(tmp_path / "x")])
-    assert missing.exit_code == 1 and "no local dataset" in missing.output
+    assert missing.exit_code == 1 and "not found locally" in missing.output

@@ -90,4 +90,4 @@ def test_registry_commands_help(command: list[str]) -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     if command != ["remote"]:
-        assert "s3://bucket/prefix" in done.stdout
+        assert "s3://bucket[/prefix]" in done.stdout
