@@ -74,14 +74,15 @@ class _ActionStats:
             assert isinstance(self.space, spaces.MultiDiscrete)
             start = np.asarray(getattr(self.space, "start", 0), dtype=np.int64).reshape(-1)
             shifted = np.asarray(values, dtype=np.int64).reshape(n, -1) - start
-            valid = (shifted >= 0) & (shifted < self.nvec)
-            self.out_of_space += int((~valid.all(axis=1)).sum())
-            flat = (shifted + self.offsets)[valid]
+            inside = ((shifted >= 0) & (shifted < self.nvec)).all(axis=1)
+            self.out_of_space += int((~inside).sum())
+            flat = (shifted + self.offsets)[inside].reshape(-1)  # out-of-space rows: uncounted
             self.counts += np.bincount(flat, minlength=len(self.counts))
         elif self.kind == "binary":
             bits = np.asarray(values).reshape(n, -1)
-            self.out_of_space += int((~np.isin(bits, (0, 1)).all(axis=1)).sum())
-            self.counts += (bits == 1).sum(axis=0).astype(np.int64)
+            inside = np.isin(bits, (0, 1)).all(axis=1)
+            self.out_of_space += int((~inside).sum())
+            self.counts += (bits[inside] == 1).sum(axis=0).astype(np.int64)
         elif self.kind == "continuous":
             rows = np.asarray(values, dtype=np.float64).reshape(n, -1)
             self.out_of_space += int(((rows < self.low) | (rows > self.high)).any(axis=1).sum())

@@ -141,15 +141,7 @@ def test_discrete_with_a_start(summaries: dict[bool, Any], with_text: bool) -> N
     assert flag.out_of_space == 0
 
 
-# describe counts the in-range components of an out-of-space MultiDiscrete/MultiBinary action,
-# although ActionSummary documents that out-of-space actions are not in ``counts``.
-_COMPONENTS_COUNTED = pytest.mark.xfail(
-    strict=True, reason="in-range components of an out-of-space action are counted")
-
-
-@pytest.mark.parametrize("with_text", [pytest.param(True, marks=_COMPONENTS_COUNTED),
-                                       pytest.param(False, marks=_COMPONENTS_COUNTED)],
-                         ids=["minari-decoding", "direct-hdf5"])
+@pytest.mark.parametrize("with_text", [True, False], ids=["minari-decoding", "direct-hdf5"])
 def test_multi_discrete_and_binary_leave_out_of_space_actions_uncounted(
         summaries: dict[bool, Any], with_text: bool) -> None:
     played, by_path = summaries[with_text]
