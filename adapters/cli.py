@@ -33,6 +33,9 @@ def convert(
         help="Vault compressor: gzip (Flashbax's default), zstd or none.")] = "gzip",
     dones: Annotated[str, typer.Option(
         help="Vault dones: team (the episode's, copied to every agent) or agent.")] = "team",
+    terminals: Annotated[str | None, typer.Option(
+        help="Vault terminals: end (every episode end, truncated ones too, as OG-MARL; the "
+             "default) or strict (terminated episodes only).")] = None,
     state: Annotated[str, typer.Option(
         help="Vault infos.state: auto, env, observations or none.")] = "auto",
     seeds: Annotated[bool, typer.Option(
@@ -67,6 +70,7 @@ def convert(
         path = to_vault(source, rel_dir, name, uid, chunk_steps=chunk_steps,
                         compression=_compression(compression),
                         dones=dones,  # type: ignore[arg-type]
+                        terminals=terminals,  # type: ignore[arg-type]
                         state=state,  # type: ignore[arg-type]
                         seeds=seeds, progress=True)
     except (MarlMinariError, ValueError, FileNotFoundError, FileExistsError) as exc:

@@ -30,6 +30,7 @@ from ._view import (
     VAULT_SOURCE_KEY,
     Dones,
     StateMode,
+    Terminals,
     ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
@@ -53,6 +54,7 @@ def to_vault(
     chunk_steps: int = DEFAULT_CHUNK_STEPS,
     compression: dict[str, Any] | None | str = "default",
     dones: Dones | None = None,
+    terminals: Terminals | None = None,
     state: StateMode = "auto",
     seeds: bool = True,
     progress: bool = False,
@@ -82,6 +84,10 @@ def to_vault(
             ours; ``{"id": "zstd", "level": 3}`` writes about 3x faster; ``None`` for none).
         dones: ``"team"`` (default) copies the episode's termination/truncation to every agent,
             as OG-MARL does; ``"agent"`` writes each agent's own flags.
+        terminals: ``"end"`` (default) sets ``terminals`` at the end of every episode,
+            truncated ones too, as OG-MARL's learners need to see episodes end;
+            ``truncations`` says which ended by time. ``"strict"`` sets ``terminals`` only
+            where the episode terminated.
         state: ``infos.state`` from the recorded global state (``"auto"``, ``"env"``), from all
             agents' observation rows concatenated (``"auto"`` without a recorded state,
             ``"observations"``), or none (``"none"``).
@@ -111,8 +117,8 @@ def to_vault(
     writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
                          else compression)  # type: ignore[arg-type]
     try:
-        _convert(source, writer, chunk_steps=chunk_steps, dones=dones, state=state,
-                 seeds=seeds, progress=progress)
+        _convert(source, writer, chunk_steps=chunk_steps, dones=dones, terminals=terminals,
+                 state=state, seeds=seeds, progress=progress)
     except BaseException:
         writer.abort()
         raise
@@ -120,13 +126,14 @@ def to_vault(
 
 
 def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
-             dones: Dones | None, state: StateMode, seeds: bool, progress: bool) -> None:
+             dones: Dones | None, terminals: Terminals | None, state: StateMode, seeds: bool,
+             progress: bool) -> None:
     record = source.spec.extra.get(VAULT_SOURCE_KEY)
     streams = 1 if record is None else int(record["streams"])
     chunks = episode_chunks(source, chunk_steps, None if record is None else _expand_runs(
         record["episode_streams"]), attributes=seeds)
     first = next(chunks)
-    plan = _plan(source, first, record, dones, state)
+    plan = _plan(source, first, record, dones, terminals, state)
     keys = plan.keys()
     widest = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                  for shape, dtype in keys.values())
@@ -168,15 +175,17 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
 
 
 def _plan(source: DatasetSource, first: Chunk, record: dict[str, Any] | None,
-          dones: Dones | None, state: StateMode) -> ViewPlan:
+          dones: Dones | None, terminals: Terminals | None, state: StateMode) -> ViewPlan:
     if record is not None:
-        if dones == "team":
+        if dones == "team" or terminals is not None:
             raise LayoutError("this dataset came from a vault: its per-agent dones are the "
-                              "vault's; dones='team' would not reproduce them")
+                              "vault's; dones='team' or a terminals= choice would not "
+                              "reproduce them (leave both out)")
         return plan_from_vault_record(source.spec, record)
     infos = first.arrays.agent_infos or {}
     info_paths = {agent: {path for path, _ in leaves(tree)} for agent, tree in infos.items()}
-    return plan_from_spec(source.spec, info_paths, dones=dones or "team", state=state)
+    return plan_from_spec(source.spec, info_paths, dones=dones or "team", state=state,
+                          terminals=terminals or "end")
 
 
 def _chain(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:
