@@ -8,6 +8,7 @@ Conversions show tqdm progress bars.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,9 +25,10 @@ def _fail(exc: Exception) -> typer.Exit:
 def convert(
     source: Annotated[str, typer.Argument(
         help="A vault folder (rel_dir/vault_name/vault_uid) or a dataset id.")],
-    target: Annotated[str, typer.Argument(
+    target: Annotated[str | None, typer.Argument(
         help="The dataset id to create (from a vault) or the vault folder to create "
-             "(rel_dir/vault_name/vault_uid, from a dataset).")],
+             "(rel_dir/vault_name/vault_uid, from a dataset; default OG-MARL's "
+             "vaults/<dataset id>.vlt/<Algorithm>).")] = None,
     chunk_steps: Annotated[int, typer.Option(
         help="Steps converted at a time; memory is proportional to it.", min=1)] = 65_536,
     compression: Annotated[str, typer.Option(
@@ -56,6 +58,9 @@ def convert(
 
     try:
         if is_vault(source):
+            if target is None:
+                raise typer.BadParameter("give the dataset id to create from the vault",
+                                         param_hint="TARGET")
             rel_dir, name, uid = vault_path_parts(source)
             dataset = from_vault(
                 rel_dir, name, uid, target, chunk_steps=chunk_steps,
@@ -66,8 +71,9 @@ def convert(
                        f"into {target}")
             typer.echo(f"load it with: minari.load_dataset({target!r})")
             return
-        rel_dir, name, uid = _vault_target(target)
-        path = to_vault(source, rel_dir, name, uid, chunk_steps=chunk_steps,
+        rel_dir, name_, uid_ = (Path("vaults"), None, None) if target is None \
+            else _vault_target(target)
+        path = to_vault(source, rel_dir, name_, uid_, chunk_steps=chunk_steps,
                         compression=_compression(compression),
                         dones=dones,  # type: ignore[arg-type]
                         terminals=terminals,  # type: ignore[arg-type]
@@ -75,9 +81,10 @@ def convert(
                         seeds=seeds, progress=True)
     except (MarlMinariError, ValueError, FileNotFoundError, FileExistsError) as exc:
         raise _fail(exc) from None
+    name = os.path.relpath(path.parent, Path.cwd() / rel_dir)
     typer.echo(f"wrote vault {path}")
     typer.echo(f"read it with: flashbax.vault.Vault({name!r}, rel_dir={str(rel_dir)!r}, "
-               f"vault_uid={uid!r}).read()")
+               f"vault_uid={path.name!r}).read()")
 
 
 def _vault_target(target: str) -> tuple[Path, str, str]:

@@ -21,7 +21,8 @@ from ._store import (
     VAULT_VERSION,
     Appender,
     VaultWriter,
-    default_uid,
+    default_vault_name,
+    default_vault_uid,
     time_chunk,
     vault_dir,
     wait,
@@ -76,8 +77,11 @@ def to_vault(
             a dataset folder, a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
             single-agent dataset becomes one agent, ``agent_0``.
         rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
-        vault_name: the vault's name; the dataset id with ``/`` replaced by ``.`` by default.
-        vault_uid: the vault's uid; the current time by default (as Flashbax does).
+        vault_name: the vault's name (may hold ``/``, as OG-MARL's do); by default the
+            dataset id with ``.vlt`` appended: ``mpe2/simple_spread/random-v0.vlt``.
+        vault_uid: the vault's uid; by default the dataset's ``algorithm_name`` with its first
+            letter upper-cased (``random`` -> ``Random``, as OG-MARL names uids), or the
+            current time (Flashbax's default) when it has none that is one path-safe word.
         chunk_steps: steps read, converted and written at a time; peak memory is about
             ``2 * chunk_steps`` steps of data plus one episode.
         compression: zarr compressor (``{"id": "gzip", "level": 5}`` is Flashbax's default and
@@ -112,8 +116,10 @@ def to_vault(
     source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:
-        vault_name = source.dataset_id.replace("/", ".")
-    path = vault_dir(rel_dir, vault_name, vault_uid or default_uid())
+        vault_name = default_vault_name(source.dataset_id)
+    if vault_uid is None:
+        vault_uid = default_vault_uid(source.metadata.get("algorithm_name"))
+    path = vault_dir(rel_dir, vault_name, vault_uid)
     writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
                          else compression)  # type: ignore[arg-type]
     try:

@@ -6,6 +6,8 @@ Recordings cover a parallel env whose agents die (KAZ), heterogeneous agents
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,60 @@ def test_an_ogmarl_style_learner_gets_finite_losses(
         params = jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
         losses.append(float(loss))
     assert np.isfinite(losses).all(), losses
+
+
+# --------------------------------------------------------------------------- names and paths
+
+
+def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from marl_minari.adapters import make_buffer
+    from marl_minari.adapters.cli import register
+    from typer import Typer
+    from typer.testing import CliRunner
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=4,
+                       dataset_id="mpe2/simple_spread/random-v0")
+    monkeypatch.chdir(tmp_path)
+    path = to_vault(dataset)  # algorithm_name "random" -> uid "Random"
+    assert path == tmp_path / "vaults" / "mpe2" / "simple_spread" / "random-v0.vlt" / "Random"
+    # OG-MARL's loaders name it this way.
+    read = Vault("mpe2/simple_spread/random-v0.vlt", rel_dir="vaults", vault_uid="Random").read()
+    assert read.experience["observations"].shape[1] == dataset.total_steps
+    back = from_vault("vaults", "mpe2/simple_spread/random-v0.vlt", "Random", "tests/back-v0")
+    assert_same_episodes(dataset, back)
+    from_path = from_vault("vaults/mpe2/simple_spread", "random-v0.vlt", "Random",
+                           "tests/back-v1")
+    assert from_path.total_steps == dataset.total_steps
+    _, state = make_buffer([str(path)], sample_batch_size=2, sample_sequence_length=2)
+    assert state.experience["observations"].shape[1] == dataset.total_steps
+
+    app = Typer()
+    register(app)
+    done = CliRunner().invoke(app, ["convert", "mpe2/simple_spread/random-v0",
+                                    "--terminals", "strict"])
+    assert done.exit_code == 1 and "exists" in done.output  # the default path, already there
+    shutil.rmtree(path)
+    done = CliRunner().invoke(app, ["convert", "mpe2/simple_spread/random-v0",
+                                    "--terminals", "strict"])
+    assert done.exit_code == 0, done.output
+    assert "Vault('mpe2/simple_spread/random-v0.vlt', rel_dir='vaults', vault_uid='Random')" \
+        in done.output
+    assert not _read(tmp_path / "vaults", "mpe2/simple_spread/random-v0.vlt",
+                     "Random")["terminals"].any()
+
+
+def test_an_untrusted_dataset_id_cannot_name_the_vault_folder(
+        recorded: Any, datasets_root: Path, tmp_path: Path) -> None:
+    import marl_minari as mm
+
+    recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
+    folder = datasets_root / "tests" / "recorded-v0"
+    meta_path = folder / "data" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["dataset_id"] = "../../escaped-v0"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(mm.InvalidDatasetIdError, match="pass vault_name"):
+        to_vault(folder, tmp_path / "vaults")
+    assert not (tmp_path / "escaped-v0.vlt").exists()
+    assert to_vault(folder, tmp_path / "vaults", "spread.vlt", "Random").is_dir()
