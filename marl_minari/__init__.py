@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 # Registers the file://, s3:// and http(s):// remotes in Minari's remote registry.
 import marl_minari.registry  # noqa: E402,F401,I001
+from marl_minari.combine import combine_datasets
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import EnvDescriptor, make_env
 from marl_minari.episode import MultiAgentEpisode
@@ -60,6 +61,7 @@ __all__ = [
     "UnsupportedSpaceError",
     "ParallelDataCollector",
     "__version__",
+    "combine_datasets",
     "dataset_card",
     "describe",
     "plot_descriptions",

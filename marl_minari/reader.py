@@ -28,6 +28,7 @@ from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
+from marl_minari.recovered_layout import with_recovered_layout
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
 from marl_minari.spec import MultiAgentSpec
 
@@ -72,7 +73,7 @@ def _read_metadata(data_path: Path) -> dict[str, Any]:
         metadata: dict[str, Any] = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CorruptedDataError(f"{path} is not valid JSON: {exc}") from exc
-    return metadata
+    return with_recovered_layout(metadata, data_path)
 
 
 def episode_attributes(h5_path: Path, episode_ids: Iterable[int]

@@ -42,6 +42,7 @@ from marl_minari.errors import (
 )
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset
+from marl_minari.recovered_layout import with_recovered_layout
 from marl_minari.spaces import build_tree, concat_trees, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec
 
@@ -328,7 +329,7 @@ def _from_data_path(name: str | None, data_path: Path,
                     indices: np.ndarray | None) -> DatasetSource:
     """The source of the dataset in ``data_path`` (``name`` defaults to its id; every stored
     episode unless ``indices`` are given)."""
-    metadata = _read_metadata(data_path)
+    metadata = with_recovered_layout(_read_metadata(data_path), data_path)
     if name is None:
         name = str(metadata.get("dataset_id"))
     if indices is None:
