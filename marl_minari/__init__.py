@@ -35,6 +35,7 @@ from marl_minari.joint import JointEnv
 from marl_minari.layout import LAYOUT_VERSION
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
 from marl_minari.recording import list_recordings, recover_recording
+from marl_minari.selection import split_dataset
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
@@ -69,6 +70,7 @@ __all__ = [
     "load_dataset",
     "make_env",
     "recover_recording",
+    "split_dataset",
     "write_dataset",
 ]
 

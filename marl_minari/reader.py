@@ -13,7 +13,7 @@ import io
 import json
 import mmap
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,7 @@ class MultiAgentDataset:
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
         # The offset index is read and checked once, not on every to_arrays() call.
         self._index_cache = _IndexCache()
+        self._generator = np.random.default_rng()
 
     @property
     def minari(self) -> MinariDataset:
@@ -261,8 +262,40 @@ class MultiAgentDataset:
         """Number of environment steps over all episodes."""
         return int(self._minari.total_steps)
 
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The stored episode ids this dataset holds, in order (Minari's name)."""
+        return self._ids.copy()
+
     def __len__(self) -> int:
         return self.total_episodes
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentDataset({self._metadata.get('dataset_id')!r}, "
+                f"{self.total_episodes} episodes, {self.total_steps} steps, "
+                f"{self._spec.api}, agents={list(self.possible_agents)})")
+
+    def set_seed(self, seed: int) -> None:
+        """Seed :meth:`sample_episodes` (as ``MinariDataset.set_seed``)."""
+        self._generator = np.random.default_rng(seed)
+
+    def sample_episodes(self, n_episodes: int) -> list[MultiAgentEpisode]:
+        """``n_episodes`` distinct episodes drawn at random (as Minari's ``sample_episodes``).
+
+        Raises:
+            InvalidOptionError: more than the dataset holds.
+        """
+        from marl_minari.selection import sample_ids
+
+        return list(self.iterate_episodes(sample_ids(self, n_episodes, self._generator)))
+
+    def filter_episodes(self, condition: Callable[[MultiAgentEpisode], bool]
+                        ) -> MultiAgentDataset:
+        """The dataset of the episodes for which ``condition(episode)`` is true (as Minari's
+        ``filter_episodes``, called on each :class:`MultiAgentEpisode`)."""
+        from marl_minari.selection import filter_ids, subset
+
+        return subset(self, filter_ids(self, condition))
 
     def __getitem__(self, index: int) -> MultiAgentEpisode:
         return self.episode(index)
