@@ -8,7 +8,8 @@ vault's store (not listed in ``structure_shape``, so ``Vault`` and OG-MARL never
 Rows of restoration arrays follow the dataset, not the vault's time axis:
 
 * ``obs``: one row per observation row (``T + 1`` per episode, episodes back to back);
-* ``step``: one row per step (``T`` per episode);
+* ``step``: one row per step (``T`` per episode; ``idle/observations/...`` holds the recorded
+  observation of an agent at the steps it did not act, which the view zeroes, else zeros);
 * ``episode``: one row per episode;
 * ``bytes``: UTF-8 bytes of text fields (text fields store per-row byte lengths in their
   ``obs``/``step``/``episode`` array, the bytes in a second array).
@@ -106,9 +107,13 @@ def columns(plan: ViewPlan, arrays: MultiAgentArrays, info: EpisodeInfo
     final_rows = arrays.obs_starts + arrays.episode_lengths
     for i, agent in enumerate(plan.agents):
         in_view = {leaf.path: leaf.exact for leaf in plan.observations[i].leaves}
+        idle = ~arrays.acted[:, i]
         for path, values in leaves(arrays.observations[agent]):
             if in_view.get(path, False):
                 out[_join(f"final/observations/{agent}", path)] = ("episode", values[final_rows])
+                if plan.zero_idle_observations:
+                    out[_join(f"idle/observations/{agent}", path)] = (
+                        "step", _where_rows(idle, values[arrays.obs_rows]))
             else:
                 out[_join(f"observations/{agent}", path)] = ("obs", values)
         exact_actions = ({leaf.path: leaf.exact for leaf in plan.actions[i].leaves}
@@ -137,6 +142,13 @@ def columns(plan: ViewPlan, arrays: MultiAgentArrays, info: EpisodeInfo
     out["episode/stream"] = ("episode", np.asarray(info.streams, dtype=np.int32))
     out["episode/options"] = ("episode", np.asarray(
         ["" if o is None else encode_json(o) for o in info.options], dtype=object))
+    return out
+
+
+def _where_rows(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` in the rows ``rows`` marks, zeros elsewhere (mostly zeros: cheap stored)."""
+    out = np.zeros_like(values)
+    out[rows] = values[rows]
     return out
 
 
@@ -368,6 +380,10 @@ def restore_arrays(plan: ViewPlan, spec: MultiAgentSpec, view: dict[tuple[str, .
             leaf = flat[path]
             step_values = obs_view[:, i, leaf.offset:leaf.offset + leaf.size].reshape(
                 steps, *leaf.shape).astype(leaf.dtype)
+            idle_key = _join(f"idle/observations/{agent}", path)
+            if idle_key in fields:  # the view zeroed the rows of steps the agent sat out
+                idle = ~fields["acted"][:, i]
+                step_values[idle] = fields[idle_key][idle]
             by_path[path] = with_final(step_values,
                                        fields[_join(f"final/observations/{agent}", path)])
         observations[agent] = _tree(spec.observation_spaces[agent], by_path)

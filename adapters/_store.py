@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import tensorstore as ts
@@ -32,8 +33,10 @@ from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
     DatasetNotFoundError,
+    InvalidDatasetIdError,
     VaultVersionError,
 )
+from marl_minari.ids import parse_dataset_id
 from marl_minari.locking import remove_stale_staging, staging_folder
 from marl_minari.spaces import leaves
 
@@ -78,6 +81,39 @@ def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) 
 def default_uid() -> str:
     """Flashbax's default vault uid: the current time as ``%Y%m%d%H%M%S``."""
     return datetime.now().strftime("%Y%m%d%H%M%S")
+
+
+VAULT_SUFFIX: Final = ".vlt"
+"""Suffix of vault names in OG-MARL's loaders (``Vault("og_marl/smac_v1/3m.vlt", ...)``)."""
+
+_UID_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def default_vault_name(dataset_id: str) -> str:
+    """OG-MARL's vault name for a dataset: its id as folders, the last part with ``.vlt``.
+
+    ``"mpe2/simple_spread/random-v0"`` -> ``"mpe2/simple_spread/random-v0.vlt"``, so that with
+    ``rel_dir="vaults"`` the vault is ``vaults/mpe2/simple_spread/random-v0.vlt/<uid>``.
+
+    Raises:
+        InvalidDatasetIdError: the id (from a dataset's metadata: untrusted) is no dataset id,
+            so it cannot name folders under ``rel_dir``; pass ``vault_name``.
+    """
+    try:
+        parse_dataset_id(dataset_id)
+    except InvalidDatasetIdError as exc:
+        raise InvalidDatasetIdError(f"{exc} It cannot name the vault: pass vault_name=...") \
+            from None
+    return dataset_id + VAULT_SUFFIX
+
+
+def default_vault_uid(algorithm_name: object) -> str:
+    """A dataset's vault uid, named for the policy that made it as OG-MARL's uids are
+    (``Random``, ``Expert``...): its ``algorithm_name`` with the first letter upper-cased
+    when that is one path-safe word, else Flashbax's default (the current time)."""
+    if isinstance(algorithm_name, str) and _UID_WORD.fullmatch(algorithm_name):
+        return algorithm_name[0].upper() + algorithm_name[1:]
+    return default_uid()
 
 
 def is_vault(path: str | os.PathLike[str]) -> bool:

@@ -45,6 +45,9 @@ VAULT_SOURCE_KEY: Final = "vault"
 """``MultiAgentSpec.extra`` key that :func:`from_vault` fills with the source vault's record."""
 
 Dones = Literal["team", "agent"]
+Terminals = Literal["end", "strict"]
+"""``"end"``: ``terminals`` is 1 at every episode end (OG-MARL's convention), ``truncations``
+says which ended by time; ``"strict"``: ``terminals`` is 1 only where an episode terminated."""
 StateMode = Literal["auto", "env", "observations", "none"]
 
 
@@ -118,6 +121,12 @@ class ViewPlan:
         state_shape, state_dtype: per-step shape and dtype of ``infos.state``.
         dones: ``"team"`` copies the episode's done to every agent, ``"agent"`` uses the
             per-agent columns.
+        terminals: ``"end"`` sets ``terminals`` at every end (terminated or truncated), as
+            OG-MARL's learners expect; ``"strict"`` only where the episode (or agent)
+            terminated.
+        zero_idle_observations: the observation of an agent that does not act at a step (it
+            died at the step before, or it is not its turn) is zeros in the view, as OG-MARL
+            has it; the recorded values are kept in restoration arrays.
         truncations: write a ``truncations`` leaf.
         extras: vault leaves kept as dataset extras: ``(vault path, extras name, row shape,
             dtype)``.
@@ -136,6 +145,8 @@ class ViewPlan:
     state_shape: tuple[int, ...]
     state_dtype: str
     dones: Dones
+    terminals: Terminals = "strict"
+    zero_idle_observations: bool = False
     truncations: bool = True
     extras: tuple[tuple[tuple[str, ...], str, tuple[int, ...], str], ...] = ()
     pad_value: float = PAD_VALUE
@@ -186,7 +197,9 @@ class ViewPlan:
                 "sources": [None if s is None else list(s) for s in self.legals.sources]},
             "state": self.state, "state_shape": list(self.state_shape),
             "state_dtype": self.state_dtype,
-            "dones": self.dones, "truncations": self.truncations,
+            "dones": self.dones, "terminals": self.terminals,
+            "zero_idle_observations": self.zero_idle_observations,
+            "truncations": self.truncations,
             "extras": [{"path": list(p), "name": name, "shape": list(shape), "dtype": dtype}
                        for p, name, shape, dtype in self.extras],
             "pad_value": self.pad_value,
@@ -216,6 +229,9 @@ class ViewPlan:
                 tuple(None if s is None else (s[0], s[1]) for s in legals["sources"])),
             state=data["state"], state_shape=tuple(data["state_shape"]),
             state_dtype=data["state_dtype"], dones=data["dones"],
+            # Vaults written before these options had strict terminals and kept idle rows.
+            terminals=data.get("terminals", "strict"),
+            zero_idle_observations=bool(data.get("zero_idle_observations", False)),
             truncations=bool(data["truncations"]),
             extras=tuple((tuple(e["path"]), e["name"], tuple(e["shape"]), e["dtype"])
                          for e in data["extras"]),
@@ -251,13 +267,14 @@ def _mask_source(spec: MultiAgentSpec, agent: str, info_paths: set[str]
 
 
 def plan_from_spec(spec: MultiAgentSpec, info_paths: dict[str, set[str]], *,
-                   dones: Dones = "team", state: StateMode = "auto") -> ViewPlan:
+                   dones: Dones = "team", state: StateMode = "auto",
+                   terminals: Terminals = "end") -> ViewPlan:
     """The OG-MARL view of a dataset recorded from an environment.
 
     Args:
         spec: the dataset's spec.
         info_paths: ``{agent: leaf paths of its agent_infos tree}`` (from the data).
-        dones: see :class:`ViewPlan`.
+        dones, terminals: see :class:`ViewPlan`.
         state: ``"auto"`` uses the env's state if recorded, else concatenated observations;
             ``"env"`` requires the env's state; ``"observations"``; ``"none"``.
 
@@ -297,7 +314,8 @@ def plan_from_spec(spec: MultiAgentSpec, info_paths: dict[str, set[str]], *,
     return ViewPlan(agents=agents, observations=observations, obs_shape=(len(agents), width),
                     obs_dtype="float32", actions=actions, action_shape=action_shape,
                     action_dtype=action_dtype, legals=legals, state=state_source,
-                    state_shape=state_shape, state_dtype="float32", dones=dones)
+                    state_shape=state_shape, state_dtype="float32", dones=dones,
+                    terminals=terminals, zero_idle_observations=True)
 
 
 def plan_from_vault_record(spec: MultiAgentSpec, record: dict[str, Any]) -> ViewPlan:
@@ -368,18 +386,19 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...],
     obs_leaves = {agent: dict(leaves(arrays.observations[agent])) for agent in plan.agents}
     for i, agent in enumerate(plan.agents):
         _flat_rows(plan.observations[i], obs_leaves[agent], obs_rows, obs_flat[:, i])
+    if plan.zero_idle_observations:
+        obs_flat[~arrays.acted] = 0.0
     out[OBSERVATIONS] = obs_flat.reshape((steps, *plan.obs_shape))
     out[ACTIONS] = _actions(plan, arrays, steps)
     out[REWARDS] = arrays.rewards.astype(np.float32)
     if plan.dones == "team":
-        out[TERMINALS] = np.repeat(arrays.episode_terminations[:, None], n, axis=1).astype(
-            np.float32)
-        truncs = np.repeat(arrays.episode_truncations[:, None], n, axis=1).astype(np.float32)
+        terms = np.repeat(arrays.episode_terminations[:, None], n, axis=1)
+        truncs = np.repeat(arrays.episode_truncations[:, None], n, axis=1)
     else:
-        out[TERMINALS] = arrays.terminations.astype(np.float32)
-        truncs = arrays.truncations.astype(np.float32)
+        terms, truncs = arrays.terminations, arrays.truncations
+    out[TERMINALS] = (terms | truncs if plan.terminals == "end" else terms).astype(np.float32)
     if plan.truncations:
-        out[TRUNCATIONS] = truncs
+        out[TRUNCATIONS] = truncs.astype(np.float32)
     if plan.legals is not None:
         out[LEGALS] = _legals(plan.legals, plan.agents, arrays, obs_leaves, obs_rows)
     if plan.state == "env":
@@ -405,6 +424,15 @@ def _actions(plan: ViewPlan, arrays: MultiAgentArrays, steps: int) -> np.ndarray
                 raise StepDataError(
                     f"actions of {agent!r} do not fit the vault's {plan.action_dtype} actions "
                     f"(values from {values.min()} to {values.max()})")
+            idle = ~arrays.acted[:, i]
+            if values[idle].any():
+                # The view gives an agent that did not act action 0 (legal under its mask)
+                # and restores actions from the view: anything else would be lost.
+                step = int(np.flatnonzero(idle & (values != 0))[0])
+                raise StepDataError(
+                    f"agent {agent!r} did not act at step row {step} but its action there is "
+                    f"{values[step]}, not the fill value 0 (docs/format.md, *Agents that leave "
+                    "or join*); fix the dataset's actions")
         return out
     width = int(np.prod(plan.action_shape[1:], dtype=np.int64))
     flat = np.full((steps, n, width), plan.pad_value, dtype=plan.action_dtype)
@@ -417,7 +445,9 @@ def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
             obs_leaves: dict[str, dict[str, np.ndarray]], obs_rows: np.ndarray) -> np.ndarray:
     steps = len(obs_rows)
     out = np.zeros((steps, len(agents), plan.width), dtype=np.float32)
-    active = arrays.active[obs_rows]
+    # OG-MARL's convention for an agent that does not act (gone, or not its turn): only
+    # action 0 is legal, so the logged action 0 is legal too.
+    idle = ~arrays.active[obs_rows] | ~arrays.acted
     for i, agent in enumerate(agents):
         source = plan.sources[i]
         count = plan.counts[i]
@@ -432,7 +462,6 @@ def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
                                   "actions")
             mask = tree[path][obs_rows].reshape(steps, -1)
             out[:, i, :mask.shape[1]] = mask
-        dead = ~active[:, i]
-        out[dead, i, :] = 0.0
-        out[dead, i, 0] = 1.0
+        out[idle[:, i], i, :] = 0.0
+        out[idle[:, i], i, 0] = 1.0
     return out

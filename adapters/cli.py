@@ -8,6 +8,7 @@ Conversions show tqdm progress bars.
 from __future__ import annotations
 
 import json
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +33,13 @@ class DonesChoice(StrEnum):
 
     team = "team"
     agent = "agent"
+
+
+class TerminalsChoice(StrEnum):
+    """Vault terminals (see :func:`~marl_minari.adapters.to_vault`)."""
+
+    end = "end"
+    strict = "strict"
 
 
 class StateChoice(StrEnum):
@@ -61,9 +69,10 @@ COMPRESSORS: dict[Compression, dict[str, Any] | None] = {
 def convert(
     source: Annotated[str, typer.Argument(
         help="A vault folder (rel_dir/vault_name/vault_uid) or a local dataset id.")],
-    target: Annotated[str, typer.Argument(
+    target: Annotated[str | None, typer.Argument(
         help="The dataset id to create (from a vault) or the vault folder to create "
-             "(rel_dir/vault_name/vault_uid, from a dataset).")],
+             "(rel_dir/vault_name/vault_uid, from a dataset; default OG-MARL's "
+             "vaults/<dataset id>.vlt/<Algorithm>).")] = None,
     download: Annotated[bool, typer.Option(
         "--download",
         help="Fetch SOURCE from Minari's remote when it is not a local dataset.")] = False,
@@ -74,6 +83,9 @@ def convert(
     dones: Annotated[DonesChoice, typer.Option(
         help="Vault dones: team (the episode's, copied to every agent) or agent.")
     ] = DonesChoice.team,
+    terminals: Annotated[TerminalsChoice | None, typer.Option(
+        help="Vault terminals: end (every episode end, truncated ones too, as OG-MARL; the "
+             "default) or strict (terminated episodes only).")] = None,
     state: Annotated[StateChoice, typer.Option(
         help="Vault infos.state: auto, the env's state, all agents' observations, or none.")
     ] = StateChoice.auto,
@@ -95,6 +107,9 @@ def convert(
     from marl_minari.adapters import from_vault, is_vault, to_vault, vault_path_parts
 
     if is_vault(source):
+        if target is None:
+            raise typer.BadParameter("give the dataset id to create from the vault",
+                                     param_hint="TARGET")
         parse_dataset_id(target)
         rel_dir, name, uid = vault_path_parts(source)
         dataset = from_vault(
@@ -105,14 +120,17 @@ def convert(
                    f"into {target}")
         typer.echo(f"load it with: minari.load_dataset({target!r})")
         return
-    rel_dir, name, uid = _vault_target(target)
+    rel_dir, vault_name, vault_uid = ((Path("vaults"), None, None) if target is None
+                                      else _vault_target(target))
     _require_dataset(source, download=download)
-    path = to_vault(source, rel_dir, name, uid, chunk_steps=chunk_steps,
-                    compression=COMPRESSORS[compression], dones=dones.value, state=state.value,
-                    seeds=seeds, progress=True)
+    path = to_vault(source, rel_dir, vault_name, vault_uid, chunk_steps=chunk_steps,
+                    compression=COMPRESSORS[compression], dones=dones.value,
+                    terminals=None if terminals is None else terminals.value,
+                    state=state.value, seeds=seeds, progress=True)
+    name = os.path.relpath(path.parent, Path.cwd() / rel_dir)
     typer.echo(f"wrote vault {path}")
     typer.echo(f"read it with: flashbax.vault.Vault({name!r}, rel_dir={str(rel_dir)!r}, "
-               f"vault_uid={uid!r}).read()")
+               f"vault_uid={path.name!r}).read()")
 
 
 def _require_dataset(source: str, *, download: bool) -> None:

@@ -21,7 +21,8 @@ from ._store import (
     VAULT_VERSION,
     Appender,
     VaultWriter,
-    default_uid,
+    default_vault_name,
+    default_vault_uid,
     time_chunk,
     vault_dir,
     wait,
@@ -30,6 +31,7 @@ from ._view import (
     VAULT_SOURCE_KEY,
     Dones,
     StateMode,
+    Terminals,
     ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
@@ -53,6 +55,7 @@ def to_vault(
     chunk_steps: int = DEFAULT_CHUNK_STEPS,
     compression: dict[str, Any] | None | str = "default",
     dones: Dones | None = None,
+    terminals: Terminals | None = None,
     state: StateMode = "auto",
     seeds: bool = True,
     progress: bool = False,
@@ -74,14 +77,21 @@ def to_vault(
             a dataset folder, a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
             single-agent dataset becomes one agent, ``agent_0``.
         rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
-        vault_name: the vault's name; the dataset id with ``/`` replaced by ``.`` by default.
-        vault_uid: the vault's uid; the current time by default (as Flashbax does).
+        vault_name: the vault's name (may hold ``/``, as OG-MARL's do); by default the
+            dataset id with ``.vlt`` appended: ``mpe2/simple_spread/random-v0.vlt``.
+        vault_uid: the vault's uid; by default the dataset's ``algorithm_name`` with its first
+            letter upper-cased (``random`` -> ``Random``, as OG-MARL names uids), or the
+            current time (Flashbax's default) when it has none that is one path-safe word.
         chunk_steps: steps read, converted and written at a time; peak memory is about
             ``2 * chunk_steps`` steps of data plus one episode.
         compression: zarr compressor (``{"id": "gzip", "level": 5}`` is Flashbax's default and
             ours; ``{"id": "zstd", "level": 3}`` writes about 3x faster; ``None`` for none).
         dones: ``"team"`` (default) copies the episode's termination/truncation to every agent,
             as OG-MARL does; ``"agent"`` writes each agent's own flags.
+        terminals: ``"end"`` (default) sets ``terminals`` at the end of every episode,
+            truncated ones too, as OG-MARL's learners need to see episodes end;
+            ``truncations`` says which ended by time. ``"strict"`` sets ``terminals`` only
+            where the episode terminated.
         state: ``infos.state`` from the recorded global state (``"auto"``, ``"env"``), from all
             agents' observation rows concatenated (``"auto"`` without a recorded state,
             ``"observations"``), or none (``"none"``).
@@ -112,13 +122,15 @@ def to_vault(
     source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:
-        vault_name = source.dataset_id.replace("/", ".")
-    path = vault_dir(rel_dir, vault_name, vault_uid or default_uid())
+        vault_name = default_vault_name(source.dataset_id)
+    if vault_uid is None:
+        vault_uid = default_vault_uid(source.metadata.get("algorithm_name"))
+    path = vault_dir(rel_dir, vault_name, vault_uid)
     writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
                          else compression)  # type: ignore[arg-type]
     try:
-        _convert(source, writer, chunk_steps=chunk_steps, dones=dones, state=state,
-                 seeds=seeds, progress=progress)
+        _convert(source, writer, chunk_steps=chunk_steps, dones=dones, terminals=terminals,
+                 state=state, seeds=seeds, progress=progress)
     except BaseException:
         writer.abort()
         raise
@@ -126,13 +138,14 @@ def to_vault(
 
 
 def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
-             dones: Dones | None, state: StateMode, seeds: bool, progress: bool) -> None:
+             dones: Dones | None, terminals: Terminals | None, state: StateMode, seeds: bool,
+             progress: bool) -> None:
     record = source.spec.extra.get(VAULT_SOURCE_KEY)
     streams = 1 if record is None else int(record["streams"])
     chunks = episode_chunks(source, chunk_steps, None if record is None else _expand_runs(
         record["episode_streams"]), attributes=seeds)
     first = next(chunks)
-    plan = _plan(source, first, record, dones, state)
+    plan = _plan(source, first, record, dones, terminals, state)
     keys = plan.keys()
     widest = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                  for shape, dtype in keys.values())
@@ -174,15 +187,17 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
 
 
 def _plan(source: DatasetSource, first: Chunk, record: dict[str, Any] | None,
-          dones: Dones | None, state: StateMode) -> ViewPlan:
+          dones: Dones | None, terminals: Terminals | None, state: StateMode) -> ViewPlan:
     if record is not None:
-        if dones == "team":
+        if dones == "team" or terminals is not None:
             raise LayoutError("this dataset came from a vault: its per-agent dones are the "
-                              "vault's; dones='team' would not reproduce them")
+                              "vault's; dones='team' or a terminals= choice would not "
+                              "reproduce them (leave both out)")
         return plan_from_vault_record(source.spec, record)
     infos = first.arrays.agent_infos or {}
     info_paths = {agent: {path for path, _ in leaves(tree)} for agent, tree in infos.items()}
-    return plan_from_spec(source.spec, info_paths, dones=dones or "team", state=state)
+    return plan_from_spec(source.spec, info_paths, dones=dones or "team", state=state,
+                          terminals=terminals or "end")
 
 
 def _chain(first: Chunk, rest: Iterator[Chunk]) -> Iterator[Chunk]:

@@ -97,7 +97,8 @@ def from_vault(
         observation_spaces: ``{agent: space}`` to use instead of inferred ``Box`` spaces; each
             must flatten to the agent's observation row (import only).
         action_spaces: ``{agent: space}`` instead of inferred ones (``Discrete(A)`` with ``A``
-            the legal mask width, or the largest action + 1; ``Box`` for float actions).
+            the legal mask width, or the largest action + 1, for integer actions shaped
+            ``(B, T, N)`` or ``(B, T, N, 1)``; ``Box`` otherwise).
         trailing: what to do with steps after a stream's last done flag: ``"truncate"`` ends
             them as a truncated episode (as Minari's ``DataCollector`` saves an unfinished
             episode), ``"drop"`` leaves them out, ``"error"`` raises before writing.
@@ -364,7 +365,8 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
         given = _given(action_spaces, agent)
         if given is not None:
             act_spaces[agent] = given
-        elif act_dtype.kind in "iu" and act_shape == ():
+        elif act_dtype.kind in "iu" and act_shape in ((), (1,)):
+            # Integer actions, one per agent (``(B, T, N)`` or ``(B, T, N, 1)``) are indices.
             width = shapes[LEGALS][-1] if LEGALS in shapes else None
             act_spaces[agent] = spaces.Discrete(width or _max_action(reader, act_dtype) + 1)
         else:
@@ -638,7 +640,9 @@ def _arrays_from_rows(layout_: ImportLayout, options: ImportOptions, spec: Multi
     truncs = rows[TRUNCATIONS] != 0 if layout_.has_truncations else np.zeros_like(terms)
     episode_terms = np.zeros(steps, dtype=bool)
     episode_truncs = np.zeros(steps, dtype=bool)
-    ended_terminated = terms[last_steps].any(axis=1)
+    # OG-MARL sets terminals at every episode end and truncations beside it at a time limit:
+    # an end with a truncation flag is a truncation (as docs/format.md ranks the two).
+    ended_terminated = terms[last_steps].any(axis=1) & ~truncs[last_steps].any(axis=1)
     episode_terms[last_steps] = ended_terminated
     episode_truncs[last_steps] = ~ended_terminated
     active = with_final(~dead)

@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 # and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
 from marl_minari.registry import register_remote_kinds  # noqa: I001
 from marl_minari.check import CheckReport, check_dataset
+from marl_minari.combine import combine_datasets
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.descriptor import (
     EnvDescriptor,
@@ -44,6 +45,7 @@ from marl_minari.joint import JointEnv
 from marl_minari.layout import LAYOUT_VERSION
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
 from marl_minari.recording import discard_recording, list_recordings, recover_recording
+from marl_minari.selection import split_dataset
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import write_dataset
 
@@ -75,6 +77,7 @@ __all__ = [
     "ParallelDataCollector",
     "__version__",
     "check_dataset",
+    "combine_datasets",
     "dataset_card",
     "describe",
     "plot_descriptions",
@@ -85,6 +88,7 @@ __all__ = [
     "discard_recording",
     "trust_env_package",
     "trusted_env_packages",
+    "split_dataset",
     "write_dataset",
 ]
 

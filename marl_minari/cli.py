@@ -181,6 +181,21 @@ def recover(
     typer.echo(f"recovered into {dataset_id} ({target})")
 
 
+@app.command()
+def combine(
+    dataset_ids: Annotated[list[str], typer.Argument(
+        help="Multi-agent datasets to combine (ids or dataset folders), in order.")],
+    dataset_id: Annotated[str, typer.Option(
+        callback=checks.dataset_id, help="Id of the combined dataset to create.")],
+) -> None:
+    """Combine multi-agent datasets of one environment into a new dataset."""
+    from marl_minari.combine import combine_datasets
+
+    combined = combine_datasets(dataset_ids, dataset_id, progress=True)
+    typer.echo(f"combined {len(dataset_ids)} datasets, {combined.total_episodes} episodes, "
+               f"{combined.total_steps} steps into {dataset_id}")
+
+
 def _short(space: Any) -> str:
     return " ".join(repr(space).split())
 

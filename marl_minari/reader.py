@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import mmap
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from marl_minari.metadata import (
     open_minari_dataset,
     read_metadata,
 )
+from marl_minari.recovered_layout import with_recovered_layout
 from marl_minari.returns import episode_returns
 from marl_minari.self_contained import check_dataset, check_links
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
@@ -48,7 +49,7 @@ _AGENT_INFOS = f"{_MARL}/{layout.AGENT_INFOS}"
 
 def read_spec(data_path: Path) -> MultiAgentSpec:
     """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
-    metadata = read_metadata(Path(data_path))
+    metadata = _read_metadata(Path(data_path))
     return MultiAgentSpec.from_metadata(
         metadata, metadata_space(metadata, "observation_space", Path(data_path)),
         metadata_space(metadata, "action_space", Path(data_path)))
@@ -71,6 +72,12 @@ def open_data_file(path: Path) -> h5py.File:
             "re-create the dataset (a recording's journal can be recovered with "
             "marl-minari recover)."
         ) from exc
+
+
+def _read_metadata(data_path: Path) -> dict[str, Any]:
+    """``metadata.json``, with the multi-agent key recovered for datasets plain Minari combined
+    from ours (see :mod:`marl_minari.recovered_layout`)."""
+    return with_recovered_layout(read_metadata(data_path), data_path)
 
 
 def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
@@ -214,7 +221,7 @@ class MultiAgentDataset:
         self._minari = dataset
         self._data_path = Path(dataset.storage.data_path)
         # Read once: the metadata of image datasets holds megabytes of space bounds.
-        self._metadata = read_metadata(self._data_path)
+        self._metadata = _read_metadata(self._data_path)
         self._stored_episodes = metadata_count(self._metadata, "total_episodes",
                                                self._data_path)
         metadata_count(self._metadata, "total_steps", self._data_path)
@@ -229,6 +236,7 @@ class MultiAgentDataset:
         self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
         # The offset index is read and checked once, not on every to_arrays() call.
         self._index_cache = _IndexCache()
+        self._generator = np.random.default_rng()
 
     @property
     def minari(self) -> MinariDataset:
@@ -253,7 +261,7 @@ class MultiAgentDataset:
     @property
     def metadata(self) -> dict[str, Any]:
         """The raw ``metadata.json``."""
-        return read_metadata(self._data_path)
+        return _read_metadata(self._data_path)
 
     @property
     def total_episodes(self) -> int:
@@ -265,8 +273,40 @@ class MultiAgentDataset:
         """Number of environment steps over all episodes."""
         return int(self._minari.total_steps)
 
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The stored episode ids this dataset holds, in order (Minari's name)."""
+        return self._ids.copy()
+
     def __len__(self) -> int:
         return self.total_episodes
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentDataset({self._metadata.get('dataset_id')!r}, "
+                f"{self.total_episodes} episodes, {self.total_steps} steps, "
+                f"{self._spec.api}, agents={list(self.possible_agents)})")
+
+    def set_seed(self, seed: int) -> None:
+        """Seed :meth:`sample_episodes` (as ``MinariDataset.set_seed``)."""
+        self._generator = np.random.default_rng(seed)
+
+    def sample_episodes(self, n_episodes: int) -> list[MultiAgentEpisode]:
+        """``n_episodes`` distinct episodes drawn at random (as Minari's ``sample_episodes``).
+
+        Raises:
+            InvalidOptionError: more than the dataset holds.
+        """
+        from marl_minari.selection import sample_ids
+
+        return list(self.iterate_episodes(sample_ids(self, n_episodes, self._generator)))
+
+    def filter_episodes(self, condition: Callable[[MultiAgentEpisode], bool]
+                        ) -> MultiAgentDataset:
+        """The dataset of the episodes for which ``condition(episode)`` is true (as Minari's
+        ``filter_episodes``, called on each :class:`MultiAgentEpisode`)."""
+        from marl_minari.selection import filter_ids, subset
+
+        return subset(self, filter_ids(self, condition))
 
     def __getitem__(self, index: int) -> MultiAgentEpisode:
         return self.episode(index)

@@ -45,6 +45,7 @@ from marl_minari.ids import (
     parse_dataset_id,
 )
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset
+from marl_minari.recovered_layout import with_recovered_layout
 from marl_minari.spaces import build_tree, concat_trees, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec
 
@@ -320,7 +321,7 @@ def _from_data_path(name: str | None, data_path: Path,
     episode unless ``indices`` are given)."""
     from marl_minari.metadata import metadata_count, read_metadata
 
-    metadata = read_metadata(data_path)
+    metadata = with_recovered_layout(read_metadata(data_path), data_path)
     total_episodes = metadata_count(metadata, "total_episodes", data_path)
     metadata_count(metadata, "total_steps", data_path)  # chunk planning divides by it
     if name is None:

@@ -190,7 +190,12 @@ def test_turn_based_dict_observations_with_masks(vaults: Path, record_tictactoe:
     assert experience["observations"].shape[2:] == (2, 18)  # the board, without the mask
     arrays = dataset.to_arrays()
     mask = arrays.observations["player_1"]["action_mask"][arrays.obs_rows]
-    np.testing.assert_array_equal(experience["infos"]["legals"][0, :, 0], mask)
+    acted = arrays.acted[:, 0]
+    np.testing.assert_array_equal(experience["infos"]["legals"][0, acted, 0], mask[acted])
+    # Not its turn: OG-MARL's idle agent (only action 0 legal, zero observation).
+    np.testing.assert_array_equal(experience["infos"]["legals"][0, ~acted, 0, 0], 1.0)
+    assert not experience["infos"]["legals"][0, ~acted, 0, 1:].any()
+    assert not experience["observations"][0, ~acted, 0].any()
     back = from_vault(vaults, "ttt", "u", "tests/tictactoe-back-v0")
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
