@@ -21,16 +21,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT
 
+    from ._import_layout import EXTRA_PREFIX
     from ._store import is_vault
     from ._view import PAD_VALUE
     from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
-    from .vault_to_minari import EXTRA_PREFIX, from_vault, vault_path_parts
+    from .vault_to_minari import from_vault, vault_path_parts
 
 _EXPORTS = {
     "DEFAULT_CHUNK_STEPS": "sources",
-    "EXTRA_PREFIX": "vault_to_minari",
+    "EXTRA_PREFIX": "_import_layout",
     "PAD_VALUE": "_view",
     "SINGLE_AGENT": "sources",
     "SOURCE_KEY": "buffer",
