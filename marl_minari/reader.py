@@ -22,13 +22,13 @@ import h5py
 import minari
 import numpy as np
 from minari.dataset.minari_dataset import MinariDataset
-from minari.serialization import deserialize_space
 
 from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
 from marl_minari.ids import dataset_dir
 from marl_minari.returns import episode_returns
+from marl_minari.space_json import space_from_json
 from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
 from marl_minari.spec import MultiAgentSpec
 
@@ -41,8 +41,8 @@ def read_spec(data_path: Path) -> MultiAgentSpec:
     metadata = _read_metadata(Path(data_path))
     return MultiAgentSpec.from_metadata(
         metadata,
-        deserialize_space(metadata["observation_space"]),
-        deserialize_space(metadata["action_space"]),
+        space_from_json(metadata["observation_space"]),
+        space_from_json(metadata["action_space"]),
     )
 
 

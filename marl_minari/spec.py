@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymnasium import spaces
-from minari.serialization import deserialize_space, serialize_space
 
 from marl_minari import layout
 from marl_minari.descriptor import Api, EnvDescriptor
 from marl_minari.errors import LayoutError, UnsupportedSpaceError
+from marl_minari.space_json import space_from_json, space_to_json
 from marl_minari.spaces import check_storable
 
 
@@ -87,7 +87,8 @@ class MultiAgentSpec:
             layout.META_ENV: None if self.env is None else self.env.to_dict(),
             layout.META_REWARD_AGGREGATION: self.reward_aggregation,
             layout.META_STATE_SPACE: (
-                None if self.state_space is None else serialize_space(self.state_space)
+                None if self.state_space is None
+                else space_to_json(self.state_space, compact_bounds=True)
             ),
             layout.META_RECORD_INFOS: self.record_infos,
             **self.extra,
@@ -146,7 +147,7 @@ class MultiAgentSpec:
             possible_agents=agents,
             observation_spaces={a: observation_space[a] for a in agents},
             action_spaces={a: action_space[a] for a in agents},
-            state_space=None if state_space is None else deserialize_space(state_space),
+            state_space=None if state_space is None else _state_space(state_space, metadata),
             env=None if env is None else EnvDescriptor.from_dict(env),
             reward_aggregation=aggregation,
             record_infos=bool(marl.get(layout.META_RECORD_INFOS, False)),
@@ -177,8 +178,8 @@ class MultiAgentSpec:
         """The spec with its spaces, as JSON (used for recordings in progress)."""
         return json.dumps({
             "marl": self.to_metadata(),
-            "observation_space": serialize_space(self.observation_space),
-            "action_space": serialize_space(self.action_space),
+            "observation_space": space_to_json(self.observation_space, compact_bounds=True),
+            "action_space": space_to_json(self.action_space, compact_bounds=True),
         })
 
     @classmethod
@@ -187,6 +188,16 @@ class MultiAgentSpec:
         data = json.loads(text)
         return cls.from_metadata(
             {layout.METADATA_KEY: data["marl"]},
-            deserialize_space(data["observation_space"]),
-            deserialize_space(data["action_space"]),
+            space_from_json(data["observation_space"]),
+            space_from_json(data["action_space"]),
         )
+
+
+def _state_space(text: Any, metadata: dict[str, Any]) -> spaces.Space:
+    try:
+        return space_from_json(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LayoutError(
+            f"dataset {metadata.get('dataset_id')!r}: '{layout.METADATA_KEY}' metadata key "
+            f"'{layout.META_STATE_SPACE}' is not a serialised space ({exc}); see docs/format.md."
+        ) from exc

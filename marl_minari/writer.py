@@ -30,7 +30,6 @@ import h5py
 import minari
 import numpy as np
 from gymnasium import spaces
-from minari.serialization import serialize_space
 from tqdm.auto import tqdm
 
 from marl_minari import layout
@@ -41,6 +40,7 @@ from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutE
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
 from marl_minari.locking import staging_root as staging_root
+from marl_minari.space_json import space_to_json
 from marl_minari.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
 
@@ -306,8 +306,8 @@ def dataset_metadata(
         "total_steps": total_steps,
         "data_format": "hdf5",
         "jpeg_encoding": jpeg_encoding,
-        "observation_space": serialize_space(spec.observation_space),
-        "action_space": serialize_space(spec.action_space),
+        "observation_space": space_to_json(spec.observation_space),
+        "action_space": space_to_json(spec.action_space),
         "minari_version": minari.__version__,
     }
     env_spec = spec.joint_env_spec()
@@ -550,7 +550,7 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, spaces.Space):
-        return serialize_space(value)
+        return space_to_json(value)
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serializable")
 
 

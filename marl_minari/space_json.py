@@ -1,0 +1,78 @@
+"""Spaces as JSON strings: Minari's form, and a compact form for this package's own keys.
+
+Minari 0.5's ``deserialize_space`` only reads a ``Box`` whose ``low``/``high`` are lists of
+one number per element (a scalar with a larger ``shape`` fails Gymnasium's shape check), so
+the spaces in Minari's keys (``observation_space``, ``action_space``) stay element-wise; they
+are only written without whitespace. Where this package alone reads a space (the state space,
+recording journals), a ``Box`` whose bounds are one value everywhere is written with scalar
+``low``/``high`` beside its ``shape``: a 560x880x3 image state is a few bytes, not 14 MB.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from minari.serialization import deserialize_space, serialize_space
+
+
+def space_to_json(space: spaces.Space, *, compact_bounds: bool = False) -> str:
+    """``space`` as a JSON string Minari's form uses, without whitespace.
+
+    Args:
+        space: the space (Dict/Tuple nest).
+        compact_bounds: write uniform ``Box`` bounds as one scalar each. Only
+            :func:`space_from_json` reads that form; plain Minari does not.
+    """
+    return json.dumps(_space_dict(space, compact_bounds), separators=(",", ":"))
+
+
+def space_from_json(text: str | dict[str, Any]) -> spaces.Space:
+    """Inverse of :func:`space_to_json` (either form); Minari's own strings read too.
+
+    Raises:
+        ValueError, KeyError, TypeError: malformed text (callers name the key it came from).
+    """
+    data = json.loads(text) if isinstance(text, str) else text
+    if not isinstance(data, dict):
+        raise TypeError(f"a space is a JSON object, got {type(data).__name__}")
+    kind = data.get("type")
+    if kind == "Dict":
+        return spaces.Dict({key: space_from_json(sub) for key, sub in data["subspaces"].items()})
+    if kind == "Tuple":
+        return spaces.Tuple(tuple(space_from_json(sub) for sub in data["subspaces"]))
+    if kind == "Box" and _scalar(data["low"]) and _scalar(data["high"]) and data["shape"]:
+        shape = tuple(int(n) for n in data["shape"])
+        return spaces.Box(low=np.full(shape, data["low"], dtype=data["dtype"]),
+                          high=np.full(shape, data["high"], dtype=data["dtype"]),
+                          shape=shape, dtype=data["dtype"])
+    try:
+        return deserialize_space(data)
+    except NotImplementedError as exc:
+        raise ValueError(f"unknown space type {kind!r}") from exc
+
+
+def _space_dict(space: spaces.Space, compact_bounds: bool) -> dict[str, Any]:
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "subspaces": {
+            key: _space_dict(sub, compact_bounds) for key, sub in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple",
+                "subspaces": [_space_dict(sub, compact_bounds) for sub in space.spaces]}
+    if compact_bounds and isinstance(space, spaces.Box) and _uniform(space.low) and _uniform(
+            space.high):
+        return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
+                "low": space.low.flat[0].item(), "high": space.high.flat[0].item()}
+    out = serialize_space(space, to_string=False)
+    assert isinstance(out, dict)
+    return out
+
+
+def _uniform(bounds: np.ndarray) -> bool:
+    return bounds.size > 0 and bool((bounds == bounds.flat[0]).all())
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
