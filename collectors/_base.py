@@ -13,7 +13,7 @@ from marl_minari.durable import Durability
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import EnvApiError
 from marl_minari.recording import Recording
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.spec import MultiAgentSpec, resolve_state_encoding
 
 StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
@@ -65,12 +65,14 @@ class RecorderCore:
         recording_path: folder for the episode journal (a new hidden one by default).
         durability: when the journal and datasets are flushed to stable storage (see
             :class:`~marl_minari.recording.Recording`).
+        state_encoding: how the global state is stored (see
+            :func:`~marl_minari.spec.resolve_state_encoding`).
     """
 
     def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any,
-                 durability: Durability = "episode") -> None:
+                 durability: Durability = "episode", state_encoding: str | None = None) -> None:
         agents = tuple(env.possible_agents)
         require_api(env, api)
         self.spec = MultiAgentSpec(
@@ -82,6 +84,7 @@ class RecorderCore:
             env=env_descriptor or describe_env(env, api),
             reward_aggregation=reward_aggregation,
             record_infos=record_infos,
+            state_encoding=resolve_state_encoding(state_encoding, state_space, jpeg_encoding),
         )
         self.builder = EpisodeBuilder(self.spec, record_infos=record_infos,
                                       has_state=state_space is not None)

@@ -62,6 +62,7 @@ META_ENV: Final = "env"
 META_REWARD_AGGREGATION: Final = "reward_aggregation"
 META_STATE_SPACE: Final = "state_space"
 META_RECORD_INFOS: Final = "record_infos"
+META_STATE_ENCODING: Final = "state_encoding"
 META_LIBRARY_VERSION: Final = "library_version"
 
 INDEX_FILE_NAME: Final = "marl_minari_index.npz"
@@ -75,6 +76,10 @@ DIGESTS_FILE_NAME: Final = ".marl_minari_digests.json"
 (see :mod:`marl_minari.digests`). Never published; safe to delete."""
 
 REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
+
+STATE_ENCODINGS: Final = ("raw", "jpeg", "gzip", "lzf")
+"""How ``infos/marl/state`` is stored: as is, JPEG frames (lossy, image-like state spaces only),
+or with HDF5's built-in gzip/lzf filter (lossless; every h5py reads them without plugins)."""
 
 FILL_VALUE: Final = 0
 """Inactive agent rows hold zeros of the leaf dtype (``False`` for bools, ``""`` for text)."""

@@ -29,7 +29,15 @@ from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutE
 from marl_minari.ids import dataset_dir
 from marl_minari.returns import episode_returns
 from marl_minari.space_json import space_from_json
-from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree
+from marl_minari.spaces import (
+    Tree,
+    build_tree,
+    is_image_space,
+    leaf_dtype,
+    leaf_shape,
+    leaf_spaces,
+    map_tree,
+)
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -444,8 +452,6 @@ class _EpisodeReader:
                                               ("actions", spec.action_spaces, False)):
             for agent in spec.possible_agents:
                 for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
-                    from marl_minari.spaces import leaf_dtype, leaf_shape
-
                     found.append(_Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
                                        jpeg=self._jpeg and is_image_space(space),
                                        text=leaf_dtype(space).kind == "O"))
@@ -458,7 +464,11 @@ class _EpisodeReader:
 
         def visitor(prefix: str) -> Any:
             def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
+                if name == layout.STATE and spec.state_encoding == "jpeg" and (
+                        spec.state_space is not None):
+                    found.append(_Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
+                                       leaf_shape(spec.state_space), True, jpeg=True))
+                elif isinstance(obj, h5py.Dataset):
                     text = h5py.check_string_dtype(obj.dtype) is not None
                     found.append(_Leaf(f"{prefix}/{name}", np.dtype(object) if text
                                        else obj.dtype, obj.shape[1:], True, text=text))
