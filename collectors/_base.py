@@ -88,7 +88,7 @@ class RecorderCore:
         )
         self.builder = EpisodeBuilder(self.spec, record_infos=record_infos,
                                       has_state=state_space is not None)
-        self._jpeg = jpeg_encoding
+        self.jpeg_encoding = jpeg_encoding
         self._recording_path = None if recording_path is None else Path(recording_path)
         self._recording: Recording | None = None
         self._durability = durability
@@ -97,7 +97,7 @@ class RecorderCore:
     def recording(self) -> Recording:
         """The recording folder (created on first use)."""
         if self._recording is None:
-            self._recording = Recording(self.spec, jpeg_encoding=self._jpeg,
+            self._recording = Recording(self.spec, jpeg_encoding=self.jpeg_encoding,
                                         path=self._recording_path, durability=self._durability)
         return self._recording
 
@@ -196,14 +196,14 @@ class DatasetRecorderMixin:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
         """
-        from marl_minari.reader import load_dataset
+        from marl_minari.reader import open_written
 
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
         self._warn_in_progress(dataset_id)
         self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
             ref_min_score, ref_max_score, extra_metadata))
-        return load_dataset(dataset_id)
+        return open_written(dataset_id, self._core.spec, jpeg_encoding=self._core.jpeg_encoding)
 
     def add_to_dataset(self, dataset_id: str) -> Any:
         """Append every episode finished so far to the existing dataset ``dataset_id``.

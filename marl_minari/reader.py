@@ -362,6 +362,21 @@ def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> Mul
     return MultiAgentDataset(MinariDataset(folder / "data"))
 
 
+def open_written(dataset_id: str, spec: MultiAgentSpec, *,
+                 jpeg_encoding: bool) -> MultiAgentDataset:
+    """The dataset just written from ``spec``, opened without parsing its spaces back.
+
+    ``minari.load_dataset`` re-reads the element-wise Box bounds of every agent from
+    ``metadata.json`` (seconds for image envs); the writer knows the spaces already.
+    """
+    from minari.dataset._storages import get_minari_storage
+
+    data = dataset_dir(dataset_id) / "data"
+    storage = get_minari_storage("hdf5")(data, spec.observation_space, spec.action_space,
+                                         jpeg_encoding=jpeg_encoding)
+    return MultiAgentDataset(MinariDataset(storage))
+
+
 def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
     from dataclasses import replace
 

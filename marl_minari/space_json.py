@@ -26,7 +26,13 @@ def space_to_json(space: spaces.Space, *, compact_bounds: bool = False) -> str:
         compact_bounds: write uniform ``Box`` bounds as one scalar each. Only
             :func:`space_from_json` reads that form; plain Minari does not.
     """
-    return json.dumps(_space_dict(space, compact_bounds), separators=(",", ":"))
+    tree = _space_dict(space, compact_bounds)
+    text = json.dumps(tree, separators=(",", ":"), default=_placeholder)
+    # Element-wise bounds of uniform Boxes are spliced in as text: building (and encoding)
+    # millions of Python numbers for an image space takes seconds, repeating a string does not.
+    for repeated in _repeated_in(tree):
+        text = text.replace(json.dumps(_placeholder(repeated)), repeated.text(), 1)
+    return text
 
 
 def space_from_json(text: str | dict[str, Any]) -> spaces.Space:
@@ -61,13 +67,44 @@ def _space_dict(space: spaces.Space, compact_bounds: bool) -> dict[str, Any]:
     if isinstance(space, spaces.Tuple):
         return {"type": "Tuple",
                 "subspaces": [_space_dict(sub, compact_bounds) for sub in space.spaces]}
-    if compact_bounds and isinstance(space, spaces.Box) and _uniform(space.low) and _uniform(
-            space.high):
+    if isinstance(space, spaces.Box) and _uniform(space.low) and _uniform(space.high):
+        low, high = space.low.flat[0].item(), space.high.flat[0].item()
+        if not compact_bounds:  # Minari's element-wise lists, spelled out without tolist()
+            low, high = _Repeated(low, space.shape), _Repeated(high, space.shape)
         return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
-                "low": space.low.flat[0].item(), "high": space.high.flat[0].item()}
+                "low": low, "high": high}
     out = serialize_space(space, to_string=False)
     assert isinstance(out, dict)
     return out
+
+
+class _Repeated:
+    """One JSON number repeated as nested lists of ``shape`` (Minari's element-wise bounds)."""
+
+    def __init__(self, value: float | int, shape: tuple[int, ...]) -> None:
+        self.value, self.shape = value, shape
+
+    def text(self) -> str:
+        text = json.dumps(self.value)
+        for size in reversed(self.shape):
+            text = "[" + ",".join([text] * size) + "]"
+        return text
+
+
+def _placeholder(value: Any) -> str:
+    if isinstance(value, _Repeated):
+        return f"@@marl_minari_bounds_{id(value)}@@"
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _repeated_in(tree: Any) -> list[_Repeated]:
+    if isinstance(tree, _Repeated):
+        return [tree]
+    if isinstance(tree, dict):
+        return [r for sub in tree.values() for r in _repeated_in(sub)]
+    if isinstance(tree, list):
+        return [r for sub in tree for r in _repeated_in(sub)]
+    return []
 
 
 def _uniform(bounds: np.ndarray) -> bool:

@@ -71,3 +71,12 @@ def test_malformed_state_space_is_a_layout_error(bad: str) -> None:
     with pytest.raises(LayoutError, match="state_space"):
         MultiAgentSpec.from_metadata({"dataset_id": "x-v0", "marl_minari": marl},
                                      spec.observation_space, spec.action_space)
+
+
+@pytest.mark.parametrize("space", [MIXED, IMAGE, spaces.Box(-1.5, 2.5, (2, 3), np.float64)])
+def test_minari_form_is_exactly_minaris_serialisation(space: spaces.Space) -> None:
+    """Uniform bounds are spelled out as text, not via tolist(): same JSON as Minari's."""
+    from minari.serialization import serialize_space
+
+    expected = json.dumps(serialize_space(space, to_string=False), separators=(",", ":"))
+    assert space_to_json(space) == expected
