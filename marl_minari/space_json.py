@@ -11,6 +11,7 @@ recording journals), a ``Box`` whose bounds are one value everywhere is written 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -30,9 +31,11 @@ def space_to_json(space: spaces.Space, *, compact_bounds: bool = False) -> str:
     text = json.dumps(tree, separators=(",", ":"), default=_placeholder)
     # Element-wise bounds of uniform Boxes are spliced in as text: building (and encoding)
     # millions of Python numbers for an image space takes seconds, repeating a string does not.
-    for repeated in _repeated_in(tree):
-        text = text.replace(json.dumps(_placeholder(repeated)), repeated.text(), 1)
-    return text
+    spliced = {json.dumps(_placeholder(r)): r for r in _repeated_in(tree)}
+    if not spliced:
+        return text
+    return re.sub("|".join(re.escape(key) for key in spliced),
+                  lambda match: spliced[match.group(0)].text(), text)
 
 
 def space_from_json(text: str | dict[str, Any]) -> spaces.Space:
