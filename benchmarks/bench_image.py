@@ -5,8 +5,8 @@ Minari's wraps its Gymnasium joint view (``marl_minari.JointEnv``). Each configu
 in a fresh process (so that its peak RSS is its own) and reports, per env step: the time
 over the bare env while recording, the time of ``create_dataset``, and the dataset's size.
 
-    python benchmarks/bench_image.py [--env butterfly/pistonball_v6] [--episodes 2]
-                                     [--max-cycles 25]
+    python benchmarks/bench_image.py [--env butterfly/pistonball_v6 or cooperative_pong_v6]
+                                     [--episodes 2] [--max-cycles 25]
 """
 
 from __future__ import annotations

@@ -80,3 +80,19 @@ def test_minari_form_is_exactly_minaris_serialisation(space: spaces.Space) -> No
 
     expected = json.dumps(serialize_space(space, to_string=False), separators=(",", ":"))
     assert space_to_json(space) == expected
+
+
+def test_unknown_state_encoding_in_metadata_is_a_layout_error() -> None:
+    spec = MultiAgentSpec(api="parallel", possible_agents=("a",),
+                          observation_spaces={"a": spaces.Discrete(2)},
+                          action_spaces={"a": spaces.Discrete(2)}, state_space=IMAGE,
+                          state_encoding="lzf")
+    marl = spec.to_metadata()
+    assert MultiAgentSpec.from_metadata({"marl_minari": marl}, spec.observation_space,
+                                        spec.action_space).state_encoding == "lzf"
+    del marl["state_encoding"]  # datasets written before the key existed hold raw states
+    assert MultiAgentSpec.from_metadata({"marl_minari": marl}, spec.observation_space,
+                                        spec.action_space).state_encoding == "raw"
+    with pytest.raises(LayoutError, match="state_encoding"):
+        MultiAgentSpec.from_metadata({"marl_minari": {**marl, "state_encoding": "zstd"}},
+                                     spec.observation_space, spec.action_space)
