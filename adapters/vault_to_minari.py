@@ -180,6 +180,9 @@ def _restore(reader: VaultReader, ours: dict[str, Any], dataset_id: str, *,
     original = dict(ours["minari_metadata"])
     if jpeg_encoding is None:
         jpeg_encoding = False if _has_images(spec) else bool(original.get("jpeg_encoding", True))
+    if not jpeg_encoding and spec.state_encoding == "jpeg":
+        # The vault holds decoded pixels: keep them exact, and compact.
+        spec = replace(spec, state_encoding="lzf")
     kwargs = writer_metadata(original, spec.extra)
     kwargs["extra"] = {**kwargs["extra"], **(metadata.pop("extra", None) or {})}
     kwargs.update(metadata)

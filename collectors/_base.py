@@ -13,7 +13,7 @@ from marl_minari.durable import Durability
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import EnvApiError
 from marl_minari.recording import Recording
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.spec import MultiAgentSpec, resolve_state_encoding
 
 StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
@@ -65,12 +65,14 @@ class RecorderCore:
         recording_path: folder for the episode journal (a new hidden one by default).
         durability: when the journal and datasets are flushed to stable storage (see
             :class:`~marl_minari.recording.Recording`).
+        state_encoding: how the global state is stored (see
+            :func:`~marl_minari.spec.resolve_state_encoding`).
     """
 
     def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any,
-                 durability: Durability = "episode") -> None:
+                 durability: Durability = "episode", state_encoding: str | None = None) -> None:
         agents = tuple(env.possible_agents)
         require_api(env, api)
         self.spec = MultiAgentSpec(
@@ -82,10 +84,11 @@ class RecorderCore:
             env=env_descriptor or describe_env(env, api),
             reward_aggregation=reward_aggregation,
             record_infos=record_infos,
+            state_encoding=resolve_state_encoding(state_encoding, state_space, jpeg_encoding),
         )
         self.builder = EpisodeBuilder(self.spec, record_infos=record_infos,
                                       has_state=state_space is not None)
-        self._jpeg = jpeg_encoding
+        self.jpeg_encoding = jpeg_encoding
         self._recording_path = None if recording_path is None else Path(recording_path)
         self._recording: Recording | None = None
         self._durability = durability
@@ -94,7 +97,7 @@ class RecorderCore:
     def recording(self) -> Recording:
         """The recording folder (created on first use)."""
         if self._recording is None:
-            self._recording = Recording(self.spec, jpeg_encoding=self._jpeg,
+            self._recording = Recording(self.spec, jpeg_encoding=self.jpeg_encoding,
                                         path=self._recording_path, durability=self._durability)
         return self._recording
 
@@ -193,14 +196,14 @@ class DatasetRecorderMixin:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
         """
-        from marl_minari.reader import load_dataset
+        from marl_minari.reader import open_written
 
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
         self._warn_in_progress(dataset_id)
         self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
             ref_min_score, ref_max_score, extra_metadata))
-        return load_dataset(dataset_id)
+        return open_written(dataset_id, self._core.spec, jpeg_encoding=self._core.jpeg_encoding)
 
     def add_to_dataset(self, dataset_id: str) -> Any:
         """Append every episode finished so far to the existing dataset ``dataset_id``.

@@ -90,6 +90,10 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             agents' columns repeat their latest observation and ``extras/observed`` says which
             rows were observed. Cheaper for envs whose ``observe`` is costly or that have many
             agents (``N`` observations per step otherwise).
+        state_encoding: how the global state is stored: ``"jpeg"`` (lossy, image-like
+            states only), ``"gzip"`` or ``"lzf"`` (lossless HDF5 filters) or ``"raw"``. By
+            default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
+            ``"raw"`` (see ``docs/recording.md``).
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -109,6 +113,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         record_state: bool = True,
         observe_every_agent: bool = True,
         durability: Durability = "episode",
+        state_encoding: str | None = None,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -116,7 +121,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
-            durability=durability,
+            durability=durability, state_encoding=state_encoding,
         )
         self._has_state = self._core.spec.state_space is not None
         self._observe_every_agent = observe_every_agent

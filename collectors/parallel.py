@@ -50,6 +50,10 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         durability: ``"episode"`` (default) flushes the journal to stable storage after each
             finished episode and datasets before they are reported written; ``"none"``
             leaves flushing to the OS (see ``docs/recording.md``, "Guarantees").
+        state_encoding: how the global state is stored: ``"jpeg"`` (lossy, image-like
+            states only), ``"gzip"`` or ``"lzf"`` (lossless HDF5 filters) or ``"raw"``. By
+            default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
+            ``"raw"`` (see ``docs/recording.md``).
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -68,6 +72,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         recording_path: str | Path | None = None,
         record_state: bool = True,
         durability: Durability = "episode",
+        state_encoding: str | None = None,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -75,7 +80,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             reward_aggregation=reward_aggregation, env_descriptor=env_descriptor,
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
-            durability=durability,
+            durability=durability, state_encoding=state_encoding,
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_data_callback

@@ -36,6 +36,15 @@ class ApiChoice(StrEnum):
     aec = "aec"
 
 
+class StateEncodingChoice(StrEnum):
+    """How the global state is stored (``layout.STATE_ENCODINGS``)."""
+
+    raw = "raw"
+    jpeg = "jpeg"
+    gzip = "gzip"
+    lzf = "lzf"
+
+
 @app.callback()
 def root(
     debug: Annotated[bool, typer.Option(
@@ -74,6 +83,10 @@ def collect(
         help="Record the agents' info dicts (action masks are always kept).")] = False,
     record_state: Annotated[bool, typer.Option(
         help="Record the env's global state() at every step when it has one.")] = True,
+    state_encoding: Annotated[StateEncodingChoice | None, typer.Option(
+        help="How to store the state: jpeg (lossy, image-like states), gzip or lzf "
+             "(lossless HDF5 filters), raw. Default: jpeg for image-like states with "
+             "--jpeg-encoding, else raw.")] = None,
     author: Annotated[str | None, typer.Option(
         help="Author of the dataset (Minari metadata), for others to cite it.")] = None,
     author_email: Annotated[str | None, typer.Option(
@@ -97,6 +110,7 @@ def collect(
         env_id, episodes=episodes, seed=seed, dataset_id=dataset_id,
         api=None if api is None else api.value, jpeg_encoding=jpeg_encoding,
         record_infos=record_infos, record_state=record_state, env_kwargs=env_kwargs,
+        state_encoding=None if state_encoding is None else state_encoding.value,
         append=append, progress=True,
         **({} if append else {k: v for k, v in metadata.items() if v is not None}),
     )

@@ -17,6 +17,7 @@ from marl_minari.errors import (
 from marl_minari.ids import dataset_dir
 from marl_minari.policies import RandomPolicy
 from marl_minari.reader import MultiAgentDataset
+from marl_minari.spec import check_state_encoding
 
 Policy = Callable[..., Any]
 
@@ -43,6 +44,7 @@ def collect(
     jpeg_encoding: bool = True,
     record_infos: bool = False,
     record_state: bool = True,
+    state_encoding: str | None = None,
     append: bool = False,
     progress: bool = False,
     **metadata: Any,
@@ -66,6 +68,9 @@ def collect(
         jpeg_encoding: JPEG-encode image observations (as Minari does).
         record_infos: record per-agent info dicts.
         record_state: record the env's global ``state()`` when it has one.
+        state_encoding: how the state is stored (``"jpeg"``, ``"gzip"``, ``"lzf"``,
+            ``"raw"``; default ``"jpeg"`` for image-like states with ``jpeg_encoding``,
+            else ``"raw"``).
         append: add the episodes to the existing dataset ``dataset_id`` (whose env and
             spaces must match) instead of creating it; ``metadata`` is then ignored.
         progress: show a progress bar of steps and episodes, and the writing phase.
@@ -79,6 +84,8 @@ def collect(
     """
     if episodes < 1:
         raise InvalidOptionError(f"episodes must be at least 1, got {episodes}")
+    if state_encoding is not None:
+        check_state_encoding(state_encoding, None)  # needs no env: its name is checked here
     dataset_id = check_target(dataset_id, append=append) or default_dataset_id(env_id)
     env_kwargs = dict(env_kwargs or {})
     env, api = _make(env_id, api, env_kwargs)
@@ -86,7 +93,7 @@ def collect(
     metadata.setdefault("algorithm_name", "random" if isinstance(policy, RandomPolicy) else None)
     metadata.setdefault("description", f"{episodes} episodes of {env_id} ({api} api)")
     collector = _collector(env, api, jpeg_encoding=jpeg_encoding, record_infos=record_infos,
-                           record_state=record_state)
+                           record_state=record_state, state_encoding=state_encoding)
     play = _play_parallel if api == "parallel" else _play_aec
     try:
         with tqdm(unit="step", disable=not progress) as bar:

@@ -61,6 +61,7 @@ META_ENV: Final = "env"
 META_REWARD_AGGREGATION: Final = "reward_aggregation"
 META_STATE_SPACE: Final = "state_space"
 META_RECORD_INFOS: Final = "record_infos"
+META_STATE_ENCODING: Final = "state_encoding"
 META_LIBRARY_VERSION: Final = "library_version"
 
 AGENTS_ATTRIBUTE: Final = "marl_minari_possible_agents"
@@ -81,6 +82,10 @@ REWARD_AGGREGATIONS: Final = ("sum", "mean", "max", "min")
 GENERATION_KEY: Final = "marl_minari_generation"
 """Root attribute of ``main_data.hdf5`` and top-level ``metadata.json`` key written by an append:
 while they differ, groups past ``total_episodes`` are an uncommitted append's leftovers."""
+
+STATE_ENCODINGS: Final = ("raw", "jpeg", "gzip", "lzf")
+"""How ``infos/marl/state`` is stored: as is, JPEG frames (lossy, image-like state spaces only),
+or with HDF5's built-in gzip/lzf filter (lossless; every h5py reads them without plugins)."""
 
 JOURNALS_KEY: Final = "marl_minari_journals"
 """Top-level ``metadata.json`` key: ``{journal id: records committed}`` for every recording

@@ -14,11 +14,11 @@ from typing import Any
 
 import minari
 from minari.dataset.minari_dataset import MinariDataset
-from minari.serialization import deserialize_space
 
 from marl_minari import layout
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
 from marl_minari.ids import dataset_dir, not_found_locally
+from marl_minari.space_json import space_from_json
 
 
 def read_metadata(data_path: Path) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
         CorruptedDataError: it is missing or not a serialised space.
     """
     try:
-        return deserialize_space(metadata[key])
+        return space_from_json(metadata[key])
     except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
         raise CorruptedDataError(
             f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "

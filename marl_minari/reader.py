@@ -31,6 +31,7 @@ from marl_minari.errors import (
     LayoutError,
     hdf5_errors,
 )
+from marl_minari.ids import dataset_dir
 from marl_minari.metadata import (
     metadata_count,
     metadata_space,
@@ -40,7 +41,16 @@ from marl_minari.metadata import (
 from marl_minari.recovered_layout import with_recovered_layout
 from marl_minari.returns import episode_returns
 from marl_minari.self_contained import check_dataset, check_links
-from marl_minari.spaces import Tree, build_tree, is_image_space, leaf_spaces, map_tree, nest
+from marl_minari.spaces import (
+    Tree,
+    build_tree,
+    is_image_space,
+    leaf_dtype,
+    leaf_shape,
+    leaf_spaces,
+    map_tree,
+    nest,
+)
 from marl_minari.spec import MultiAgentSpec
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -402,6 +412,21 @@ def load_dataset(dataset_id: str | MinariDataset, download: bool = False) -> Mul
     return MultiAgentDataset(open_minari_dataset(dataset_id, download=download))
 
 
+def open_written(dataset_id: str, spec: MultiAgentSpec, *,
+                 jpeg_encoding: bool) -> MultiAgentDataset:
+    """The dataset just written from ``spec``, opened without parsing its spaces back.
+
+    ``minari.load_dataset`` re-reads the element-wise Box bounds of every agent from
+    ``metadata.json`` (seconds for image envs); the writer knows the spaces already.
+    """
+    from minari.dataset._storages import get_minari_storage
+
+    data = dataset_dir(dataset_id) / "data"
+    storage = get_minari_storage("hdf5")(data, spec.observation_space, spec.action_space,
+                                         jpeg_encoding=jpeg_encoding)
+    return MultiAgentDataset(MinariDataset(storage))
+
+
 def _replace(episode: MultiAgentEpisode, **changes: Any) -> MultiAgentEpisode:
     from dataclasses import replace
 
@@ -488,8 +513,6 @@ class _EpisodeReader:
                                               ("actions", spec.action_spaces, False)):
             for agent in spec.possible_agents:
                 for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
-                    from marl_minari.spaces import leaf_dtype, leaf_shape
-
                     found.append(_Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
                                        jpeg=self._jpeg and is_image_space(space),
                                        text=leaf_dtype(space).kind == "O"))
@@ -502,7 +525,11 @@ class _EpisodeReader:
 
         def visitor(prefix: str) -> Any:
             def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
+                if name == layout.STATE and spec.state_encoding == "jpeg" and (
+                        spec.state_space is not None):
+                    found.append(_Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
+                                       leaf_shape(spec.state_space), True, jpeg=True))
+                elif isinstance(obj, h5py.Dataset):
                     text = h5py.check_string_dtype(obj.dtype) is not None
                     found.append(_Leaf(f"{prefix}/{name}", np.dtype(object) if text
                                        else obj.dtype, obj.shape[1:], True, text=text))

@@ -61,6 +61,7 @@ _FRAME = struct.Struct("<4sIQI")
 JOURNAL_NAME = "episodes.journal"
 SPEC_NAME = "recording.json"
 COMMIT_NAME = "commit.json"
+_JOIN_BELOW = 1 << 20
 
 
 def recordings_root() -> Path:
@@ -149,7 +150,8 @@ class Recording:
                metadata: dict[str, Any] | None = None) -> None:
         """Append one finished episode (and its episode metadata); it is in the file (and,
         by default, on stable storage) when this returns."""
-        self._journal.write(encode_record(episode, self._journal_id, self._next_seq, metadata))
+        _write_all(self._journal,
+                   record_parts(episode, self._journal_id, self._next_seq, metadata))
         if self._fsync:
             sync_handle(self._journal)
         self._next_seq += 1
@@ -219,22 +221,47 @@ class Recording:
 def encode_record(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
                   metadata: dict[str, Any] | None = None) -> bytes:
     """One journal record for ``episode``: record ``seq`` of journal ``journal``."""
-    leaves, texts, chunks = [], {}, []
+    return b"".join(record_parts(episode, journal, seq, metadata))
+
+
+def record_parts(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
+                 metadata: dict[str, Any] | None = None) -> list[bytes | memoryview]:
+    """The record of :func:`encode_record` as buffers to write one after the other.
+
+    The leaves' bytes are not copied: an image episode is hundreds of MB, and joining it
+    into one ``bytes`` (and that again with its header) cost more than writing it.
+    """
+    leaves, texts, views = [], {}, []
     for path, array in episode_leaves(episode):
         if array.dtype == object:
             texts[path] = [str(v) for v in array]
             continue
         array = np.ascontiguousarray(array)
         leaves.append([path, array.dtype.str, list(array.shape)])
-        chunks.append(array.tobytes())
+        views.append(array.reshape(-1).view(np.uint8).data)
     header = json.dumps({
         "leaves": leaves, "texts": texts, "steps": episode.total_steps,
         "seed": episode.seed, "options": episode.options, "metadata": metadata,
         "journal": journal, "seq": seq,
     }, default=_jsonable).encode()
-    payload = b"".join(chunks)
-    crc = zlib.crc32(header + payload)
-    return _FRAME.pack(MAGIC, len(header), len(payload), crc) + header + payload
+    crc = zlib.crc32(header)
+    for view in views:
+        crc = zlib.crc32(view, crc)
+    frame = _FRAME.pack(MAGIC, len(header), sum(v.nbytes for v in views), crc)
+    return [frame, header, *views]
+
+
+def _write_all(handle: Any, parts: list[bytes | memoryview]) -> None:
+    """Write every byte of ``parts`` (an unbuffered file may write less than asked).
+
+    Small records are joined first: one system call costs less than copying a few KB.
+    """
+    if sum(memoryview(part).nbytes for part in parts) < _JOIN_BELOW:
+        parts = [b"".join(parts)]
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view.nbytes:
+            view = view[handle.write(view):]
 
 
 def _records(path: Path) -> Iterator[tuple[int, bytes, int]]:

@@ -7,12 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymnasium import spaces
-from minari.serialization import deserialize_space, serialize_space
 
 from marl_minari import layout
 from marl_minari.descriptor import Api, EnvDescriptor
-from marl_minari.errors import EnvDescriptorError, LayoutError, UnsupportedSpaceError
-from marl_minari.spaces import check_storable
+from marl_minari.errors import (
+    EnvDescriptorError,
+    InvalidOptionError,
+    LayoutError,
+    UnsupportedSpaceError,
+)
+from marl_minari.space_json import space_from_json, space_to_json
+from marl_minari.spaces import check_storable, is_image_space
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class MultiAgentSpec:
         env: how to re-create the environment, or ``None``.
         reward_aggregation: how per-agent rewards became Minari's ``rewards`` column.
         record_infos: whether the env's per-agent info dicts were recorded.
+        state_encoding: how the global state is stored, one of ``layout.STATE_ENCODINGS``
+            (see :func:`resolve_state_encoding`).
     """
 
     api: Api
@@ -39,6 +46,7 @@ class MultiAgentSpec:
     env: EnvDescriptor | None = None
     reward_aggregation: str = "sum"
     record_infos: bool = False
+    state_encoding: str = "raw"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -59,6 +67,7 @@ class MultiAgentSpec:
             check_storable(self.action_spaces[agent], f"action_space({agent!r})")
         if self.state_space is not None:
             check_storable(self.state_space, "state_space")
+        check_state_encoding(self.state_encoding, self.state_space)
 
     @property
     def num_agents(self) -> int:
@@ -87,9 +96,11 @@ class MultiAgentSpec:
             layout.META_ENV: None if self.env is None else self.env.to_dict(),
             layout.META_REWARD_AGGREGATION: self.reward_aggregation,
             layout.META_STATE_SPACE: (
-                None if self.state_space is None else serialize_space(self.state_space)
+                None if self.state_space is None
+                else space_to_json(self.state_space, compact_bounds=True)
             ),
             layout.META_RECORD_INFOS: self.record_infos,
+            layout.META_STATE_ENCODING: self.state_encoding,
             **self.extra,
         }
 
@@ -135,6 +146,12 @@ class MultiAgentSpec:
                 f"dataset {metadata.get('dataset_id')!r}: '{layout.META_REWARD_AGGREGATION}' is "
                 f"{aggregation!r}, not one of {list(layout.REWARD_AGGREGATIONS)}"
             )
+        encoding = marl.get(layout.META_STATE_ENCODING, "raw")
+        if encoding not in layout.STATE_ENCODINGS:
+            raise LayoutError(
+                f"dataset {metadata.get('dataset_id')!r}: '{layout.META_STATE_ENCODING}' is "
+                f"{encoding!r}, not one of {list(layout.STATE_ENCODINGS)}; see docs/format.md."
+            )
         known = {getattr(layout, k) for k in dir(layout) if k.startswith("META_")}
         if env is not None and not isinstance(env, dict):
             raise EnvDescriptorError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.env "
@@ -148,6 +165,7 @@ class MultiAgentSpec:
             env=None if env is None else EnvDescriptor.from_dict(env),
             reward_aggregation=aggregation,
             record_infos=bool(marl.get(layout.META_RECORD_INFOS, False)),
+            state_encoding=encoding,
             extra={k: v for k, v in marl.items() if k not in known},
         )
 
@@ -175,8 +193,8 @@ class MultiAgentSpec:
         """The spec with its spaces, as JSON (used for recordings in progress)."""
         return json.dumps({
             "marl": self.to_metadata(),
-            "observation_space": serialize_space(self.observation_space),
-            "action_space": serialize_space(self.action_space),
+            "observation_space": space_to_json(self.observation_space, compact_bounds=True),
+            "action_space": space_to_json(self.action_space, compact_bounds=True),
         })
 
     @classmethod
@@ -185,8 +203,8 @@ class MultiAgentSpec:
         data = json.loads(text)
         return cls.from_metadata(
             {layout.METADATA_KEY: data["marl"]},
-            deserialize_space(data["observation_space"]),
-            deserialize_space(data["action_space"]),
+            space_from_json(data["observation_space"]),
+            space_from_json(data["action_space"]),
         )
 
 
@@ -198,9 +216,39 @@ def _agents(value: Any, metadata: dict[str, Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _state_space(value: Any, metadata: dict[str, Any]) -> spaces.Space:
+def resolve_state_encoding(requested: str | None, state_space: spaces.Space | None,
+                           jpeg_encoding: bool) -> str:
+    """The state encoding a recorder uses: ``requested``, or by default ``"jpeg"`` for an
+    image-like state space when ``jpeg_encoding`` is on (as Minari treats image
+    observations) and ``"raw"`` otherwise. Without a state it is ``"raw"``.
+
+    Raises:
+        InvalidOptionError: an unknown encoding, or ``"jpeg"`` for a state that is no image.
+    """
+    if state_space is None:
+        return "raw"
+    if requested is None:
+        return "jpeg" if jpeg_encoding and is_image_space(state_space) else "raw"
+    check_state_encoding(requested, state_space)
+    return requested
+
+
+def check_state_encoding(encoding: str, state_space: spaces.Space | None) -> None:
+    """Raise :class:`InvalidOptionError` unless ``encoding`` can store ``state_space``."""
+    if encoding not in layout.STATE_ENCODINGS:
+        raise InvalidOptionError(
+            f"state_encoding={encoding!r} is not one of {', '.join(layout.STATE_ENCODINGS)}")
+    if encoding == "jpeg" and state_space is not None and not is_image_space(state_space):
+        raise InvalidOptionError(
+            f"state_encoding='jpeg' needs an image-like state space (uint8 Box of rank 2-3, "
+            f"at least 32x32, bounds 0..255), not {state_space}; use 'gzip', 'lzf' or 'raw'")
+
+
+def _state_space(text: Any, metadata: dict[str, Any]) -> spaces.Space:
     try:
-        return deserialize_space(value)
-    except Exception as exc:  # Minari's parser raises whatever malformed JSON makes it hit
-        raise LayoutError(f"dataset {metadata.get('dataset_id')!r}: marl_minari.state_space is "
-                          f"not a serialised space ({type(exc).__name__}: {exc})") from exc
+        return space_from_json(text)
+    except Exception as exc:  # a malformed space can make the parser raise anything
+        raise LayoutError(
+            f"dataset {metadata.get('dataset_id')!r}: '{layout.METADATA_KEY}' metadata key "
+            f"'{layout.META_STATE_SPACE}' is not a serialised space ({exc}); see docs/format.md."
+        ) from exc

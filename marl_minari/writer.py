@@ -30,7 +30,6 @@ import h5py
 import minari
 import numpy as np
 from gymnasium import spaces
-from minari.serialization import serialize_space
 from tqdm.auto import tqdm
 
 from marl_minari import layout, offset_index
@@ -41,8 +40,12 @@ from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutE
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
 from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
 from marl_minari.locking import staging_root as staging_root
+from marl_minari.space_json import space_to_json
 from marl_minari.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.spec import MultiAgentSpec
+
+STATE_PATH = f"infos/{layout.INFOS_GROUP}/{layout.STATE}"
+"""Where an episode's global state is stored, inside its group."""
 
 JournalMark = tuple[str, int]
 """``(journal id, records)``: the first ``records`` records of a journal are being stored."""
@@ -78,7 +81,10 @@ class EpisodeFileWriter:
         self._next_id = len(self._file)
         self._first_id = self._next_id
         self._spec = spec
-        self._images = _image_paths(spec) if jpeg_encoding else frozenset()
+        self._images = (_image_paths(spec) if jpeg_encoding else frozenset()) | (
+            {STATE_PATH} if spec.state_encoding == "jpeg" else set())
+        self._compressed = {STATE_PATH: spec.state_encoding} if spec.state_encoding in (
+            "gzip", "lzf") else {}
         self._offsets: dict[str, list[int]] = {}
         self._steps: list[int] = []
 
@@ -146,6 +152,11 @@ class EpisodeFileWriter:
         if path in self._images or array.dtype == object:
             self._put_special(h5py.Group(parent), path, name, array)
             return -1
+        if path in self._compressed:
+            # Chunked, so it has no byte offset: readers go through h5py, which decompresses.
+            h5py.Group(parent).create_dataset(name, data=array, chunks=_row_chunks(array),
+                                              compression=self._compressed[path])
+            return -1
         array = np.ascontiguousarray(array)
         space_id = h5py.h5s.create_simple(array.shape) if array.shape else h5py.h5s.create(
             h5py.h5s.SCALAR)
@@ -164,6 +175,14 @@ class EpisodeFileWriter:
         else:
             parent.create_dataset(name, data=array.astype(str).tolist(),
                                   dtype=h5py.string_dtype("utf-8"))
+
+
+def _row_chunks(array: np.ndarray) -> tuple[int, ...] | None:
+    """Chunks of whole rows, about 1 MiB each (``None``: an empty array, stored unchunked)."""
+    if not array.size:
+        return None
+    row_bytes = max(1, array[0].nbytes)
+    return (max(1, min(len(array), 2**20 // row_bytes)), *array.shape[1:])
 
 
 @functools.lru_cache(maxsize=64)
@@ -204,7 +223,7 @@ def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray
     acted[:-1] = episode.acted
     yield f"{base}/{layout.ACTED}", acted
     if episode.state is not None:
-        yield f"{base}/{layout.STATE}", np.asarray(episode.state)
+        yield STATE_PATH, np.asarray(episode.state)
     if episode.agent_infos:
         for agent, tree in episode.agent_infos.items():
             yield from leaves(tree, f"{base}/{layout.AGENT_INFOS}/{agent}")
@@ -298,8 +317,8 @@ def dataset_metadata(
         "total_steps": total_steps,
         "data_format": "hdf5",
         "jpeg_encoding": jpeg_encoding,
-        "observation_space": serialize_space(spec.observation_space),
-        "action_space": serialize_space(spec.action_space),
+        "observation_space": space_to_json(spec.observation_space),
+        "action_space": space_to_json(spec.action_space),
         "minari_version": minari.__version__,
     }
     env_spec = spec.joint_env_spec()
@@ -546,7 +565,7 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, spaces.Space):
-        return serialize_space(value)
+        return space_to_json(value)
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serializable")
 
 

@@ -105,8 +105,11 @@ def test_jpeg_encoded_images_come_back_as_decoded_pixels(recorded, vaults: Path)
     back = from_vault(vaults, "pistons", "jpeg", "tests/back-v0")
     assert_same_episodes(dataset, back)  # the pixels the dataset hands out, exactly
     assert back.metadata["jpeg_encoding"] is False  # re-encoding would lose them
+    assert (dataset.spec.state_encoding, back.spec.state_encoding) == ("jpeg", "lzf")
     assert_same_metadata(dataset.metadata, back.metadata,
-                         ignore=("dataset_id", "jpeg_encoding", "dataset_size"))
+                         ignore=("dataset_id", "jpeg_encoding", "dataset_size", "marl_minari"))
+    assert_same_metadata(dataset.metadata["marl_minari"], back.metadata["marl_minari"],
+                         ignore=("state_encoding",))
 
 
 def test_single_agent_minari_dataset_becomes_agent_0(cartpole_dataset, vaults: Path) -> None:

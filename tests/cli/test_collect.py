@@ -46,6 +46,8 @@ def test_bad_targets_fail_before_the_env_is_made(made: Path, datasets_root: Path
         collect("tracer_env:make", 1, append=True)
     with pytest.raises(InvalidOptionError, match="'parallel' or 'aec'"):
         collect("tracer_env:make", 1, api="turns")
+    with pytest.raises(InvalidOptionError, match="state_encoding='zstd'"):
+        collect("tracer_env:make", 1, state_encoding="zstd")
     assert not made.exists()
     assert sorted(datasets_root.rglob("*")) == before
 

@@ -199,7 +199,7 @@ def write(folder: Path, *, dataset_id: str, agents: list[str], obs_spaces: dict[
         "layout_version": 1, "library_version": "spec-writer", "api": "parallel",
         "possible_agents": agents, "env": descriptor, "reward_aggregation": "sum",
         "state_space": None if state_space is None else json.dumps(state_space),
-        "record_infos": record_infos, **(extra_marl or {}),
+        "record_infos": record_infos, "state_encoding": "raw", **(extra_marl or {}),
     }
     metadata: dict[str, Any] = {
         "dataset_id": dataset_id, "total_episodes": len(episodes), "total_steps": total_steps,

@@ -30,6 +30,21 @@ def test_collect_with_defaults_records_a_loadable_dataset(datasets_root: Path) -
     assert "random-v1" in again.output
 
 
+def test_collect_state_encoding_option(datasets_root: Path) -> None:
+    result = CliRunner().invoke(app, ["collect", "--episodes", "1", "--dataset-id", "cli/lzf-v0",
+                                      "--state-encoding", "lzf", "--env-kwargs",
+                                      '{"max_cycles": 3}'])
+    assert result.exit_code == 0, result.output
+    dataset = mm.load_dataset("cli/lzf-v0")
+    assert dataset.spec.state_encoding == "lzf"
+    np.testing.assert_array_equal(
+        next(minari.load_dataset("cli/lzf-v0").iterate_episodes()).infos["marl"]["state"],
+        dataset.episode(0).state)
+    refused = CliRunner().invoke(app, ["collect", "--state-encoding", "jpeg"])
+    assert refused.exit_code != 0
+    assert "image-like" in refused.output
+
+
 def test_collect_aec_only_env_falls_back_to_aec(datasets_root: Path) -> None:
     result = CliRunner().invoke(app, ["collect", "classic/tictactoe_v3", "--episodes", "2",
                                       "--dataset-id", "classic/ttt/random-v0"])

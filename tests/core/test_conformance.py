@@ -46,8 +46,7 @@ ACT_SPACES = {
     "tank": {"type": "Box", "dtype": "float32", "shape": [2], "low": [-1.0] * 2,
              "high": [1.0] * 2},
 }
-STATE_SPACE = {"type": "Box", "dtype": "float32", "shape": [4], "low": [-10.0] * 4,
-               "high": [10.0] * 4}
+STATE_SPACE = {"type": "Box", "dtype": "float32", "shape": [4], "low": -10.0, "high": 10.0}
 DESCRIPTOR = {"api": "parallel", "entry_point": "conformance_env:make", "env_id": None,
               "kwargs": {}, "versions": {}, "kwargs_known": True}
 META = {"algorithm_name": "scripted", "author": "tests", "author_email": "t@example.com",
