@@ -60,7 +60,7 @@ def _from_parts(parts: list[Any], metadata: dict[str, Any]) -> dict[str, Any] | 
             return None
         key = part_metadata.get(layout.METADATA_KEY) if isinstance(part_metadata, dict) else None
         if not isinstance(key, dict) or any(
-                part_metadata.get(name) != metadata.get(name)
+                _parsed(part_metadata.get(name)) != _parsed(metadata.get(name))
                 for name in ("observation_space", "action_space")):
             return None
         keys.append(key)
@@ -68,6 +68,15 @@ def _from_parts(parts: list[Any], metadata: dict[str, Any]) -> dict[str, Any] | 
     if any(c != comparable[0] for c in comparable[1:]):
         return None
     return keys[0]
+
+
+def _parsed(space_json: Any) -> Any:
+    """A serialised space as JSON values: writers differ in whitespace (Minari's combine
+    re-serialises the spaces), not in meaning."""
+    try:
+        return json.loads(space_json) if isinstance(space_json, str) else space_json
+    except ValueError:
+        return space_json
 
 
 def _holds_multi_agent_layout(h5_path: Path) -> bool:

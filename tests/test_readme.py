@@ -45,7 +45,7 @@ def test_readme_python_examples_run(tmp_path: Path) -> None:
             run_alone(number, block, tmp_path)
     assert (tmp_path / "compare.png").stat().st_size > 0
     assert (tmp_path / "registry").exists()
-    assert (tmp_path / "vaults" / "minari" / "spread" / "readme.vlt" / "Random").is_dir()
+    assert (tmp_path / "vaults" / "mpe2" / "spread" / "readme-v0.vlt" / "Random").is_dir()
 
 
 def test_readme_ray_example_runs(tmp_path: Path) -> None:
@@ -63,8 +63,9 @@ def test_readme_vault_paths_are_distinct_and_og_marl_style() -> None:
     """Running the Python examples and then the command-line ones never writes one vault
     twice, and every vault path follows OG-MARL's convention."""
     python = "\n".join(blocks("python"))
-    python_vaults = {f"vaults/{name}/{uid}" for name, uid in
-                     re.findall(r'to_vault\([^)]*"vaults", "([^"]+)", "([^"]+)"\)', python)}
+    python_vaults = {f"vaults/{name}/{uid}" for name, uid in  # the vaults the examples read
+                     re.findall(r'Vault\("([^"]+)", rel_dir="vaults",\s*vault_uid="([^"]+)"\)',
+                                python)}
     cli_vaults = {m for line in "\n".join(blocks("bash")).splitlines()
                   if "convert" in line for m in OG_MARL_VAULT.findall(line)}
     assert python_vaults and cli_vaults

@@ -181,9 +181,9 @@ def test_an_ogmarl_style_learner_gets_finite_losses(
 def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from marl_minari.adapters import make_buffer
-    from marl_minari.adapters.cli import register
-    from typer import Typer
     from typer.testing import CliRunner
+
+    from marl_minari.cli import full_app
 
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=4,
                        dataset_id="mpe2/simple_spread/random-v0")
@@ -201,8 +201,7 @@ def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
     _, state = make_buffer([str(path)], sample_batch_size=2, sample_sequence_length=2)
     assert state.experience["observations"].shape[1] == dataset.total_steps
 
-    app = Typer()
-    register(app)
+    app = full_app()
     done = CliRunner().invoke(app, ["convert", "mpe2/simple_spread/random-v0",
                                     "--terminals", "strict"])
     assert done.exit_code == 1 and "exists" in done.output  # the default path, already there
