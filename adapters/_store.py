@@ -235,6 +235,17 @@ class VaultReader:
                 f"vault {self.path}: {INDEX_NAME} is {length}, but its arrays hold fewer steps "
                 f"(at most {stored}); it must count the written steps (the vault is damaged, or "
                 "empty).")
+        # A vault written here records its streams' lengths: an index past them (even inside
+        # the last written chunk, where zeros cannot be told from data) is caught.
+        ours = self.metadata.get("marl_minari")
+        recorded = ours.get("stream_lengths") if isinstance(ours, dict) else None
+        if (isinstance(recorded, list) and recorded
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in recorded)
+                and length != max(recorded)):
+            raise CorruptedDataError(
+                f"vault {self.path}: {INDEX_NAME} is {length}, but the vault was written with "
+                f"{max(recorded)} steps per stream (metadata.json marl_minari.stream_lengths); "
+                "the vault is damaged: restore it from a copy or convert the dataset again.")
         return length
 
     def leaf(self, path: tuple[str, ...]) -> LeafInfo | None:

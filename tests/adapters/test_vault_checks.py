@@ -56,3 +56,20 @@ def test_actions_outside_their_space_are_refused(vaults: Path) -> None:
                    action_spaces={a: spaces.Discrete(5) for a in agents})
     with pytest.raises(StepDataError, match="outside its action space Discrete"):
         from_vault(vaults, "spread", "u", "og/actions-v1")  # width from the legal-action masks
+
+
+@pytest.mark.parametrize("index", [600, 3])
+def test_vault_index_inside_the_last_chunk_of_our_vault_is_refused(
+        vaults: Path, record_parallel: object, index: int) -> None:
+    # 600 over the 10 written steps lies inside the last written zarr chunk, where unwritten
+    # steps read as zeros: only the stream lengths our vault records can tell.
+    dataset, _ = record_parallel(  # type: ignore[operator]
+        "mpe2/simple_spread_v3", 2, dataset_id="og/chunk-v0", max_cycles=5)
+    path = to_vault(dataset, vaults, "mine", "u")
+    _set_index(path, index)
+    for restore in (True, False):
+        with pytest.raises(CorruptedDataError, match=f"vault_index is {index}, but the vault "
+                                                     "was written with 10 steps"):
+            from_vault(vaults, "mine", "u", "og/chunk-back-v0", restore=restore)
+    with pytest.raises(CorruptedDataError, match=f"vault_index is {index}"):
+        make_buffer([path], sample_batch_size=2, sample_sequence_length=2)
