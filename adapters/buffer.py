@@ -32,6 +32,7 @@ from marl_minari.sources import (
     DEFAULT_CHUNK_STEPS,
     DatasetSource,
     check_chunk_steps,
+    check_source_weights,
     open_source,
     spec_of,
 )
@@ -133,11 +134,7 @@ def make_buffer(
         raise InvalidOptionError(
             "sample_batch_size, sample_sequence_length and period must be >= 1 "
             f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
-    if weights is not None and (len(weights) != len(sources) or any(
-            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
-        raise InvalidOptionError(
-            f"weights must be {len(sources)} finite non-negative numbers with a positive sum, "
-            f"got {list(weights)}")
+    check_source_weights(weights, len(sources))
     views = [_open_source(s, chunk_steps) for s in sources]
     _check_compatible(views)
     total = sum(v.length for v in views)

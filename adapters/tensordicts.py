@@ -29,7 +29,13 @@ from marl_minari import layout
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, MarlMinariError
 from marl_minari.legal_actions import recorded_mask
 from marl_minari.reader import MultiAgentArrays
-from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, opening
+from marl_minari.sources import (
+    DEFAULT_CHUNK_STEPS,
+    DatasetSource,
+    check_chunk_steps,
+    check_source_weights,
+    opening,
+)
 from marl_minari.spec import MultiAgentSpec
 
 TRAJ_KEY: Final = ("collector", "traj_ids")
@@ -342,11 +348,7 @@ def make_torchrl_buffer(sources: Sequence[Any], batch_size: int, *, slice_len: i
         raise InvalidOptionError(
             f"batch_size must be >= 1 and a multiple of slice_len (got batch_size={batch_size}, "
             f"slice_len={slice_len})")
-    if weights is not None and (len(weights) != len(sources) or any(
-            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
-        raise InvalidOptionError(
-            f"weights must be {len(sources)} finite non-negative numbers with a positive sum, "
-            f"got {list(weights)}")
+    check_source_weights(weights, len(sources))
     with ExitStack() as stack:
         opened = [stack.enter_context(opening(s, download=download)) for s in sources]
         total = sum(_steps(s) for s in opened)

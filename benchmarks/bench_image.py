@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from bench_record import run_parallel as play_parallel  # the same play loop, one copy
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "minari DataCollector (JointEnv)": {"minari": True},
     "ParallelDataCollector() default": {},
@@ -37,18 +39,6 @@ def plan_actions(env: Any, episodes: int, steps: int) -> list[list[dict[str, Any
         plan.append([{a: env.action_space(a).sample() for a in env.possible_agents}
                      for _ in range(steps)])
     return plan
-
-
-def play_parallel(env: Any, plan: list[list[dict[str, Any]]]) -> int:
-    steps = 0
-    for episode, actions in enumerate(plan):
-        env.reset(seed=episode)
-        for step in actions:
-            if not env.agents:
-                break
-            env.step({a: step[a] for a in env.agents})
-            steps += 1
-    return steps
 
 
 def play_joint(env: Any, plan: list[list[dict[str, Any]]]) -> int:

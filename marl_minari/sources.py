@@ -183,6 +183,16 @@ def check_chunk_steps(chunk_steps: int) -> None:
         raise InvalidOptionError(f"chunk_steps must be >= 1, got {chunk_steps}")
 
 
+def check_source_weights(weights: Sequence[float] | None, sources: int) -> None:
+    """Raise :class:`InvalidOptionError` unless ``weights`` (when given) are one finite,
+    non-negative number per source with a positive sum."""
+    if weights is not None and (len(weights) != sources or any(
+            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
+        raise InvalidOptionError(
+            f"weights must be {sources} finite non-negative numbers with a positive sum, "
+            f"got {list(weights)}")
+
+
 # --------------------------------------------------------------------------- opening
 
 
@@ -518,6 +528,7 @@ __all__ = [
     "SINGLE_AGENT",
     "DatasetSource",
     "check_chunk_steps",
+    "check_source_weights",
     "local_dataset_ids",
     "locate_dataset",
     "not_found_locally",
