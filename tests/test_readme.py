@@ -24,7 +24,8 @@ def test_readme_has_examples_for_every_feature() -> None:
     text = "\n".join(blocks("python"))
     for feature in ("ParallelDataCollector", "AECDataCollector", "to_vault", "from_vault",
                     "make_buffer", "describe", "registry.publish", "minari.load_dataset",
-                    "read_dataset", "export_rllib", "make_torchrl_buffer"):
+                    "read_dataset", "export_rllib", "make_torchrl_buffer", "check_dataset",
+                    "combine_datasets", "split_dataset", "trust_env_package"):
         assert feature in text, feature
 
 
