@@ -21,7 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bench_record import run_parallel as play_parallel  # the same play loop, one copy
+from bench_record import run_joint as play_joint  # the same play loops, one copy each
+from bench_record import run_parallel as play_parallel
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "minari DataCollector (JointEnv)": {"minari": True},
@@ -39,18 +40,6 @@ def plan_actions(env: Any, episodes: int, steps: int) -> list[list[dict[str, Any
         plan.append([{a: env.action_space(a).sample() for a in env.possible_agents}
                      for _ in range(steps)])
     return plan
-
-
-def play_joint(env: Any, plan: list[list[dict[str, Any]]]) -> int:
-    steps = 0
-    for episode, actions in enumerate(plan):
-        env.reset(seed=episode)
-        for step in actions:
-            _, _, terminated, truncated, _ = env.step(step)
-            steps += 1
-            if terminated or truncated:
-                break
-    return steps
 
 
 def run_config(env_id: str, env_kwargs: dict[str, Any], episodes: int, config: dict[str, Any],
