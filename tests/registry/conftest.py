@@ -6,6 +6,7 @@ Also makes ``registry_helpers`` importable in any import mode.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from marl_minari import registry
+from marl_minari.ids import dataset_dir
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -75,26 +79,6 @@ def http_server() -> Iterator[Callable[[Path], str]]:
 
 
 @pytest.fixture
-def dropping_http_server() -> Iterator[Callable[[Path, tuple[str, ...]], str]]:
-    """``serve(directory, names)``: a real HTTP server whose responses for files ending in
-    ``names`` are cut off halfway (the connection drops)."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def serve(directory: Path, names: tuple[str, ...]) -> str:
-        handler = type("Handler", (DroppingHandler,), {"drop": names})
-        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://{LOOPBACK}:{server.server_address[1]}"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
 def thread_server() -> Iterator[Callable[[Path, type[Any]], str]]:
     """``serve(directory, handler_class)`` -> ``http://127.0.0.1:<port>``: a real HTTP server
     on a thread with a misbehaving handler (see ``registry_helpers``)."""
@@ -112,6 +96,27 @@ def thread_server() -> Iterator[Callable[[Path, type[Any]], str]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def dropping_http_server(thread_server: Callable[[Path, type[Any]], str]
+                         ) -> Callable[[Path, tuple[str, ...]], str]:
+    """``serve(directory, names)``: a real HTTP server whose responses for files ending in
+    ``names`` are cut off halfway (the connection drops)."""
+
+    def serve(directory: Path, names: tuple[str, ...]) -> str:
+        return thread_server(directory, type("Handler", (DroppingHandler,), {"drop": names}))
+
+    return serve
+
+
+@pytest.fixture
+def published(registry_dir: Path, small_dataset: Callable[..., str]) -> str:
+    """A dataset published to the default registry, with its local copy removed."""
+    dataset_id = small_dataset()
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    return dataset_id
 
 
 @pytest.fixture(scope="session")

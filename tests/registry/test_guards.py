@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,15 +29,6 @@ from marl_minari.errors import (
     RemoteError,
 )
 from marl_minari.ids import dataset_dir, datasets_root
-
-
-@pytest.fixture
-def published(registry_dir: Path, small_dataset: Callable[..., str]) -> str:
-    """A dataset published to the default registry, with its local copy removed."""
-    dataset_id = small_dataset()
-    registry.publish(dataset_id)
-    shutil.rmtree(dataset_dir(dataset_id))
-    return dataset_id
 
 
 def _remote_file(registry_dir: Path, dataset_id: str, name: str = "main_data.hdf5") -> Path:

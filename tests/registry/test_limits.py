@@ -24,14 +24,6 @@ from marl_minari.errors import CorruptedDataError, RemoteError
 from marl_minari.ids import dataset_dir
 
 
-@pytest.fixture
-def published(registry_dir: Path, small_dataset: Callable[..., str]) -> str:
-    dataset_id = small_dataset()
-    registry.publish(dataset_id)
-    shutil.rmtree(dataset_dir(dataset_id))
-    return dataset_id
-
-
 def test_trickling_server_is_cut_off_at_the_deadline(
         published: str, registry_dir: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
