@@ -123,12 +123,7 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
                   for a in names}
     obs_flat = tuple(flatten_plan(obs_spaces[a], dtypes[OBSERVATIONS].name, skip_mask=False)
                      for a in names)
-    per_agent = int(np.prod(obs_row, dtype=np.int64))
-    for agent, flat in zip(names, obs_flat, strict=True):
-        if flat.size != per_agent:
-            raise IncompatibleSourcesError(
-                f"observation space of {agent!r} flattens to {flat.size} values; "
-                f"the vault's observation row {obs_row} has {per_agent}")
+    _check_widths("observation", names, obs_flat, obs_row)
     act_shape = shapes[ACTIONS][3:]
     act_dtype = dtypes[ACTIONS]
     act_spaces = {}
@@ -147,12 +142,7 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
     act_flat = None if discrete else tuple(
         flatten_plan(act_spaces[a], act_dtype.name, skip_mask=False) for a in names)
     if act_flat is not None:
-        width = int(np.prod(act_shape, dtype=np.int64))
-        for agent, flat in zip(names, act_flat, strict=True):
-            if flat.size != width:
-                raise IncompatibleSourcesError(
-                    f"action space of {agent!r} flattens to {flat.size} values; "
-                    f"the vault's action row {act_shape} has {width}")
+        _check_widths("action", names, act_flat, act_shape)
     state_space = _box(shapes[STATE][2:], dtypes[STATE]) if STATE in shapes else None
     extras = tuple((path, EXTRA_PREFIX + ".".join(path)) for path in shapes
                    if path not in OGMARL_KEYS)
@@ -162,6 +152,17 @@ def import_layout(reader: VaultReader, agents: Sequence[str] | None,
                         extras=extras, streams=streams, length=reader.length,
                         has_truncations=TRUNCATIONS in shapes, has_legals=LEGALS in shapes,
                         has_state=STATE in shapes)
+
+
+def _check_widths(kind: str, agents: Sequence[str], flats: Sequence[AgentFlat],
+                  row: tuple[int, ...]) -> None:
+    """Every agent's ``kind`` space flattens to exactly the vault's row of shape ``row``."""
+    width = int(np.prod(row, dtype=np.int64))
+    for agent, flat in zip(agents, flats, strict=True):
+        if flat.size != width:
+            raise IncompatibleSourcesError(
+                f"{kind} space of {agent!r} flattens to {flat.size} values; "
+                f"the vault's {kind} row {row} has {width}")
 
 
 def _given(by_agent: Mapping[str, spaces.Space] | None, agent: str) -> spaces.Space | None:
