@@ -101,7 +101,8 @@ def make_buffer(
 
     Args:
         sources: datasets (anything :func:`marl_minari.sources.open_source` opens: local
-            ids, dataset folders, ``MinariDataset`` or ``MultiAgentDataset`` objects) and vault
+            ids, dataset folders, remote datasets' URLs (a registry followed by the id,
+            downloaded once), ``MinariDataset`` or ``MultiAgentDataset`` objects) and vault
             folders (``rel_dir/vault_name/vault_uid``). All must have the same agents, spaces,
             keys, shapes and dtypes.
         sample_batch_size: sequences per ``sample`` call.

@@ -198,7 +198,8 @@ def recover(
 @app.command()
 def combine(
     dataset_ids: Annotated[list[str], typer.Argument(
-        help="Multi-agent datasets to combine (ids or dataset folders), in order.")],
+        help="Multi-agent datasets to combine, in order: ids, dataset folders or "
+        "registry URLs followed by an id (http://host/registry/mpe2/spread/random-v0).")],
     dataset_id: Annotated[str, typer.Option(
         callback=checks.dataset_id, help="Id of the combined dataset to create.")],
 ) -> None:

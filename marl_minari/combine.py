@@ -29,7 +29,8 @@ def combine_datasets(datasets: Sequence[Any], new_dataset_id: str, *,
 
     Args:
         datasets: anything :func:`marl_minari.sources.open_source` opens (local ids, dataset
-            folders, ``MinariDataset`` or ``MultiAgentDataset`` objects), all multi-agent.
+            folders, remote datasets' URLs such as ``http://host/registry/<id>``,
+            ``MinariDataset`` or ``MultiAgentDataset`` objects), all multi-agent.
         new_dataset_id: the new dataset's id; its namespace folders are created as needed.
         progress: show a progress bar.
 

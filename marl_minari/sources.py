@@ -1,7 +1,7 @@
 """One way in: anything a user can name, as a source of chunked per-agent arrays.
 
 :func:`open_source` turns a dataset id, a dataset folder (or its ``data/`` folder or
-``main_data.hdf5``), a ``minari.MinariDataset`` or a
+``main_data.hdf5``), a remote dataset's URL, a ``minari.MinariDataset`` or a
 :class:`~marl_minari.reader.MultiAgentDataset` into a :class:`DatasetSource`: the dataset's
 spec, its metadata and :meth:`DatasetSource.chunks` of whole episodes as
 :class:`~marl_minari.reader.MultiAgentArrays`. :func:`opening` does the same and also takes a
@@ -46,6 +46,7 @@ from marl_minari.ids import (
 )
 from marl_minari.reader import MultiAgentArrays, MultiAgentDataset
 from marl_minari.recovered_layout import with_recovered_layout
+from marl_minari.remote_sources import fetch_remote_source, is_remote_source, shown_url
 from marl_minari.spaces import build_tree, concat_trees, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.spec import MultiAgentSpec
 
@@ -202,8 +203,9 @@ def open_source(source: Any, *, download: bool = False,
 
     Args:
         source: a dataset id, a dataset folder, its ``data/`` folder or ``main_data.hdf5``,
-            a ``minari.MinariDataset``, a :class:`MultiAgentDataset` or a
-            :class:`DatasetSource` (returned as is).
+            a remote dataset's URL (a registry followed by the id, downloaded once: see
+            :mod:`marl_minari.remote_sources`), a ``minari.MinariDataset``, a
+            :class:`MultiAgentDataset` or a :class:`DatasetSource` (returned as is).
         download: fetch an id that is not local with ``minari.load_dataset(id,
             download=True)`` (from ``$MINARI_REMOTE``).
         remote: fetch an id that is not local from this registry
@@ -232,6 +234,8 @@ def open_source(source: Any, *, download: bool = False,
             f"cannot read {source!r}: give a dataset id, a dataset folder, a "
             "minari.MinariDataset or a marl_minari.MultiAgentDataset")
     name = os.fspath(source)
+    if isinstance(source, str) and is_remote_source(name):
+        return _from_data_path(shown_url(name), fetch_remote_source(name), None)
     path = Path(name).expanduser()
     if path.exists():
         return _from_data_path(name, _data_folder(path), None)

@@ -22,7 +22,9 @@ from typing import Any, Final
 from marl_minari.digests import (
     BLAKE3,
     SHA256,
+    hash_file,
     is_hex_digest,
+    remembered_digests,
 )
 from marl_minari.errors import CorruptedDataError, LayoutError
 
@@ -279,3 +281,18 @@ def dataset_files(folder: Path) -> list[str]:
             if os.path.islink(base / name):
                 raise LayoutError(f"{base / name} is a symlink: publish copies regular files only")
     return found
+
+
+def local_manifest(dataset_id: str, local: Path, files: list[str] | None = None) -> Manifest:
+    """The manifest (sizes, SHA-256) of the local dataset folder ``local`` (its ``files``):
+    remembered digests where its writer kept them, the files hashed otherwise."""
+    known = remembered_digests(local)
+    entries = []
+    for relative in dataset_files(local) if files is None else files:
+        if relative in known:
+            size, sha = known[relative].digests.size, known[relative].digests.sha256
+        else:
+            size, computed = hash_file(local / relative, (SHA256,))
+            sha = computed[SHA256]
+        entries.append(FileEntry(relative, size, sha))
+    return new_manifest(dataset_id, entries)

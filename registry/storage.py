@@ -40,10 +40,8 @@ from typing import Any, ClassVar, Final
 from minari.storage.remotes.cloud_storage import CloudStorage
 
 from marl_minari.digests import (
-    SHA256,
     FileDigests,
     RememberedDigests,
-    hash_file,
     remembered_digests,
 )
 from marl_minari.errors import (
@@ -76,6 +74,7 @@ from .manifest import (
     FileEntry,
     Manifest,
     dataset_files,
+    local_manifest,
     new_manifest,
 )
 from .settings import RemoteSettings
@@ -524,16 +523,7 @@ class RegistryStorage(CloudStorage):
     def _already_published(self, dataset_id: str, local: Path, files: list[str],
                            existing: Manifest, metadata: dict[str, Any]) -> tuple[Manifest, str]:
         """Outcome of publishing a version that has a manifest already."""
-        known = remembered_digests(local)
-        entries = []
-        for relative in files:
-            if relative in known:
-                size, sha = known[relative].digests.size, known[relative].digests.sha256
-            else:
-                size, computed = hash_file(local / relative, (SHA256,))
-                sha = computed[SHA256]
-            entries.append(FileEntry(relative, size, sha))
-        if not existing.same_content(new_manifest(dataset_id, entries)):
+        if not existing.same_content(local_manifest(dataset_id, local, files)):
             raise DatasetExistsError(
                 f"{dataset_id!r} is already published on {self.location} with different files "
                 "(the local dataset changed since it was published); published versions are "

@@ -1,0 +1,142 @@
+"""Remote datasets named by URL next to local ones: one buffer, one combined dataset.
+
+A local recording, one dataset on an http:// registry (a real server process on loopback)
+and one on an s3:// registry (moto's server), each published with our publish and named as
+``<registry URL>/<dataset id>``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from marl_minari.adapters import make_buffer
+
+import marl_minari as mm
+from marl_minari import registry
+from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.ids import dataset_dir
+from marl_minari.remote_sources import candidate_splits, origin_path, split_remote_source
+
+LOCAL, ON_HTTP, ON_S3 = "mpe2/spread/local-v0", "mpe2/spread/http-v0", "mpe2/spread/s3-v0"
+
+
+def _publish_and_forget(dataset_id: str, remote: str | None = None) -> None:
+    registry.publish(dataset_id, remote)
+    shutil.rmtree(dataset_dir(dataset_id))
+
+
+@pytest.fixture
+def three_sources(registry_dir: Path, small_dataset: Callable[..., str],
+                  http_server: Callable[[Path], str], s3_remote: str) -> list[str]:
+    """A local id, an http:// URL and an s3:// URL, each of a 2-episode mpe2 recording."""
+    small_dataset(LOCAL)
+    small_dataset(ON_HTTP, episodes=3)
+    _publish_and_forget(ON_HTTP)  # to registry_dir, then served over http
+    small_dataset(ON_S3, episodes=4)
+    _publish_and_forget(ON_S3, s3_remote)
+    return [LOCAL, f"{http_server(registry_dir)}/{ON_HTTP}", f"{s3_remote}/{ON_S3}"]
+
+
+def test_one_buffer_from_local_http_and_s3(three_sources: list[str]) -> None:
+    buffer, state = make_buffer(three_sources, sample_batch_size=512,
+                                sample_sequence_length=3, weights=[0.0, 1.0, 3.0])
+    sample = jax.jit(buffer.sample)(state, jax.random.PRNGKey(0)).experience
+    assert sample["observations"].shape[:3] == (512, 3, 3)
+    assert sample["actions"].shape == (512, 3, 3)
+    drawn = np.bincount(np.asarray(sample["source"][:, 0]), minlength=3)
+    assert drawn[0] == 0  # weight 0: never drawn
+    assert 0.15 < drawn[1] / 512 < 0.35 and 0.65 < drawn[2] / 512 < 0.85
+    # Downloaded once, through the verified download, into the datasets root.
+    assert mm.load_dataset(ON_HTTP).total_episodes == 3
+    assert mm.load_dataset(ON_S3).total_episodes == 4
+    assert origin_path(ON_HTTP).is_file() and origin_path(ON_S3).is_file()
+
+
+def test_second_use_reads_the_local_copy(three_sources: list[str],
+                                         registry_dir: Path) -> None:
+    _, http_url, _ = three_sources
+    first = mm.combine_datasets([LOCAL, http_url], "mpe2/spread/both-v0")
+    assert first.total_episodes == 5
+    shutil.rmtree(registry_dir)  # the server now answers 404 for everything
+    with pytest.raises(DatasetNotFoundError):
+        split_remote_source(http_url)
+    # ... but a dataset already fetched from it is read locally, without asking it.
+    assert mm.combine_datasets([http_url], "mpe2/spread/again-v0").total_episodes == 3
+
+
+def test_local_dataset_of_the_same_id_is_not_taken_for_the_remote_one(
+        three_sources: list[str], small_dataset: Callable[..., str]) -> None:
+    _, http_url, _ = three_sources
+    small_dataset(ON_HTTP, episodes=1)  # our own recording, under the published id
+    with pytest.raises(DatasetExistsError, match="holds other files than the published"):
+        make_buffer([http_url], sample_batch_size=2, sample_sequence_length=1)
+    shutil.rmtree(dataset_dir(ON_HTTP))
+    make_buffer([http_url], sample_batch_size=2, sample_sequence_length=1)  # downloads
+    assert mm.load_dataset(ON_HTTP).total_episodes == 3
+    metadata = dataset_dir(ON_HTTP) / "data" / "metadata.json"
+    metadata.write_text(metadata.read_text().replace('"total_episodes": 3',
+                                                     '"total_episodes": 3 '))
+    with pytest.raises(DatasetExistsError, match="holds other files than the published"):
+        make_buffer([http_url], sample_batch_size=2, sample_sequence_length=1)
+
+
+def test_the_copy_a_dataset_was_published_from_is_the_published_one(
+        registry_dir: Path, small_dataset: Callable[..., str]) -> None:
+    dataset_id = small_dataset("mpe2/spread/mine-v0")
+    registry.publish(dataset_id)
+    url = f"file://{registry_dir}/{dataset_id}"
+    assert not origin_path(dataset_id).exists()
+    buffer, state = make_buffer([url], sample_batch_size=2, sample_sequence_length=1)
+    assert origin_path(dataset_id).is_file()  # same files: recorded, used, not downloaded
+    assert int(state.experience["source"].shape[1]) == mm.load_dataset(dataset_id).total_steps
+
+
+def test_url_splits(registry_dir: Path, published: str) -> None:
+    url = f"file://{registry_dir}/{published}"
+    assert split_remote_source(url) == (f"file://{registry_dir}", published)
+    assert candidate_splits("http://host/reg/mpe2/spread/random-v0") == [
+        ("http://host/reg/mpe2/spread", "random-v0"), ("http://host/reg/mpe2", "spread/random-v0"),
+        ("http://host/reg", "mpe2/spread/random-v0"), ("http://host", "reg/mpe2/spread/random-v0")]
+    assert split_remote_source("hf://farama-minari/mujoco/hopper/expert-v0") == (
+        "hf://farama-minari", "mujoco/hopper/expert-v0")  # as minari.download_dataset splits
+    with pytest.raises(InvalidDatasetIdError, match="does not end in a dataset id"):
+        candidate_splits("http://host/registry/")
+    with pytest.raises(DatasetNotFoundError, match="no registry along"):
+        split_remote_source(f"file://{registry_dir}/mpe2/spread/other-v0")
+
+
+def test_credentials_stay_out_of_names_and_origins(registry_dir: Path, published: str,
+                                                   http_server: Callable[[Path], str]) -> None:
+    base = http_server(registry_dir)
+    url = base.replace("http://", "http://reader:s3cret-pass@") + f"/{published}"
+    buffer, state = make_buffer([url], sample_batch_size=2, sample_sequence_length=1)
+    assert "s3cret" not in origin_path(published).read_text()
+    from marl_minari.sources import open_source
+
+    assert "s3cret" not in open_source(url).name
+
+
+def test_cli_combines_a_local_and_a_remote_dataset(registry_dir: Path, published: str,
+                                                   small_dataset: Callable[..., str]) -> None:
+    import subprocess
+    import sys
+
+    small_dataset(LOCAL)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "marl_minari", "combine", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    done = run(LOCAL, f"file://{registry_dir}/{published}", "--dataset-id", "mpe2/spread/cli-v0")
+    assert done.returncode == 0, done.stderr
+    assert mm.load_dataset("mpe2/spread/cli-v0").total_episodes == 4
+    missing = run(LOCAL, f"file://{registry_dir}/mpe2/spread/missing-v0", "--dataset-id",
+                  "mpe2/spread/cli-v1")
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert [line for line in missing.stderr.splitlines() if line.startswith("error:")] == [
+        line for line in missing.stderr.splitlines() if "no registry along" in line]
