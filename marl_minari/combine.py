@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from marl_minari import layout
+from marl_minari.descriptor import effective_kwargs
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.reader import MultiAgentDataset, load_dataset
@@ -81,8 +82,7 @@ def check_combinable(first: DatasetSource, other: DatasetSource, index: int) -> 
         ("state space", a.state_space, b.state_space),
         ("reward aggregation", a.reward_aggregation, b.reward_aggregation),
         ("layout version", _layout_version(first), _layout_version(other)),
-        ("environment", None if a.env is None else a.env.to_dict(),
-         None if b.env is None else b.env.to_dict()),
+        ("environment", _comparable_env(a), _comparable_env(b)),
     ]
     for what, mine, theirs in checks:
         if mine != theirs:
@@ -90,6 +90,16 @@ def check_combinable(first: DatasetSource, other: DatasetSource, index: int) -> 
                 f"dataset {index} ({other.dataset_id!r}) and dataset 0 ({first.dataset_id!r}) "
                 f"differ in {what}: {theirs!r} vs {mine!r}; combine datasets of one "
                 "environment and layout")
+
+
+def _comparable_env(spec: Any) -> dict[str, Any] | None:
+    """The env descriptor with default constructor arguments filled in (from trusted
+    packages only), so ``{}`` and ``{"max_cycles": 25}`` name the same env."""
+    if spec.env is None:
+        return None
+    described = spec.env.to_dict()
+    described["kwargs"] = effective_kwargs(spec.env.entry_point, spec.env.kwargs)
+    return described
 
 
 def _layout_version(source: DatasetSource) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import json
 import os
 import re
@@ -267,12 +268,59 @@ def make_env(env_id: str, api: Api = "parallel", **kwargs: Any) -> Any:
     env = _convert(env, api, env_id)
     stored_id = None if ":" in env_id else env_id
     descriptor = EnvDescriptor(
-        api=api, entry_point=entry_point, env_id=stored_id, kwargs=dict(kwargs),
+        api=api, entry_point=entry_point, env_id=stored_id,
+        kwargs=effective_kwargs(entry_point, kwargs, imported=True),
         versions=package_versions(entry_point),
     )
     _check_json(descriptor)
     attach_descriptor(env, descriptor)
     return env
+
+
+def effective_kwargs(entry_point: str | None, kwargs: dict[str, Any], *,
+                     imported: bool = False) -> dict[str, Any]:
+    """``kwargs`` completed with the defaults of the constructor arguments they leave out.
+
+    Two datasets of ``simple_spread_v3`` made with ``{}`` and with ``{"max_cycles": 25}`` (its
+    default) then record, and compare, the same arguments. The defaults are read from the
+    signature of the entry point, or of its module's ``raw_env`` when the entry point only
+    forwards ``**kwargs`` (PettingZoo's ``env``/``parallel_env`` wrappers); only JSON values
+    (numbers, strings, booleans, ``None``) are added.
+
+    Args:
+        entry_point: ``module:attr``; anything else leaves ``kwargs`` as they are.
+        kwargs: the arguments given.
+        imported: the caller has made the env already (its module is imported and trusted by
+            the user); otherwise only trusted packages' modules are imported to read defaults,
+            so a dataset from others never makes this import its code.
+    """
+    given = dict(kwargs)
+    if not entry_point or ":" not in entry_point or (
+            not imported and untrusted_package(entry_point) is not None):
+        return given
+    try:
+        factory = _load(entry_point)
+    except EnvDescriptorError:
+        return given
+    parameters = _parameters(factory)
+    if parameters is None:
+        raw_env = getattr(sys.modules.get(entry_point.partition(":")[0]), "raw_env", None)
+        parameters = _parameters(raw_env) if callable(raw_env) else None
+    defaults = {name: p.default for name, p in (parameters or {}).items()
+                if p.default is not inspect.Parameter.empty
+                and (p.default is None or type(p.default) in (bool, int, float, str))}
+    return {**defaults, **given}
+
+
+def _parameters(factory: Any) -> dict[str, inspect.Parameter] | None:
+    """Named parameters of ``factory``; ``None`` if it takes only ``*args, **kwargs``."""
+    try:
+        parameters = dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return None
+    named = {k: p for k, p in parameters.items()
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+    return named or None
 
 
 def attach_descriptor(env: Any, descriptor: EnvDescriptor) -> None:

@@ -62,6 +62,26 @@ def test_parts_that_differ_are_refused_naming_the_difference(
     assert not (datasets_root / "tests" / "bad-v0").exists()
 
 
+def test_default_and_explicit_env_arguments_combine(record_parallel: Any,
+                                                    datasets_root: Path) -> None:
+    """A dataset whose descriptor holds only the given arguments (``{}``, as recorded before
+    arguments were completed) and one made with the default spelled out name the same env."""
+    import dataclasses
+
+    from marl_minari.descriptor import describe_env
+
+    made = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
+    record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/old-v0",
+                    collector_env_descriptor=dataclasses.replace(made, kwargs={}))
+    record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/new-v0", max_cycles=25)
+    assert mm.load_dataset("tests/old-v0").spec.env.kwargs == {}
+    both = mm.combine_datasets(["tests/old-v0", "tests/new-v0"], "tests/both-kwargs-v0")
+    assert both.total_episodes == 2
+    record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/other-v0", max_cycles=24)
+    with pytest.raises(mm.IncompatibleSourcesError, match="differ in environment"):
+        mm.combine_datasets(["tests/old-v0", "tests/other-v0"], "tests/bad-kwargs-v0")
+
+
 def test_combine_command(record_parallel: Any, datasets_root: Path) -> None:
     from typer.testing import CliRunner
 

@@ -167,7 +167,7 @@ def test_metadata_and_text(recorded_parallel: Recorder) -> None:
     description = describe("tests/recorded-v0")
     meta = description.metadata
     assert meta["env"]["env_id"] == "mpe2/simple_spread_v3"
-    assert meta["env"]["kwargs"] == {"max_cycles": 10}
+    assert meta["env"]["kwargs"]["max_cycles"] == 10 and meta["env"]["kwargs"]["N"] == 3
     assert meta["algorithm_name"] == "random" and meta["author"] == ["tests"]
     assert meta["code_permalink"] == "https://example.com/tests"
     assert meta["layout_version"] == 1 and meta["api"] == "parallel"

@@ -28,7 +28,8 @@ def test_make_env_and_json_round_trip(env_id: str, kwargs: dict, agents: list[st
     assert isinstance(env, ParallelEnv)
     assert env.possible_agents == agents
     descriptor = describe_env(env, "parallel")
-    assert descriptor.kwargs == kwargs and descriptor.kwargs_known
+    assert descriptor.kwargs_known
+    assert descriptor.kwargs == {**descriptor.kwargs, **kwargs}  # given ones kept, defaults added
     assert "pettingzoo" in descriptor.versions
     again = EnvDescriptor.from_json(descriptor.to_json())
     assert again == descriptor
@@ -40,6 +41,27 @@ def test_make_env_and_json_round_trip(env_id: str, kwargs: dict, agents: list[st
     remade.step({a: remade.action_space(a).sample() for a in remade.agents})
     env.close()
     remade.close()
+
+
+def test_recorded_kwargs_are_the_effective_ones() -> None:
+    """``{}`` and ``{"max_cycles": 25}`` (the default) describe the same env, and say so."""
+    from marl_minari.descriptor import effective_kwargs
+
+    implicit = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
+    explicit = describe_env(mm.make_env("mpe2/simple_spread_v3", max_cycles=25), "parallel")
+    assert implicit == explicit
+    assert implicit.kwargs["max_cycles"] == 25 and implicit.kwargs["N"] == 3
+    other = describe_env(mm.make_env("mpe2/simple_spread_v3", max_cycles=5), "parallel")
+    assert other.kwargs["max_cycles"] == 5 and other != implicit
+    # AEC registry entry points wrap raw_env(**kwargs): its defaults are read.
+    tictactoe = describe_env(mm.make_env("classic/tictactoe_v3", api="aec"), "aec")
+    assert tictactoe.kwargs["screen_height"] == 1000
+    # A dataset's untrusted entry point is never imported to read its defaults.
+    import sys
+
+    assert effective_kwargs("evil_env_pkg.mod:env", {"a": 1}) == {"a": 1}
+    assert "evil_env_pkg" not in sys.modules
+    assert effective_kwargs("mpe2.simple_spread_v3:parallel_env", {})["max_cycles"] == 25
 
 
 def test_turn_based_env_is_converted_or_refused() -> None:
