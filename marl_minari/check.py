@@ -239,14 +239,14 @@ class _Expect:
     where: str
     steps: int
 
-    def dataset(self, path: str) -> h5py.Dataset:
-        found = self.group.get(path)
-        if not isinstance(found, h5py.Dataset):
+    def dataset(self, path: str) -> h5py.h5d.DatasetID:
+        found = offset_index.dataset_id(self.group, path)
+        if found is None:
             raise LayoutError(f"{self.where}/{path} is missing (the layout requires it)")
         return found
 
-    def rows(self, path: str, dataset: h5py.Dataset, rows: int) -> None:
-        if dataset.ndim == 0 or dataset.shape[0] != rows:
+    def rows(self, path: str, dataset: h5py.Dataset | h5py.h5d.DatasetID, rows: int) -> None:
+        if not dataset.shape or dataset.shape[0] != rows:
             raise LayoutError(f"{self.where}/{path} has shape {dataset.shape}: the layout "
                               f"needs {rows} rows for {self.steps} steps")
 
@@ -266,7 +266,7 @@ class _Expect:
         dataset = self.dataset(path)
         self.rows(path, dataset, rows)
         if jpeg:  # per-row JPEG bytes: fixed (rows, L) uint8 or variable-length uint8
-            if dataset.dtype.kind not in "uO" or dataset.ndim > 2:
+            if dataset.dtype.kind not in "uO" or len(dataset.shape) > 2:
                 raise LayoutError(f"{self.where}/{path} should hold JPEG bytes per row, has "
                                   f"{dataset.dtype} {dataset.shape}")
             return

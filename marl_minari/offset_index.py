@@ -143,6 +143,19 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     return index
 
 
+def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
+    """The low-level dataset at ``path`` under ``group``; ``None`` if there is none there.
+
+    About ten times cheaper than ``group.get(path)``, which builds a high-level object (and
+    its file object) per call: what checking every dataset of every episode adds up to.
+    """
+    try:
+        found = h5py.h5o.open(group.id, path.encode())
+    except (KeyError, ValueError):
+        return None
+    return found if isinstance(found, h5py.h5d.DatasetID) else None
+
+
 def mismatches(index: OffsetIndex, file: h5py.File,
                episode_ids: Any) -> list[str]:
     """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level call
@@ -159,8 +172,8 @@ def mismatches(index: OffsetIndex, file: h5py.File,
             expected = int(offsets[episode_id])
             if expected < 0:
                 continue
-            dataset = group.get(path)
-            actual = dataset.id.get_offset() if isinstance(dataset, h5py.Dataset) else None
+            dataset = dataset_id(group, path)
+            actual = None if dataset is None else dataset.get_offset()
             if actual != expected:
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
