@@ -137,8 +137,11 @@ def episodes_from_rows(rows: Mapping[str, np.ndarray], spec: MultiAgentSpec, *,
         if aec:
             start = int(arrays.obs_starts[position])
             episode_selection = np.asarray(selection).reshape(-1)[start:start + length + 1]
-        events = [{"obs": {}, "act": {}, "rew": {}, "info": {}, "term": {}, "trunc": {}}
-                  for _ in range(length + 1)]
+        # RLlib's MultiAgentDicts are keyed by Hashable agent ids.
+        events: list[dict[str, dict[Any, Any]]] = [
+            {"obs": {}, "act": {}, "rew": {}, "info": {}, "term": {}, "trunc": {}}
+            for _ in range(length + 1)]
+        flags: dict[str, tuple[bool, bool]] = {}
         for agent, agent_rows, obs, next_obs in per_agent:
             keep = np.flatnonzero(agent_rows[P.EPISODE_ID] == episode_id)
             if not keep.size:
@@ -157,14 +160,24 @@ def episodes_from_rows(rows: Mapping[str, np.ndarray], spec: MultiAgentSpec, *,
                 events[end]["rew"][agent] = float(mine[P.REWARD][j])
                 if masks is not None:
                     events[end]["info"][agent] = {"action_mask": mine[P.NEXT_LEGAL_MASK][j]}
-            events[last]["term"][agent] = bool(mine[P.TERMINATED][-1])
-            events[last]["trunc"][agent] = bool(mine[P.TRUNCATED][-1])
+            flags[agent] = (bool(mine[P.TERMINATED][-1]), bool(mine[P.TRUNCATED][-1]))
+            events[last]["term"][agent], events[last]["trunc"][agent] = flags[agent]
         episode = MultiAgentEpisode(id_=f"{names[position]}:{episode_id}",
                                     agent_to_module_mapping_fn=mapping_fn)
         episode.add_env_reset(observations=events[0]["obs"], infos=events[0]["info"])
         for event in events[1:]:
+            if episode.is_done:  # every agent is done: later steps hold no data
+                break
             episode.add_env_step(event["obs"], event["act"], event["rew"], event["info"],
                                  terminateds=event["term"], truncateds=event["trunc"])
+        # add_env_step marks every agent terminated once all are done, truncated ones too:
+        # each keeps the flags it was recorded with (GAE bootstraps truncated trajectories).
+        for agent, (terminated, truncated) in flags.items():
+            single = episode.agent_episodes[agent]
+            single.is_terminated, single.is_truncated = terminated, truncated
+        end = int(arrays.step_starts[position]) + length - 1
+        episode.is_terminated = bool(arrays.episode_terminations[end])
+        episode.is_truncated = bool(arrays.episode_truncations[end])
         episodes.append(episode)
     return episodes
 
@@ -338,6 +351,10 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
     input_config[OPTIONS_KEY] = {"obs_key": obs_key, "obs_dtype": obs_dtype}
     # MARWIL's validation wants it set for a local learner; one pass per training step.
     iters = config.dataset_num_iters_per_learner or 1
+    # RLlib's default pre-learner actors (max(2, num_learners), 1 CPU each) take both CPUs
+    # of a 2-CPU machine and the read tasks never start; half a CPU each leaves room.
+    map_kwargs = dict(config.map_batches_kwargs or {}) or {
+        "concurrency": max(2, config.num_learners), "num_cpus": 0.5}
     read_kwargs = dict(config.input_read_method_kwargs or {})
     if override_num_blocks is not None:
         read_kwargs["override_num_blocks"] = override_num_blocks
@@ -350,6 +367,7 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
                           input_read_method_kwargs=read_kwargs,
                           input_config=input_config,
                           dataset_num_iters_per_learner=iters,
+                          map_batches_kwargs=map_kwargs,
                           offline_data_class=MultiAgentOfflineData,
                           prelearner_class=MultiAgentPreLearner))
 
