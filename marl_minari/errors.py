@@ -120,3 +120,8 @@ class VaultVersionError(MarlMinariError, ValueError):
 
 class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
     """A change was asked of a buffer built from offline data, which is read-only."""
+
+
+class RLlibOfflineError(MarlMinariError, NotImplementedError):
+    """A dataset or an RLlib config that RLlib's offline API cannot train from (see
+    ``docs/ray.md``, *Multi-agent offline training*)."""

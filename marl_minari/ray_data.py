@@ -12,6 +12,9 @@ made.
 * :func:`map_pattern` applies a pattern of :mod:`marl_minari.patterns` (transitions, n-step,
   sequences) to such a dataset, one block (whole episodes) per batch, giving exactly the rows
   the same pattern gives on local arrays.
+* :func:`multi_agent_offline` and :class:`MultiAgentPreLearner` (from
+  :mod:`marl_minari.rllib_offline`, importable from here too) train an RLlib ``MultiRLModule``
+  (BC, MARWIL) from multi-agent episodes, one module per agent or as mapped.
 * :func:`export_rllib` (from :mod:`marl_minari.rllib_export`, importable from here too)
   writes RLlib's offline schema as Parquet, one row per agent-step, one folder per RLlib
   module, for ``AlgorithmConfig.offline_data(input_=...)``.
@@ -50,6 +53,11 @@ if TYPE_CHECKING:
         flatten_columns,
         load_rllib_export,
     )
+    from marl_minari.rllib_offline import (
+        MultiAgentOfflineData,
+        MultiAgentPreLearner,
+        multi_agent_offline,
+    )
 
 Source = DatasetSource
 """What Ray reads: :class:`marl_minari.sources.DatasetSource` (paths only, so it pickles)."""
@@ -58,14 +66,20 @@ SourceLike = Any
 
 _RLLIB_NAMES = frozenset({"DEFAULT_MODULE_ID", "RLLIB_MANIFEST", "ModuleExport", "RLlibExport",
                           "export_rllib", "flatten_columns", "load_rllib_export"})
+_RLLIB_OFFLINE_NAMES = frozenset({"MultiAgentOfflineData", "MultiAgentPreLearner",
+                                  "multi_agent_offline"})
 
 
 def __getattr__(name: str) -> Any:
-    # The RLlib export lives in its own module, which imports this one.
+    # The RLlib modules live apart and import this one; rllib_offline imports ray itself.
     if name in _RLLIB_NAMES:
         from marl_minari import rllib_export
 
         return getattr(rllib_export, name)
+    if name in _RLLIB_OFFLINE_NAMES:
+        from marl_minari import rllib_offline
+
+        return getattr(rllib_offline, name)
     raise AttributeError(f"module 'marl_minari.ray_data' has no attribute {name!r}")
 
 
@@ -424,4 +438,7 @@ __all__ = [
     "export_rllib",
     "flatten_columns",
     "load_rllib_export",
+    "MultiAgentOfflineData",
+    "MultiAgentPreLearner",
+    "multi_agent_offline",
 ]

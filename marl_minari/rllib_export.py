@@ -76,9 +76,9 @@ class RLlibExport:
 
 
 def _mapping(policy_mapping_fn: Callable[..., str] | Mapping[str, str] | None,
-             agent: str) -> str:
+             agent: str, default: str | None = DEFAULT_MODULE_ID) -> str:
     if policy_mapping_fn is None:
-        return DEFAULT_MODULE_ID
+        return agent if default is None else default
     if isinstance(policy_mapping_fn, Mapping):
         if agent not in policy_mapping_fn:
             raise InvalidOptionError(f"policy_mapping_fn maps no module for agent {agent!r}; "
@@ -87,8 +87,43 @@ def _mapping(policy_mapping_fn: Callable[..., str] | Mapping[str, str] | None,
     return str(policy_mapping_fn(agent, None))
 
 
-def _export_space(space: spaces.Space, obs_key: str | None, what: str,
-                  obs_dtype: str | None = None) -> spaces.Space:
+def plan_modules(sources: Sequence[DatasetSource],
+                 policy_mapping_fn: Callable[..., str] | Mapping[str, str] | None,
+                 agents: Sequence[str] | None = None, *,
+                 default_module: str | None = DEFAULT_MODULE_ID) -> dict[str, dict[str, Any]]:
+    """``{module_id: {"agents": [...], "obs": space, "act": space}}`` for the agents of
+    ``sources`` mapped by ``policy_mapping_fn`` (a callable as RLlib calls it, or a dict).
+
+    Without a mapping every agent goes to ``default_module`` (``None``: one module per agent,
+    named after it).
+
+    Raises:
+        IncompatibleSourcesError: agents of one module have different spaces.
+        UnsupportedSpaceError: an action space RLlib's offline path cannot take.
+    """
+    modules: dict[str, dict[str, Any]] = {}
+    for source in sources:
+        spec = source.spec
+        for agent in P.select_agents(spec, agents):
+            obs_space, act_space = spec.observation_spaces[agent], spec.action_spaces[agent]
+            if isinstance(act_space, (spaces.Dict, spaces.Tuple, spaces.Text)):
+                raise UnsupportedSpaceError(f"action space of {agent!r} is {act_space}; RLlib's "
+                                            "offline columns take Box/Discrete/MultiDiscrete")
+            module_id = _mapping(policy_mapping_fn, agent, default_module)
+            entry = modules.setdefault(module_id, {"agents": [], "obs": obs_space,
+                                                   "act": act_space})
+            if (entry["obs"], entry["act"]) != (obs_space, act_space):
+                raise IncompatibleSourcesError(
+                    f"module {module_id!r} gets agent {agent!r} with spaces {obs_space} / "
+                    f"{act_space}, but earlier agents have {entry['obs']} / {entry['act']}; "
+                    "map agents of different spaces to different modules (policy_mapping_fn)")
+            if agent not in entry["agents"]:
+                entry["agents"].append(agent)
+    return modules
+
+
+def export_space(space: spaces.Space, obs_key: str | None, what: str,
+                 obs_dtype: str | None = None) -> spaces.Space:
     """The space of the exported ``obs`` column (key picked, flattened, cast)."""
     exported = _exported_space(space, obs_key, what)
     if (obs_dtype is not None and isinstance(exported, spaces.Box)
@@ -140,6 +175,25 @@ def flatten_columns(batch: Mapping[str, np.ndarray], prefix: str,
     return np.concatenate(parts, axis=1)
 
 
+def observation_column(batch: Mapping[str, np.ndarray], prefix: str, obs_space: spaces.Space,
+                       obs_key: str | None, obs_dtype: str | None) -> np.ndarray:
+    """The ``prefix...`` observation columns of ``obs_space`` as RLlib takes them: one array
+    in :func:`export_space`'s space (key picked, Dict/Tuple flattened, integer Box cast)."""
+    if obs_key is not None:
+        prefix = P.column(prefix, obs_key)
+        space = obs_space.spaces[obs_key]  # type: ignore[attr-defined]
+    else:
+        space = obs_space
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        value = flatten_columns(batch, prefix, space)
+    else:
+        value = np.asarray(batch[prefix])
+    exported = export_space(obs_space, obs_key, "observation space", obs_dtype)
+    if isinstance(exported, spaces.Box) and value.dtype != exported.dtype:
+        value = value.astype(exported.dtype)
+    return value
+
+
 def _rllib_batch(batch: dict[str, np.ndarray], modules: Mapping[str, str],
                  obs_space: spaces.Space, obs_key: str | None, obs_dtype: str | None,
                  include_infos: bool) -> Any:
@@ -160,21 +214,6 @@ def _rllib_batch(batch: dict[str, np.ndarray], modules: Mapping[str, str],
     module_of = np.repeat(np.asarray([modules[agent_ids[i]] for i in starts], dtype=object),
                           run_lengths)
 
-    def observation(prefix: str) -> np.ndarray:
-        if obs_key is not None:
-            prefix = P.column(prefix, obs_key)
-            space = obs_space.spaces[obs_key]  # type: ignore[attr-defined]
-        else:
-            space = obs_space
-        if isinstance(space, (spaces.Dict, spaces.Tuple)):
-            value = flatten_columns(batch, prefix, space)
-        else:
-            value = np.asarray(batch[prefix])
-        exported = _export_space(obs_space, obs_key, "observation space", obs_dtype)
-        if isinstance(exported, spaces.Box) and value.dtype != exported.dtype:
-            value = value.astype(exported.dtype)
-        return value
-
     terminated = np.asarray(batch[P.TERMINATED], dtype=bool)
     ends = np.asarray(batch[P.AGENT_T]) == np.asarray(batch[P.TRAJ_LEN]) - 1
     out = {
@@ -182,8 +221,8 @@ def _rllib_batch(batch: dict[str, np.ndarray], modules: Mapping[str, str],
         "agent_id": agent_ids,
         "module_id": module_of,
         "agent_index": np.asarray(batch[P.AGENT_INDEX], dtype=np.int64),
-        "obs": observation(P.OBS),
-        "new_obs": observation(P.NEXT_OBS),
+        "obs": observation_column(batch, P.OBS, obs_space, obs_key, obs_dtype),
+        "new_obs": observation_column(batch, P.NEXT_OBS, obs_space, obs_key, obs_dtype),
         "actions": np.asarray(batch[P.ACTION]),
         "rewards": np.asarray(batch[P.REWARD], dtype=np.float64),
         "terminateds": terminated,
@@ -248,31 +287,15 @@ def export_rllib(sources: SourceLike | Sequence[SourceLike],
                                      "previous export; or pick an empty folder)")
         shutil.rmtree(out_path)
 
+    modules = plan_modules(opened, policy_mapping_fn, agents)
     # Group agents by their spaces: one read (one row schema) per group.
-    modules: dict[str, dict[str, Any]] = {}
     groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for source in opened:
-        spec = source.spec
-        for agent in P.select_agents(spec, agents):
-            obs_space, act_space = spec.observation_spaces[agent], spec.action_spaces[agent]
-            if isinstance(act_space, (spaces.Dict, spaces.Tuple, spaces.Text)):
-                raise UnsupportedSpaceError(f"action space of {agent!r} is {act_space}; RLlib's "
-                                            "offline columns take Box/Discrete/MultiDiscrete")
-            module_id = _mapping(policy_mapping_fn, agent)
-            entry = modules.setdefault(module_id, {"agents": [], "obs": obs_space,
-                                                   "act": act_space})
-            if (entry["obs"], entry["act"]) != (obs_space, act_space):
-                raise IncompatibleSourcesError(
-                    f"module {module_id!r} gets agent {agent!r} with spaces {obs_space} / "
-                    f"{act_space}, but earlier agents have {entry['obs']} / {entry['act']}")
-            if agent not in entry["agents"]:
-                entry["agents"].append(agent)
-            group = groups.setdefault((repr(obs_space), repr(act_space)),
-                                      {"obs": obs_space, "agents": []})
-            if agent not in group["agents"]:
-                group["agents"].append(agent)
+    for entry in modules.values():
+        group = groups.setdefault((repr(entry["obs"]), repr(entry["act"])),
+                                  {"obs": entry["obs"], "agents": []})
+        group["agents"].extend(a for a in entry["agents"] if a not in group["agents"])
     mapping = {a: m for m, e in modules.items() for a in e["agents"]}
-    export_spaces = {m: _export_space(e["obs"], obs_key, f"observation space of module {m!r}",
+    export_spaces = {m: export_space(e["obs"], obs_key, f"observation space of module {m!r}",
                                       obs_dtype) for m, e in modules.items()}
     for group in groups.values():
         dataset = read_dataset(opened, "agent_steps", agents=group["agents"],

@@ -60,6 +60,7 @@ ACTED = "acted"
 LEGAL_MASK = "legal_mask"
 NEXT_LEGAL_MASK = "next_legal_mask"
 STATE = "state"
+EXTRAS = "extras"
 NEXT_STATE = "next_state"
 INFO = "info"
 NEXT_INFO = "next_info"
@@ -395,7 +396,8 @@ def episode_rows(arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dataset: str
     ``legal_mask.<agent>`` ``(T + 1, A)``, ``info.<agent>.<path>`` ``(T + 1, ...)``;
     ``reward``, ``terminated``, ``truncated``, ``acted`` ``(T, N)``; ``active`` ``(T + 1, N)``;
     ``team_reward``, ``episode_terminated``, ``episode_truncated`` ``(T,)``; ``state``
-    ``(T + 1, ...)`` when present.
+    ``(T + 1, ...)`` when present; ``extras.<name>`` ``(T + 1, ...)`` (e.g.
+    ``extras.agent_selection`` of turn-based datasets). :func:`episode_arrays` inverts it.
     """
     lengths = arrays.episode_lengths
     step_bounds = np.append(arrays.step_starts, lengths.sum()).astype(np.int64)
@@ -432,7 +434,52 @@ def episode_rows(arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dataset: str
     out[ACTIVE] = split(arrays.active, obs_bounds)
     if arrays.state is not None:
         out[STATE] = split(arrays.state, obs_bounds)
+    for name, value in arrays.extras.items():
+        out[column(EXTRAS, name)] = split(np.asarray(value), obs_bounds)
     return out
+
+
+def episode_arrays(batch: Mapping[str, np.ndarray], spec: MultiAgentSpec) -> MultiAgentArrays:
+    """Inverse of :func:`episode_rows`: the episodes of one dataset's rows as arrays.
+
+    ``batch`` holds episode rows of one dataset (as :func:`episode_rows` makes them, or as
+    Ray Data hands them back: object columns, or tensor columns when all episodes have one
+    length). Recorded infos come back as nested dicts keyed by their column paths.
+    """
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(piece) for piece in batch[name]])
+
+    def tree(prefix: str, space: spaces.Space) -> Tree:
+        return build_tree(space, {path: joined(column(prefix, path.replace("/", ".")))
+                                  for path, _ in leaf_spaces(space)})
+
+    agent_infos: dict[str, Tree] = {}
+    for agent in spec.possible_agents:
+        prefix = column(INFO, agent) + "."
+        for name in batch:
+            if name.startswith(prefix):
+                node = agent_infos.setdefault(agent, {})
+                *parents, leaf = name[len(prefix):].split(".")
+                for key in parents:
+                    node = node.setdefault(key, {})
+                node[leaf] = joined(name)
+    extras = {name[len(EXTRAS) + 1:]: joined(name) for name in batch
+              if name.startswith(EXTRAS + ".")}
+    return MultiAgentArrays(
+        possible_agents=spec.possible_agents,
+        episode_ids=np.asarray(batch[EPISODE_ID], dtype=np.int64),
+        episode_lengths=np.asarray(batch[LENGTH], dtype=np.int64),
+        observations={a: tree(column(OBS, a), spec.observation_spaces[a])
+                      for a in spec.possible_agents},
+        actions={a: tree(column(ACTION, a), spec.action_spaces[a])
+                 for a in spec.possible_agents},
+        rewards=joined(REWARD), terminations=joined(TERMINATED), truncations=joined(TRUNCATED),
+        active=joined(ACTIVE), acted=joined(ACTED), team_rewards=joined(TEAM_REWARD),
+        episode_terminations=joined(EPISODE_TERMINATED),
+        episode_truncations=joined(EPISODE_TRUNCATED),
+        state=joined(STATE) if STATE in batch else None,
+        agent_infos=agent_infos or None, extras=extras)
 
 
 def build_rows(kind: str, arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dataset: str = "",
