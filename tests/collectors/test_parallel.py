@@ -594,7 +594,7 @@ def test_wrapper_behaves_like_the_env_and_exposes_the_spec() -> None:
     assert collector.possible_agents == env.possible_agents
     assert collector.metadata is env.metadata
     assert collector.spec.possible_agents == tuple(env.possible_agents)
-    assert collector.spec.env.kwargs == {"max_cycles": 5}
+    assert collector.spec.env.kwargs == {**collector.spec.env.kwargs, "max_cycles": 5, "N": 3}
     reference = mm.make_env("mpe2/simple_spread_v3", max_cycles=5)
     a, _ = collector.reset(seed=4)
     b, _ = reference.reset(seed=4)
@@ -619,7 +619,8 @@ def test_dataset_metadata_names_the_env_and_provenance() -> None:
     assert metadata["algorithm_name"] == "random" and metadata["note"] == "hello"
     assert metadata["requirements"] == ["mpe2>=1.1"]
     env = metadata[layout.METADATA_KEY][layout.META_ENV]
-    assert env["env_id"] == "mpe2/simple_spread_v3" and env["kwargs"] == {"max_cycles": 5}
+    assert env["env_id"] == "mpe2/simple_spread_v3"
+    assert env["kwargs"]["max_cycles"] == 5 and env["kwargs"]["N"] == 3  # given, and defaults
     assert env["kwargs_known"] is True
 
 
