@@ -10,6 +10,7 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from marl_minari.descriptor import EnvDescriptor
 from marl_minari.durable import Durability
+from marl_minari.journal_writer import DEFAULT_CAPACITY
 
 from ._base import (
     DatasetRecorderMixin,
@@ -23,9 +24,10 @@ from ._base import (
 class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
     """Wraps a PettingZoo ``ParallelEnv`` and records every episode it plays.
 
-    The wrapper behaves exactly like the wrapped env. Each finished episode is appended to a
-    durable journal before ``step`` returns (or, for an episode cut short, before ``reset``
-    returns); :meth:`create_dataset` turns the journal into a Minari dataset in the
+    The wrapper behaves exactly like the wrapped env. Each finished episode is handed, when
+    ``step`` ends it (or ``reset`` cuts it short), to a background writer that appends it to
+    a durable journal (before ``step`` returns with ``background_writing=False``);
+    :meth:`create_dataset` turns the journal into a Minari dataset in the
     multi-agent layout of ``docs/format.md``. If the process dies, ``marl-minari recover``
     turns the journal's finished episodes into a dataset.
 
@@ -54,6 +56,14 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             states only), ``"gzip"`` or ``"lzf"`` (lossless HDF5 filters) or ``"raw"``. By
             default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
             ``"raw"`` (see ``docs/recording.md``).
+        background_writing: hand finished episodes to a background thread that JPEG-encodes,
+            checksums, writes and flushes them while the env steps (default); ``step`` then
+            returns before the episode is durable: :attr:`durable_episodes` counts the
+            durable ones and :meth:`flush` waits for all. ``False`` writes each finished
+            episode before ``step`` (or ``reset``) returns.
+        writer_queue: finished episodes the background writer may hold before ``step``
+            waits for it (default 2): the memory bound, and what a killed process can lose
+            beyond the episode in progress.
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -73,6 +83,8 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         record_state: bool = True,
         durability: Durability = "episode",
         state_encoding: str | None = None,
+        background_writing: bool = True,
+        writer_queue: int = DEFAULT_CAPACITY,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -81,6 +93,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
             durability=durability, state_encoding=state_encoding,
+            background_writing=background_writing, writer_queue=writer_queue,
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_data_callback
