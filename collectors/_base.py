@@ -117,8 +117,11 @@ class RecorderCore:
         the error is raised, so that the next ``reset`` records normally. An episode whose
         metadata callback raises is kept without metadata, and the error is raised.
         """
+        # Image rows the journal stores as JPEG go to the writer unstacked, to be encoded row
+        # by row on its thread; a metadata callback is handed the episode stacked.
+        unstacked = self.recording.jpeg_paths if metadata_callback is None else frozenset()
         try:
-            episode = self.builder.finish(cut=cut)
+            episode = self.builder.finish(cut=cut, unstacked=unstacked)
         finally:
             self.builder.clear()
         note = None
@@ -126,7 +129,6 @@ class RecorderCore:
             if metadata_callback is not None:
                 note = metadata_callback(episode)
         finally:
-            _ = self.recording  # created in the recorder's thread, not the writer's
             self.writer.submit(episode, note)
         return episode
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +42,38 @@ class JpegFrames(NamedTuple):
         return out
 
 
+@dataclass(frozen=True)
+class FrameRows:
+    """An image leaf's rows as the env handed them out, not stacked yet.
+
+    A recorder hands these to the journal writer for leaves it stores as JPEG: each row is
+    encoded on its own, so stacking them first (hundreds of MB per image episode) would be a
+    copy made only to be read once, and on the recorder's thread. The rows were checked
+    against the space's shape when the episode ended; ``None`` rows are the fill value.
+    """
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    rows: Sequence[Any]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def row(self, index: int) -> np.ndarray:
+        """Row ``index`` as an array of the leaf's dtype (zeros for a ``None`` row)."""
+        value = self.rows[index]
+        if value is None:
+            return np.zeros(self.shape[1:], dtype=self.dtype)
+        return np.asarray(value, dtype=self.dtype)
+
+    def stack(self) -> np.ndarray:
+        """The rows stacked (for a consumer that needs the whole array)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        for index in range(len(self)):
+            out[index] = self.row(index)
+        return out
+
+
 def jpeg_paths(spec: MultiAgentSpec, jpeg_encoding: bool) -> frozenset[str]:
     """Leaves (HDF5 paths inside an episode group) stored as JPEG frames.
 
@@ -64,11 +97,23 @@ def encode_frame(frame: np.ndarray) -> np.ndarray:
     """One frame as the bytes of a JPEG file (as Minari encodes it)."""
     from PIL import Image
 
+    if frame.ndim == 3 and not frame.flags.c_contiguous and (
+            frame.transpose(1, 0, 2).flags.c_contiguous):
+        # A transposed view (pygame surfaces are column-major: PettingZoo's butterfly envs
+        # hand out such views): PIL transposes pixels blocked and in C, 2x faster than the
+        # copy numpy would make for PIL first. The JPEG bytes are the same.
+        image = Image.fromarray(frame.transpose(1, 0, 2)).transpose(Image.Transpose.TRANSPOSE)
+    else:
+        image = Image.fromarray(frame)
     buffer = io.BytesIO()
-    Image.fromarray(frame).save(buffer, format="JPEG")
+    image.save(buffer, format="JPEG")
     return np.frombuffer(buffer.getbuffer(), dtype=np.uint8)
 
 
-def encode(array: np.ndarray) -> JpegFrames:
-    """Every row of ``array`` JPEG-encoded."""
-    return JpegFrames(array.dtype, tuple(array.shape), [encode_frame(row) for row in array])
+def encode(leaf: np.ndarray | FrameRows) -> JpegFrames:
+    """Every row of ``leaf`` JPEG-encoded."""
+    if isinstance(leaf, FrameRows):
+        frames = [encode_frame(leaf.row(i)) for i in range(len(leaf))]
+    else:
+        frames = [encode_frame(row) for row in leaf]
+    return JpegFrames(leaf.dtype, tuple(leaf.shape), frames)

@@ -48,7 +48,7 @@ from marl_minari.errors import (
     LockedError,
 )
 from marl_minari.ids import dataset_dir
-from marl_minari.jpeg import JpegFrames, encode, jpeg_paths
+from marl_minari.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.locking import claim_recording, recording_in_use
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import (
@@ -118,7 +118,8 @@ class Recording:
         self.spec = spec
         self.jpeg_encoding = jpeg_encoding
         self.durability = durability
-        self._jpeg = jpeg_paths(spec, jpeg_encoding)
+        self.jpeg_paths = jpeg_paths(spec, jpeg_encoding)
+        """Leaves whose journal records hold JPEG frames."""
         self._lock = claim_recording(self.path)
         try:
             for leftover in self.path.glob("*.tmp"):  # of a writer killed mid-rewrite
@@ -160,7 +161,8 @@ class Recording:
         A failed append leaves no part of its record behind: records written after a torn one
         could not be read back.
         """
-        parts = record_parts(episode, self._journal_id, self._next_seq, metadata, self._jpeg)
+        parts = record_parts(episode, self._journal_id, self._next_seq, metadata,
+                             self.jpeg_paths)
         start = os.fstat(self._journal.fileno()).st_size
         try:
             _write_all(self._journal, parts)
@@ -252,7 +254,7 @@ def record_parts(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
     texts: dict[str, list[str]] = {}
     views: list[memoryview] = []
     for path, array in episode_leaves(episode):
-        if array.dtype == object:
+        if isinstance(array, np.ndarray) and array.dtype == object:
             texts[path] = [str(v) for v in array]
             continue
         entry: list[Any] = [path, array.dtype.str, list(array.shape)]
@@ -261,6 +263,8 @@ def record_parts(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
             entry.append([len(frame) for frame in frames])
             views.extend(frame.data for frame in frames)
         else:
+            if isinstance(array, FrameRows):
+                array = array.stack()
             views.append(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         leaves.append(entry)
     header = json.dumps({

@@ -37,7 +37,7 @@ from marl_minari.durable import sync_file, sync_folder, sync_tree
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
-from marl_minari.jpeg import JpegFrames, encode, jpeg_paths
+from marl_minari.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
 from marl_minari.locking import staging_root as staging_root
 from marl_minari.space_json import space_to_json
@@ -50,8 +50,9 @@ JournalMark = tuple[str, int]
 """``(journal id, records)``: the first ``records`` records of a journal are being stored."""
 
 
-Leaf = np.ndarray | JpegFrames
-"""An HDF5 leaf's rows: an array, or frames a recording journal holds JPEG-encoded."""
+Leaf = np.ndarray | JpegFrames | FrameRows
+"""An HDF5 leaf's rows: an array, frames a recording journal holds JPEG-encoded, or a
+recorder's image rows not stacked yet."""
 
 
 class LeafEpisode(NamedTuple):
@@ -157,7 +158,8 @@ class EpisodeFileWriter:
             return -1
         # Frames encoded for a dataset that stores this leaf otherwise (appending a JPEG
         # recording to an exact one) are stored as decoded: they were recorded lossy.
-        array = leaf.decode() if isinstance(leaf, JpegFrames) else leaf
+        array = leaf if isinstance(leaf, np.ndarray) else (
+            leaf.decode() if isinstance(leaf, JpegFrames) else leaf.stack())
         if array.dtype == object:
             h5py.Group(parent).create_dataset(name, data=array.astype(str).tolist(),
                                               dtype=h5py.string_dtype("utf-8"))
@@ -213,7 +215,7 @@ def _set_attr(target: h5py.h5g.GroupID, name: str, value: np.generic) -> None:
     attr.write(np.asarray(value))
 
 
-def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray]]:
+def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray | FrameRows]]:
     """Every HDF5 dataset of ``episode`` as ``(path inside episode group, array)``."""
     for agent in episode.possible_agents:
         yield from leaves(episode.observations[agent], f"observations/{agent}")
@@ -230,7 +232,9 @@ def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray
     acted = np.zeros((episode.total_steps + 1, n), dtype=bool)
     acted[:-1] = episode.acted
     yield f"{base}/{layout.ACTED}", acted
-    if episode.state is not None:
+    if isinstance(episode.state, FrameRows):
+        yield STATE_PATH, episode.state
+    elif episode.state is not None:
         yield STATE_PATH, np.asarray(episode.state)
     if episode.agent_infos:
         for agent, tree in episode.agent_infos.items():

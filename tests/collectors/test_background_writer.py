@@ -293,6 +293,39 @@ def test_image_frames_are_encoded_once_into_the_journal(monkeypatch: pytest.Monk
     np.testing.assert_array_equal(ours, frames.decode())
 
 
+def test_image_rows_are_checked_when_the_episode_ends_and_callbacks_get_arrays() -> None:
+    def shrink(step: dict[str, Any]) -> dict[str, Any]:
+        if "actions" in step:  # every step's observation of piston_0 loses a row of pixels
+            step["observations"]["piston_0"] = step["observations"]["piston_0"][1:]
+        return step
+
+    collector = mm.ParallelDataCollector(
+        mm.make_env("butterfly/pistonball_v6", n_pistons=3, max_cycles=3),
+        step_data_callback=shrink)
+    collector.reset(seed=0)
+    with pytest.raises(mm.errors.StepDataError, match=r"observation of 'piston_0', row 1"):
+        while collector.agents:
+            collector.step({a: collector.action_space(a).sample() for a in collector.agents})
+    collector.close()
+
+    seen: list[Any] = []
+    collector = mm.ParallelDataCollector(
+        mm.make_env("butterfly/pistonball_v6", n_pistons=3, max_cycles=3),
+        episode_metadata_callback=lambda e: seen.append(e) or {})
+    _play(collector, 1)
+    collector.close()
+    assert isinstance(seen[0].observations["piston_0"], np.ndarray)
+    assert isinstance(seen[0].state, np.ndarray)
+
+
+def test_a_transposed_frame_encodes_to_the_same_bytes() -> None:
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    view = pixels.transpose(1, 0, 2)  # column-major, as pygame surfaces are
+    assert not view.flags.c_contiguous
+    assert jpeg.encode_frame(view).tobytes() == jpeg.encode_frame(
+        np.ascontiguousarray(view)).tobytes()
+
+
 def test_jpeg_frames_appended_to_an_exact_dataset_are_stored_decoded() -> None:
     env = mm.make_env("butterfly/pistonball_v6", n_pistons=3, max_cycles=3)
     exact = mm.ParallelDataCollector(env, jpeg_encoding=False, record_state=False)
