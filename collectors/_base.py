@@ -77,7 +77,7 @@ class RecorderCore:
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any,
                  durability: Durability = "episode", state_encoding: str | None = None,
-                 background_writing: bool = True,
+                 background_writing: bool = False,
                  writer_queue: int = DEFAULT_CAPACITY) -> None:
         agents = tuple(env.possible_agents)
         require_api(env, api)

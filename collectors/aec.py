@@ -57,10 +57,10 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     ``last()``) returns the observation object recorded for the current turn instead of
     computing a new one, so what a policy sees is exactly what is stored.
 
-    Each finished episode (the step that removes the last agent) is handed to a background
-    writer that appends it to a durable journal (before ``step`` returns with
-    ``background_writing=False``); an episode cut short by ``reset`` or ``close`` is handed
-    over before those return, marked truncated unless every remaining agent was already terminated
+    Each finished episode (the step that removes the last agent) is appended to a durable
+    journal before ``step`` returns (with ``background_writing``, by a writer thread while
+    the env steps on); an episode cut short by ``reset`` or ``close`` is saved before those
+    return, marked truncated unless every remaining agent was already terminated
     or truncated. ``create_dataset`` and ``add_to_dataset`` write the finished episodes only:
     an episode in progress goes on and is written whole, from its reset, by a later call.
     :meth:`create_dataset` turns the journal into a Minari dataset in the layout of
@@ -97,10 +97,12 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
             ``"raw"`` (see ``docs/recording.md``).
         background_writing: hand finished episodes to a background thread that JPEG-encodes,
-            checksums, writes and flushes them while the env steps (default); ``step`` then
-            returns before the episode is durable: :attr:`durable_episodes` counts the
-            durable ones and :meth:`flush` waits for all. ``False`` writes each finished
-            episode before ``step`` (or ``reset``) returns.
+            checksums, writes and flushes them while the env steps; ``step`` then returns
+            before the episode is durable: :attr:`durable_episodes` counts the durable ones
+            and :meth:`flush` waits for all. Off by default: each finished episode is written
+            before ``step`` (or ``reset``) returns. It pays for light envs; for envs whose
+            step is heavy Python (pistonball) the thread's contention for the GIL costs
+            more than it saves (``docs/benchmarks.md``).
         writer_queue: finished episodes the background writer may hold before ``step``
             waits for it (default 2): the memory bound, and what a killed process can lose
             beyond the episode in progress.
@@ -124,7 +126,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         observe_every_agent: bool = True,
         durability: Durability = "episode",
         state_encoding: str | None = None,
-        background_writing: bool = True,
+        background_writing: bool = False,
         writer_queue: int = DEFAULT_CAPACITY,
     ) -> None:
         super().__init__(env)

@@ -24,9 +24,9 @@ from ._base import (
 class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
     """Wraps a PettingZoo ``ParallelEnv`` and records every episode it plays.
 
-    The wrapper behaves exactly like the wrapped env. Each finished episode is handed, when
-    ``step`` ends it (or ``reset`` cuts it short), to a background writer that appends it to
-    a durable journal (before ``step`` returns with ``background_writing=False``);
+    The wrapper behaves exactly like the wrapped env. Each finished episode is appended to a
+    durable journal before ``step`` returns (or, for an episode cut short, before ``reset``
+    returns; with ``background_writing`` a writer thread does it while the env steps on);
     :meth:`create_dataset` turns the journal into a Minari dataset in the
     multi-agent layout of ``docs/format.md``. If the process dies, ``marl-minari recover``
     turns the journal's finished episodes into a dataset.
@@ -57,10 +57,12 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
             ``"raw"`` (see ``docs/recording.md``).
         background_writing: hand finished episodes to a background thread that JPEG-encodes,
-            checksums, writes and flushes them while the env steps (default); ``step`` then
-            returns before the episode is durable: :attr:`durable_episodes` counts the
-            durable ones and :meth:`flush` waits for all. ``False`` writes each finished
-            episode before ``step`` (or ``reset``) returns.
+            checksums, writes and flushes them while the env steps; ``step`` then returns
+            before the episode is durable: :attr:`durable_episodes` counts the durable ones
+            and :meth:`flush` waits for all. Off by default: each finished episode is written
+            before ``step`` (or ``reset``) returns. It pays for light envs; for envs whose
+            step is heavy Python (pistonball) the thread's contention for the GIL costs
+            more than it saves (``docs/benchmarks.md``).
         writer_queue: finished episodes the background writer may hold before ``step``
             waits for it (default 2): the memory bound, and what a killed process can lose
             beyond the episode in progress.
@@ -83,7 +85,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         record_state: bool = True,
         durability: Durability = "episode",
         state_encoding: str | None = None,
-        background_writing: bool = True,
+        background_writing: bool = False,
         writer_queue: int = DEFAULT_CAPACITY,
     ) -> None:
         super().__init__(env)

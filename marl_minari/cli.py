@@ -89,7 +89,8 @@ def collect(
              "--jpeg-encoding, else raw.")] = None,
     background_writing: Annotated[bool, typer.Option(
         help="Write finished episodes to the journal on a background thread while the env "
-             "steps; --no-background-writing writes each before the next step.")] = True,
+             "steps (pays for light envs; heavy-Python envs such as pistonball record "
+             "faster without). Default: each is written before the next step.")] = False,
     author: Annotated[str | None, typer.Option(
         help="Author of the dataset (Minari metadata), for others to cite it.")] = None,
     author_email: Annotated[str | None, typer.Option(

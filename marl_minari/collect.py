@@ -47,7 +47,7 @@ def collect(
     state_encoding: str | None = None,
     append: bool = False,
     progress: bool = False,
-    background_writing: bool = True,
+    background_writing: bool = False,
     **metadata: Any,
 ) -> MultiAgentDataset:
     """Record ``episodes`` episodes of ``env_id`` into a new dataset (or an existing one).
@@ -77,7 +77,7 @@ def collect(
         progress: show a progress bar of steps and episodes, and the writing phase: how
             many finished episodes are durable (written by the background writer) so far.
         background_writing: write finished episodes on a background thread while the env
-            steps (see the collectors' ``background_writing``).
+            steps (off by default; see the collectors' ``background_writing``).
         **metadata: Minari metadata for ``create_dataset`` (author, description, ...).
 
     Raises:

@@ -1,6 +1,7 @@
 """Handing finished episodes to the journal, on a background thread or in the caller's.
 
-A recorder's ``step`` only hands a finished episode over; a writer thread encodes (JPEG),
+With ``background_writing=True`` a recorder's ``step`` only hands a finished episode over
+(by default it writes it itself, before returning); a writer thread encodes (JPEG),
 checksums, writes and flushes its journal record (:meth:`Recording.append`) while the env
 steps on. The hand-over is bounded: at most ``capacity`` episodes wait or are being written,
 and the recorder blocks until one is durable, so memory stays flat however long the

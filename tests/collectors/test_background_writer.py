@@ -44,8 +44,9 @@ def _play(collector: Any, episodes: int, first_seed: int = 0) -> None:
 
 
 def _spread(**kwargs: Any) -> mm.ParallelDataCollector:
+    """A collector writing in the background (unless ``kwargs`` say otherwise)."""
     return mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3),
-                                    **kwargs)
+                                    **{"background_writing": True, **kwargs})
 
 
 def _slow_appends(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
@@ -274,7 +275,8 @@ def test_image_frames_are_encoded_once_into_the_journal(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(jpeg, "encode_frame", counting)
     collector = mm.ParallelDataCollector(
-        mm.make_env("butterfly/pistonball_v6", n_pistons=3, max_cycles=3))
+        mm.make_env("butterfly/pistonball_v6", n_pistons=3, max_cycles=3),
+        background_writing=True)
     _play(collector, 2)
     collector.flush()
     encoded = calls
@@ -370,7 +372,7 @@ CHILD = textwrap.dedent("""
     recording.Recording.append = append
     recording._write_all = write_all
     collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3),
-                                         recording_path=path)
+                                         recording_path=path, background_writing=True)
     for seed in range(4):
         collector.reset(seed=seed)
         while collector.agents:

@@ -165,7 +165,8 @@ CHILD = textwrap.dedent("""
 
     mode, path, hold_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
     collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=5),
-                                         recording_path=path)
+                                         recording_path=path,
+                                         background_writing=sys.argv[4] == "True")
     rng = np.random.default_rng(0)
     print("started", flush=True)
     episode = 0
@@ -185,12 +186,13 @@ CHILD = textwrap.dedent("""
 
 
 def _spawn(tmp_path: Path, datasets_root: Path, mode: str, name: str,
-           hold_after: int = 0) -> tuple[subprocess.Popen[str], Path]:
+           hold_after: int = 0, background: bool = False
+           ) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     path = tmp_path / name
     process = subprocess.Popen(
-        [sys.executable, str(script), mode, str(path), str(hold_after)],
+        [sys.executable, str(script), mode, str(path), str(hold_after), str(background)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "MINARI_DATASETS_PATH": str(datasets_root)},
     )
@@ -232,7 +234,9 @@ def test_sigkill_mid_episode_keeps_every_finished_episode(tmp_path: Path,
 
         rng = np.random.default_rng(1234)
         for i in range(3):
-            process, path = _spawn(tmp_path, datasets_root, "run", f"random{i}")
+            # The second child writes in the background: kills strike at its hand-over too.
+            process, path = _spawn(tmp_path, datasets_root, "run", f"random{i}",
+                                   background=i == 1)
             children.append(process)
             seen = _wait_for(process, "done 2")
             time.sleep(float(rng.uniform(0.0, 0.05)))
@@ -258,7 +262,7 @@ def test_sigkill_mid_episode_keeps_every_finished_episode(tmp_path: Path,
 def test_killed_default_recording_is_listed(tmp_path: Path, datasets_root: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD.replace("recording_path=path", "recording_path=None"))
-    process = subprocess.Popen([sys.executable, str(script), "hold", "unused", "2"],
+    process = subprocess.Popen([sys.executable, str(script), "hold", "unused", "2", "True"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "MINARI_DATASETS_PATH": str(datasets_root)})
     try:
