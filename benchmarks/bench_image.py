@@ -29,6 +29,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "ParallelDataCollector() default": {},
     "  record_state=False": {"record_state": False},
     "  state_encoding='lzf'": {"state_encoding": "lzf"},
+    "  background_writing=True": {"background_writing": True},
 }
 
 

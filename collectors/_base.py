@@ -12,6 +12,7 @@ from marl_minari.descriptor import Api, EnvDescriptor, describe_env
 from marl_minari.durable import Durability
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import EnvApiError
+from marl_minari.journal_writer import DEFAULT_CAPACITY, JournalWriter
 from marl_minari.recording import Recording
 from marl_minari.spec import MultiAgentSpec, resolve_state_encoding
 
@@ -67,12 +68,17 @@ class RecorderCore:
             :class:`~marl_minari.recording.Recording`).
         state_encoding: how the global state is stored (see
             :func:`~marl_minari.spec.resolve_state_encoding`).
+        background_writing: write finished episodes to the journal on a background thread
+            (see :mod:`marl_minari.journal_writer`).
+        writer_queue: finished episodes the background writer may hold, not yet durable.
     """
 
     def __init__(self, env: Any, api: Api, *, record_infos: bool, jpeg_encoding: bool,
                  reward_aggregation: str, env_descriptor: EnvDescriptor | None,
                  recording_path: str | Path | None, state_space: Any,
-                 durability: Durability = "episode", state_encoding: str | None = None) -> None:
+                 durability: Durability = "episode", state_encoding: str | None = None,
+                 background_writing: bool = False,
+                 writer_queue: int = DEFAULT_CAPACITY) -> None:
         agents = tuple(env.possible_agents)
         require_api(env, api)
         self.spec = MultiAgentSpec(
@@ -92,6 +98,8 @@ class RecorderCore:
         self._recording_path = None if recording_path is None else Path(recording_path)
         self._recording: Recording | None = None
         self._durability = durability
+        self.writer = JournalWriter(self._append, background=background_writing,
+                                    capacity=writer_queue)
 
     @property
     def recording(self) -> Recording:
@@ -109,8 +117,11 @@ class RecorderCore:
         the error is raised, so that the next ``reset`` records normally. An episode whose
         metadata callback raises is kept without metadata, and the error is raised.
         """
+        # Image rows the journal stores as JPEG go to the writer unstacked, to be encoded row
+        # by row on its thread; a metadata callback is handed the episode stacked.
+        unstacked = self.recording.jpeg_paths if metadata_callback is None else frozenset()
         try:
-            episode = self.builder.finish(cut=cut)
+            episode = self.builder.finish(cut=cut, unstacked=unstacked)
         finally:
             self.builder.clear()
         note = None
@@ -118,19 +129,35 @@ class RecorderCore:
             if metadata_callback is not None:
                 note = metadata_callback(episode)
         finally:
-            self.recording.append(episode, note)
+            self.writer.submit(episode, note)
         return episode
+
+    def _append(self, episode: MultiAgentEpisode, note: dict[str, Any] | None) -> None:
+        self.recording.append(episode, note)
 
     def create_dataset(self, dataset_id: str, metadata: dict[str, Any]) -> Path:
         """Write every recorded episode into a new dataset (see the collectors' docs)."""
+        self.writer.flush()
         return self.recording.write_dataset(dataset_id, **metadata)
 
     def add_to_dataset(self, dataset_id: str) -> Path:
         """Append every recorded episode (and their episode metadata) to an existing dataset."""
+        self.writer.flush()
         return self.recording.add_to_dataset(dataset_id)
 
     def close(self) -> None:
-        """Close the journal; keep it (with a warning) if it holds unsaved episodes."""
+        """Close the journal; keep it (with a warning) if it holds unsaved episodes.
+
+        Raises:
+            Exception: the first failure of the background writer not raised yet (the
+                journal is closed first, with every episode that could be written).
+        """
+        try:
+            self.writer.close()
+        finally:
+            self._close_recording()
+
+    def _close_recording(self) -> None:
         if self._recording is None:
             return
         unsaved = self._recording.episodes
@@ -140,7 +167,7 @@ class RecorderCore:
                 f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
                 f"{self._recording.path}. Recover them with: marl-minari recover "
                 f"{self._recording.path} <dataset-id>",
-                stacklevel=3,
+                stacklevel=4,
             )
         self._recording = None
 
@@ -167,6 +194,26 @@ class DatasetRecorderMixin:
     def recording_path(self) -> Path:
         """Folder of the durable episode journal."""
         return self._core.recording.path
+
+    @property
+    def durable_episodes(self) -> int:
+        """Finished episodes (since the collector was made) that are durable: their journal
+        record is written and flushed per ``durability``. A killed process keeps these."""
+        return self._core.writer.durable_episodes
+
+    @property
+    def pending_episodes(self) -> int:
+        """Finished episodes handed to the background writer and not durable yet."""
+        return self._core.writer.pending_episodes
+
+    def flush(self) -> None:
+        """Wait until every finished episode is durable (see :attr:`durable_episodes`).
+
+        Raises:
+            Exception: a failure of the background writer, as the original exception (the
+                episode it failed on is not stored; the ones after it are written).
+        """
+        self._core.writer.flush()
 
     def create_dataset(
         self,

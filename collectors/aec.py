@@ -31,6 +31,7 @@ from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 from marl_minari import layout
 from marl_minari.descriptor import EnvDescriptor
 from marl_minari.durable import Durability
+from marl_minari.journal_writer import DEFAULT_CAPACITY
 
 from ._base import (
     DatasetRecorderMixin,
@@ -57,8 +58,9 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     computing a new one, so what a policy sees is exactly what is stored.
 
     Each finished episode (the step that removes the last agent) is appended to a durable
-    journal before ``step`` returns; an episode cut short by ``reset`` or ``close`` is saved
-    before those return, marked truncated unless every remaining agent was already terminated
+    journal before ``step`` returns (with ``background_writing``, by a writer thread while
+    the env steps on); an episode cut short by ``reset`` or ``close`` is saved before those
+    return, marked truncated unless every remaining agent was already terminated
     or truncated. ``create_dataset`` and ``add_to_dataset`` write the finished episodes only:
     an episode in progress goes on and is written whole, from its reset, by a later call.
     :meth:`create_dataset` turns the journal into a Minari dataset in the layout of
@@ -94,6 +96,16 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             states only), ``"gzip"`` or ``"lzf"`` (lossless HDF5 filters) or ``"raw"``. By
             default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
             ``"raw"`` (see ``docs/recording.md``).
+        background_writing: hand finished episodes to a background thread that JPEG-encodes,
+            checksums, writes and flushes them while the env steps; ``step`` then returns
+            before the episode is durable: :attr:`durable_episodes` counts the durable ones
+            and :meth:`flush` waits for all. Off by default: each finished episode is written
+            before ``step`` (or ``reset``) returns. It pays for light envs; for envs whose
+            step is heavy Python (pistonball) the thread's contention for the GIL costs
+            more than it saves (``docs/benchmarks.md``).
+        writer_queue: finished episodes the background writer may hold before ``step``
+            waits for it (default 2): the memory bound, and what a killed process can lose
+            beyond the episode in progress.
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -114,6 +126,8 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         observe_every_agent: bool = True,
         durability: Durability = "episode",
         state_encoding: str | None = None,
+        background_writing: bool = False,
+        writer_queue: int = DEFAULT_CAPACITY,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -122,6 +136,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
             durability=durability, state_encoding=state_encoding,
+            background_writing=background_writing, writer_queue=writer_queue,
         )
         self._has_state = self._core.spec.state_space is not None
         self._observe_every_agent = observe_every_agent

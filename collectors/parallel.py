@@ -10,6 +10,7 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from marl_minari.descriptor import EnvDescriptor
 from marl_minari.durable import Durability
+from marl_minari.journal_writer import DEFAULT_CAPACITY
 
 from ._base import (
     DatasetRecorderMixin,
@@ -25,7 +26,8 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
 
     The wrapper behaves exactly like the wrapped env. Each finished episode is appended to a
     durable journal before ``step`` returns (or, for an episode cut short, before ``reset``
-    returns); :meth:`create_dataset` turns the journal into a Minari dataset in the
+    returns; with ``background_writing`` a writer thread does it while the env steps on);
+    :meth:`create_dataset` turns the journal into a Minari dataset in the
     multi-agent layout of ``docs/format.md``. If the process dies, ``marl-minari recover``
     turns the journal's finished episodes into a dataset.
 
@@ -54,6 +56,16 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             states only), ``"gzip"`` or ``"lzf"`` (lossless HDF5 filters) or ``"raw"``. By
             default ``"jpeg"`` for an image-like state when ``jpeg_encoding`` is on, else
             ``"raw"`` (see ``docs/recording.md``).
+        background_writing: hand finished episodes to a background thread that JPEG-encodes,
+            checksums, writes and flushes them while the env steps; ``step`` then returns
+            before the episode is durable: :attr:`durable_episodes` counts the durable ones
+            and :meth:`flush` waits for all. Off by default: each finished episode is written
+            before ``step`` (or ``reset``) returns. It pays for light envs; for envs whose
+            step is heavy Python (pistonball) the thread's contention for the GIL costs
+            more than it saves (``docs/benchmarks.md``).
+        writer_queue: finished episodes the background writer may hold before ``step``
+            waits for it (default 2): the memory bound, and what a killed process can lose
+            beyond the episode in progress.
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
@@ -73,6 +85,8 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         record_state: bool = True,
         durability: Durability = "episode",
         state_encoding: str | None = None,
+        background_writing: bool = False,
+        writer_queue: int = DEFAULT_CAPACITY,
     ) -> None:
         super().__init__(env)
         self._core = RecorderCore(
@@ -81,6 +95,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             recording_path=recording_path,
             state_space=state_space_of(env) if record_state else None,
             durability=durability, state_encoding=state_encoding,
+            background_writing=background_writing, writer_queue=writer_queue,
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_data_callback

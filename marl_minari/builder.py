@@ -9,12 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from marl_minari import layout
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import InfoStructureError, StepDataError
+from marl_minari.jpeg import FrameRows
 from marl_minari.returns import team_rewards
-from marl_minari.spaces import leaves, nest, stack
+from marl_minari.spaces import check_row_shapes, leaf_dtype, leaf_shape, leaves, nest, stack
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import check_options
 
@@ -111,8 +113,14 @@ class EpisodeBuilder:
                     "the same structure through a dataset (Minari stores them as fixed columns)."
                 )
 
-    def finish(self, *, cut: bool) -> MultiAgentEpisode:
-        """Stack the episode; ``cut`` marks it as truncated at its last step (reset early)."""
+    def finish(self, *, cut: bool, unstacked: frozenset[str] = frozenset()) -> MultiAgentEpisode:
+        """Stack the episode; ``cut`` marks it as truncated at its last step (reset early).
+
+        Agents' observations and the state whose HDF5 paths (``observations/<agent>``,
+        :data:`~marl_minari.layout.STATE_PATH`) are in ``unstacked`` and whose spaces are
+        single leaves come back as :class:`~marl_minari.jpeg.FrameRows` (shapes checked, rows
+        not copied): the journal writer encodes them row by row.
+        """
         agents = self._agents
         steps = self.steps
         if steps == 0:
@@ -132,8 +140,9 @@ class EpisodeBuilder:
             ends_t[-1] = True
         return MultiAgentEpisode(
             possible_agents=agents,
-            observations={a: stack(self.spec.observation_spaces[a],
-                                   [o.get(a) for o in self._obs], f"observation of {a!r}")
+            observations={a: _stack(self.spec.observation_spaces[a],
+                                    [o.get(a) for o in self._obs], f"observation of {a!r}",
+                                    f"observations/{a}" in unstacked)
                           for a in agents},
             actions={a: stack(self.spec.action_spaces[a],
                               [act.get(a) for act in self._actions], f"action of {a!r}")
@@ -147,7 +156,7 @@ class EpisodeBuilder:
             team_rewards=team_rewards(rewards, rewarded, self.spec.reward_aggregation),
             episode_terminations=ends_t,
             episode_truncations=ends_tr,
-            state=self._stack_state(),
+            state=self._stack_state(layout.STATE_PATH in unstacked),
             agent_infos=self._stack_infos(),
             extras={k: np.asarray([e[k] for e in self._extras]) for k in
                     (self._extras[0] if self._extras else {})},
@@ -155,13 +164,13 @@ class EpisodeBuilder:
             options=self.options,
         )
 
-    def _stack_state(self) -> np.ndarray | None:
+    def _stack_state(self, unstacked: bool) -> np.ndarray | FrameRows | None:
         if not self.has_state:
             return None
         space = self.spec.state_space
         assert space is not None
-        result = stack(space, self._states, "state")
-        assert isinstance(result, np.ndarray)
+        result = _stack(space, self._states, "state", unstacked)
+        assert isinstance(result, (np.ndarray, FrameRows))
         return result
 
     def _stack_infos(self) -> dict[str, Any] | None:
@@ -192,6 +201,15 @@ class EpisodeBuilder:
                                              np.zeros((len(rows), *shape), dtype=dtype))
                                       for path, (dtype, shape) in known.items()})
         return out or None
+
+
+def _stack(space: Any, rows: list[Any], where: str, unstacked: bool) -> Any:
+    """:func:`~marl_minari.spaces.stack`, or the checked rows of a leaf left unstacked."""
+    if not unstacked or isinstance(space, (spaces.Dict, spaces.Tuple, spaces.Text)):
+        return stack(space, rows, where)
+    shape = leaf_shape(space)
+    check_row_shapes(rows, shape, where)
+    return FrameRows(leaf_dtype(space), (len(rows), *shape), rows)
 
 
 def _describe(found: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> str:

@@ -87,6 +87,10 @@ def collect(
         help="How to store the state: jpeg (lossy, image-like states), gzip or lzf "
              "(lossless HDF5 filters), raw. Default: jpeg for image-like states with "
              "--jpeg-encoding, else raw.")] = None,
+    background_writing: Annotated[bool, typer.Option(
+        help="Write finished episodes to the journal on a background thread while the env "
+             "steps (pays for light envs; heavy-Python envs such as pistonball record "
+             "faster without). Default: each is written before the next step.")] = False,
     author: Annotated[str | None, typer.Option(
         help="Author of the dataset (Minari metadata), for others to cite it.")] = None,
     author_email: Annotated[str | None, typer.Option(
@@ -111,7 +115,7 @@ def collect(
         api=None if api is None else api.value, jpeg_encoding=jpeg_encoding,
         record_infos=record_infos, record_state=record_state, env_kwargs=env_kwargs,
         state_encoding=None if state_encoding is None else state_encoding.value,
-        append=append, progress=True,
+        append=append, progress=True, background_writing=background_writing,
         **({} if append else {k: v for k, v in metadata.items() if v is not None}),
     )
     dataset_id = dataset.minari.spec.dataset_id

@@ -47,6 +47,7 @@ def collect(
     state_encoding: str | None = None,
     append: bool = False,
     progress: bool = False,
+    background_writing: bool = False,
     **metadata: Any,
 ) -> MultiAgentDataset:
     """Record ``episodes`` episodes of ``env_id`` into a new dataset (or an existing one).
@@ -73,7 +74,10 @@ def collect(
             else ``"raw"``).
         append: add the episodes to the existing dataset ``dataset_id`` (whose env and
             spaces must match) instead of creating it; ``metadata`` is then ignored.
-        progress: show a progress bar of steps and episodes, and the writing phase.
+        progress: show a progress bar of steps and episodes, and the writing phase: how
+            many finished episodes are durable (written by the background writer) so far.
+        background_writing: write finished episodes on a background thread while the env
+            steps (off by default; see the collectors' ``background_writing``).
         **metadata: Minari metadata for ``create_dataset`` (author, description, ...).
 
     Raises:
@@ -93,13 +97,19 @@ def collect(
     metadata.setdefault("algorithm_name", "random" if isinstance(policy, RandomPolicy) else None)
     metadata.setdefault("description", f"{episodes} episodes of {env_id} ({api} api)")
     collector = _collector(env, api, jpeg_encoding=jpeg_encoding, record_infos=record_infos,
-                           record_state=record_state, state_encoding=state_encoding)
+                           record_state=record_state, state_encoding=state_encoding,
+                           background_writing=background_writing)
     play = _play_parallel if api == "parallel" else _play_aec
     try:
         with tqdm(unit="step", disable=not progress) as bar:
             for episode in range(episodes):
                 bar.set_description(f"recording {env_id}, episode {episode + 1}/{episodes}")
                 play(collector, policy, seed + episode, bar.update)
+                bar.set_postfix_str(_written(collector, episode + 1))
+            if progress:
+                bar.set_description(f"writing the last episodes of {env_id}")
+            collector.flush()
+            bar.set_postfix_str(_written(collector, episodes))
         if progress:
             tqdm.write(f"writing {episodes} episodes into {dataset_id}")
         if append:
@@ -107,6 +117,11 @@ def collect(
         return collector.create_dataset(dataset_id, **metadata)
     finally:
         collector.close()
+
+
+def _written(collector: Any, finished: int) -> str:
+    """The writing phase, for the progress bar: finished episodes already durable."""
+    return f"durable {collector.durable_episodes}/{finished} episodes"
 
 
 def check_target(dataset_id: str | None, *, append: bool) -> str | None:

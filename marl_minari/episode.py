@@ -31,7 +31,9 @@ class MultiAgentEpisode:
         team_rewards: ``(T,)`` float64, the aggregate stored as Minari's ``rewards``.
         episode_terminations: ``(T,)`` bool, Minari's ``terminations``.
         episode_truncations: ``(T,)`` bool, Minari's ``truncations``.
-        state: ``(T + 1, ...)`` global state, or ``None``.
+        state: ``(T + 1, ...)`` global state, or ``None``. (Inside a recorder, an image
+            state or image observations on their way to the journal writer may be
+            :class:`~marl_minari.jpeg.FrameRows`; episodes handed to users are stacked.)
         agent_infos: ``{agent: tree}`` with ``T + 1`` rows of the env's info dicts, or ``None``.
         extras: api-specific ``{name: array}`` with ``T + 1`` rows (e.g. AEC agent selection).
         seed: the seed the episode's reset was called with, if any.
@@ -50,7 +52,7 @@ class MultiAgentEpisode:
     team_rewards: np.ndarray
     episode_terminations: np.ndarray
     episode_truncations: np.ndarray
-    state: np.ndarray | None = None
+    state: Any = None
     agent_infos: dict[str, Tree] | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     seed: int | None = None

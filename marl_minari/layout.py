@@ -37,6 +37,9 @@ ACTED: Final = "acted"
 STATE: Final = "state"
 """Global state (``env.state()``), T + 1 rows, when the environment provides one."""
 
+STATE_PATH: Final = f"infos/{INFOS_GROUP}/{STATE}"
+"""Where an episode's global state is stored, inside its group."""
+
 AGENT_INFOS: Final = "agent_infos"
 """``infos/marl/agent_infos/<agent>/...``: the env's own per-agent info dicts, T + 1 rows."""
 

@@ -11,7 +11,10 @@ Record layout: ``MAGIC (4 bytes) | header length (u32) | payload length (u64) | 
 header and payload (u32) | header (JSON) | payload`` (little endian). The header lists the
 leaves (HDF5 path, dtype, shape), the step count, seed, options, text leaves, the episode's
 metadata, and the record's id: the journal's id and the record's number in it. The payload is
-the leaves' bytes back to back.
+the leaves' bytes back to back. A leaf the dataset stores as JPEG frames (image observations
+with ``jpeg_encoding``, a ``"jpeg"`` state) is encoded once, here: its header entry carries a
+fourth item, the byte length of each row's JPEG file, and its payload is those files back to
+back (``create_dataset`` copies them as they are).
 
 Storing a journal's records in a dataset first notes the target in ``commit.json``; the
 dataset's metadata names the journal records it holds (``marl_minari_journals``), so whatever
@@ -45,10 +48,12 @@ from marl_minari.errors import (
     LockedError,
 )
 from marl_minari.ids import dataset_dir
+from marl_minari.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.locking import claim_recording, recording_in_use
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import (
     JournalMark,
+    Leaf,
     LeafEpisode,
     append_to_dataset,
     episode_leaves,
@@ -113,6 +118,8 @@ class Recording:
         self.spec = spec
         self.jpeg_encoding = jpeg_encoding
         self.durability = durability
+        self.jpeg_paths = jpeg_paths(spec, jpeg_encoding)
+        """Leaves whose journal records hold JPEG frames."""
         self._lock = claim_recording(self.path)
         try:
             for leftover in self.path.glob("*.tmp"):  # of a writer killed mid-rewrite
@@ -149,11 +156,21 @@ class Recording:
     def append(self, episode: MultiAgentEpisode,
                metadata: dict[str, Any] | None = None) -> None:
         """Append one finished episode (and its episode metadata); it is in the file (and,
-        by default, on stable storage) when this returns."""
-        _write_all(self._journal,
-                   record_parts(episode, self._journal_id, self._next_seq, metadata))
-        if self._fsync:
-            sync_handle(self._journal)
+        by default, on stable storage) when this returns.
+
+        A failed append leaves no part of its record behind: records written after a torn one
+        could not be read back.
+        """
+        parts = record_parts(episode, self._journal_id, self._next_seq, metadata,
+                             self.jpeg_paths)
+        start = os.fstat(self._journal.fileno()).st_size
+        try:
+            _write_all(self._journal, parts)
+            if self._fsync:
+                sync_handle(self._journal)
+        except BaseException:
+            os.ftruncate(self._journal.fileno(), start)
+            raise
         self._next_seq += 1
         self.episodes += 1
 
@@ -225,20 +242,31 @@ def encode_record(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
 
 
 def record_parts(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
-                 metadata: dict[str, Any] | None = None) -> list[bytes | memoryview]:
+                 metadata: dict[str, Any] | None = None,
+                 jpeg: frozenset[str] = frozenset()) -> list[bytes | memoryview]:
     """The record of :func:`encode_record` as buffers to write one after the other.
 
     The leaves' bytes are not copied: an image episode is hundreds of MB, and joining it
-    into one ``bytes`` (and that again with its header) cost more than writing it.
+    into one ``bytes`` (and that again with its header) cost more than writing it. Leaves
+    named in ``jpeg`` are stored as JPEG frames (see the module's docs).
     """
-    leaves, texts, views = [], {}, []
+    leaves: list[list[Any]] = []
+    texts: dict[str, list[str]] = {}
+    views: list[memoryview] = []
     for path, array in episode_leaves(episode):
-        if array.dtype == object:
+        if isinstance(array, np.ndarray) and array.dtype == object:
             texts[path] = [str(v) for v in array]
             continue
-        array = np.ascontiguousarray(array)
-        leaves.append([path, array.dtype.str, list(array.shape)])
-        views.append(array.reshape(-1).view(np.uint8).data)
+        entry: list[Any] = [path, array.dtype.str, list(array.shape)]
+        if path in jpeg:
+            frames = encode(array).frames
+            entry.append([len(frame) for frame in frames])
+            views.extend(frame.data for frame in frames)
+        else:
+            if isinstance(array, FrameRows):
+                array = array.stack()
+            views.append(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+        leaves.append(entry)
     header = json.dumps({
         "leaves": leaves, "texts": texts, "steps": episode.total_steps,
         "seed": episode.seed, "options": episode.options, "metadata": metadata,
@@ -315,9 +343,16 @@ def read_journal(path: Path) -> Iterator[LeafEpisode]:
 
 
 def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
-    leaves: list[tuple[str, np.ndarray]] = []
+    leaves: list[tuple[str, Leaf]] = []
     offset = 0
-    for path, dtype, shape in header["leaves"]:
+    for path, dtype, shape, *jpeg in header["leaves"]:
+        if jpeg:
+            frames = []
+            for length in jpeg[0]:
+                frames.append(np.frombuffer(payload, np.uint8, count=length, offset=offset))
+                offset += length
+            leaves.append((path, JpegFrames(np.dtype(dtype), tuple(shape), frames)))
+            continue
         array = np.frombuffer(payload, dtype=np.dtype(dtype), count=int(np.prod(shape)),
                               offset=offset).reshape(shape)
         leaves.append((path, array))

@@ -137,12 +137,18 @@ def _stack_leaf(space: spaces.Space, values: Sequence[Any], where: str) -> np.nd
     except (ValueError, TypeError) as exc:
         raise StepDataError(f"{where}: values do not stack as {shape} {dtype}: {exc}") from exc
     if out.shape[1:] != shape:
-        bad = next(i for i, v in enumerate(values) if np.shape(v) != shape)
-        raise StepDataError(
-            f"{where}, row {bad}: shape {np.shape(values[bad])} does not match the space's "
-            f"{shape}."
-        )
+        check_row_shapes(values, shape, where)
     return out
+
+
+def check_row_shapes(values: Sequence[Any], shape: tuple[int, ...], where: str) -> None:
+    """Raise :class:`StepDataError` naming the first row (not ``None``) not of ``shape``."""
+    for row, value in enumerate(values):
+        if value is not None and np.shape(value) != shape:
+            raise StepDataError(
+                f"{where}, row {row}: shape {np.shape(value)} does not match the space's "
+                f"{shape}."
+            )
 
 
 def leaves(tree: Tree, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:

@@ -17,12 +17,11 @@ read-modify-write, and files are ``fsync``-ed before success is reported
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,23 +37,28 @@ from marl_minari.durable import sync_file, sync_folder, sync_tree
 from marl_minari.episode import MultiAgentEpisode
 from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, LayoutError, StepDataError
 from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.locking import dataset_lock, lock_timeout, remove_stale_staging, staging_folder
 from marl_minari.locking import staging_root as staging_root
 from marl_minari.space_json import space_to_json
-from marl_minari.spaces import is_image_space, leaf_spaces, leaves
+from marl_minari.spaces import leaves
 from marl_minari.spec import MultiAgentSpec
 
-STATE_PATH = f"infos/{layout.INFOS_GROUP}/{layout.STATE}"
-"""Where an episode's global state is stored, inside its group."""
+STATE_PATH = layout.STATE_PATH
 
 JournalMark = tuple[str, int]
 """``(journal id, records)``: the first ``records`` records of a journal are being stored."""
 
 
+Leaf = np.ndarray | JpegFrames | FrameRows
+"""An HDF5 leaf's rows: an array, frames a recording journal holds JPEG-encoded, or a
+recorder's image rows not stacked yet."""
+
+
 class LeafEpisode(NamedTuple):
     """An episode already flattened into HDF5 leaves (as a recording journal holds it)."""
 
-    leaves: list[tuple[str, np.ndarray]]
+    leaves: list[tuple[str, Leaf]]
     total_steps: int
     seed: int | None = None
     options: dict[str, Any] | None = None
@@ -81,8 +85,7 @@ class EpisodeFileWriter:
         self._next_id = len(self._file)
         self._first_id = self._next_id
         self._spec = spec
-        self._images = (_image_paths(spec) if jpeg_encoding else frozenset()) | (
-            {STATE_PATH} if spec.state_encoding == "jpeg" else set())
+        self._images = jpeg_paths(spec, jpeg_encoding)
         self._compressed = {STATE_PATH: spec.state_encoding} if spec.state_encoding in (
             "gzip", "lzf") else {}
         self._offsets: dict[str, list[int]] = {}
@@ -101,7 +104,7 @@ class EpisodeFileWriter:
         return self.write_leaves(episode_leaves(episode), episode.total_steps,
                                  seed=episode.seed, options=episode.options)
 
-    def write_leaves(self, items: Iterable[tuple[str, np.ndarray]], total_steps: int, *,
+    def write_leaves(self, items: Iterable[tuple[str, Leaf]], total_steps: int, *,
                      seed: int | None = None, options: dict[str, Any] | None = None) -> int:
         """Append one episode given as ``(path, array)`` pairs (see :func:`episode_leaves`)."""
         episode_id = self._next_id
@@ -146,11 +149,20 @@ class EpisodeFileWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, groups: dict[str, h5py.h5g.GroupID], path: str, array: np.ndarray) -> int:
+    def _put(self, groups: dict[str, h5py.h5g.GroupID], path: str, leaf: Leaf) -> int:
         parent_path, _, name = path.rpartition("/")
         parent = _group(groups, parent_path)
-        if path in self._images or array.dtype == object:
-            self._put_special(h5py.Group(parent), path, name, array)
+        if path in self._images:
+            frames = leaf if isinstance(leaf, JpegFrames) else encode(leaf)
+            _put_frames(h5py.Group(parent), name, frames.frames)
+            return -1
+        # Frames encoded for a dataset that stores this leaf otherwise (appending a JPEG
+        # recording to an exact one) are stored as decoded: they were recorded lossy.
+        array = leaf if isinstance(leaf, np.ndarray) else (
+            leaf.decode() if isinstance(leaf, JpegFrames) else leaf.stack())
+        if array.dtype == object:
+            h5py.Group(parent).create_dataset(name, data=array.astype(str).tolist(),
+                                              dtype=h5py.string_dtype("utf-8"))
             return -1
         if path in self._compressed:
             # Chunked, so it has no byte offset: readers go through h5py, which decompresses.
@@ -166,15 +178,13 @@ class EpisodeFileWriter:
         offset = dataset.get_offset()
         return -1 if offset is None else int(offset)
 
-    def _put_special(self, parent: h5py.Group, path: str, name: str, array: np.ndarray) -> None:
-        if path in self._images:
-            frames = [_encode_jpeg(frame) for frame in array]
-            lengths = {len(f) for f in frames}
-            dtype = None if len(lengths) == 1 else h5py.vlen_dtype(np.uint8)
-            parent.create_dataset(name, data=frames if dtype else np.stack(frames), dtype=dtype)
-        else:
-            parent.create_dataset(name, data=array.astype(str).tolist(),
-                                  dtype=h5py.string_dtype("utf-8"))
+
+
+def _put_frames(parent: h5py.Group, name: str, frames: Sequence[np.ndarray]) -> None:
+    """JPEG frames as Minari stores them: one row each, variable-length unless all alike."""
+    lengths = {len(f) for f in frames}
+    dtype = None if len(lengths) == 1 else h5py.vlen_dtype(np.uint8)
+    parent.create_dataset(name, data=list(frames) if dtype else np.stack(frames), dtype=dtype)
 
 
 def _row_chunks(array: np.ndarray) -> tuple[int, ...] | None:
@@ -205,7 +215,7 @@ def _set_attr(target: h5py.h5g.GroupID, name: str, value: np.generic) -> None:
     attr.write(np.asarray(value))
 
 
-def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray]]:
+def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray | FrameRows]]:
     """Every HDF5 dataset of ``episode`` as ``(path inside episode group, array)``."""
     for agent in episode.possible_agents:
         yield from leaves(episode.observations[agent], f"observations/{agent}")
@@ -222,7 +232,9 @@ def episode_leaves(episode: MultiAgentEpisode) -> Iterable[tuple[str, np.ndarray
     acted = np.zeros((episode.total_steps + 1, n), dtype=bool)
     acted[:-1] = episode.acted
     yield f"{base}/{layout.ACTED}", acted
-    if episode.state is not None:
+    if isinstance(episode.state, FrameRows):
+        yield STATE_PATH, episode.state
+    elif episode.state is not None:
         yield STATE_PATH, np.asarray(episode.state)
     if episode.agent_infos:
         for agent, tree in episode.agent_infos.items():
@@ -235,25 +247,6 @@ def _after_reset(array: np.ndarray, dtype: Any) -> np.ndarray:
     out = np.zeros((len(array) + 1, *np.shape(array)[1:]), dtype=dtype)
     out[1:] = array
     return out
-
-
-def _image_paths(spec: MultiAgentSpec) -> frozenset[str]:
-    paths = set()
-    for field, by_agent in (("observations", spec.observation_spaces),
-                            ("actions", spec.action_spaces)):
-        for agent, space in by_agent.items():
-            for path, leaf in leaf_spaces(space, f"{field}/{agent}"):
-                if is_image_space(leaf):
-                    paths.add(path)
-    return frozenset(paths)
-
-
-def _encode_jpeg(frame: np.ndarray) -> np.ndarray:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(frame).save(buffer, format="JPEG")
-    return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
 
 
 def check_options(options: Any, where: str = "options") -> None:

@@ -518,32 +518,43 @@ def test_stepping_after_the_end_records_nothing() -> None:
     assert dataset.total_episodes == 1
 
 
-def test_killed_process_loses_only_the_episode_in_flight(datasets_root: Path) -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_killed_process_loses_only_the_episode_in_flight(background: bool,
+                                                         datasets_root: Path) -> None:
+    # Writing in the caller, both finished episodes are durable when the kill strikes; with
+    # the background writer, at least those it had claimed durable are, and nothing else
+    # but whole finished episodes.
     script = textwrap.dedent("""
-        import os, signal
+        import os, signal, sys
         import numpy as np
         import marl_minari as mm
 
-        env = mm.AECDataCollector(mm.make_env("classic/connect_four-v3", api="aec"))
+        env = mm.AECDataCollector(mm.make_env("classic/connect_four-v3", api="aec"),
+                                  background_writing=sys.argv[1] == "True")
         rng = np.random.default_rng(0)
         for episode in range(3):
             env.reset(seed=episode)
             for number, agent in enumerate(env.agent_iter()):
                 if episode == 2 and number == 5:
+                    print(env.durable_episodes, flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
                 observation, reward, terminated, truncated, info = env.last()
                 legal = np.flatnonzero(observation["action_mask"])
                 env.step(None if terminated or truncated else int(rng.choice(legal)))
     """)
-    result = subprocess.run([sys.executable, "-c", script], env={
-        **os.environ, "MINARI_DATASETS_PATH": str(datasets_root)}, check=False)
+    result = subprocess.run([sys.executable, "-c", script, str(background)], env={
+        **os.environ, "MINARI_DATASETS_PATH": str(datasets_root)}, check=False,
+        capture_output=True, text=True)
     assert result.returncode == -signal.SIGKILL
+    claimed = int(result.stdout.split()[-1])
+    assert claimed == 2 or background
     recordings = mm.list_recordings()
-    assert len(recordings) == 1 and recordings[0].episodes == 2
+    assert len(recordings) == 1 and claimed <= recordings[0].episodes <= 2
+    kept = recordings[0].episodes
     mm.recover_recording(recordings[0].path, "c4/recovered-v0", **META)
     dataset = mm.load_dataset("c4/recovered-v0")
-    assert dataset.total_episodes == 2
-    assert [e.seed for e in dataset] == [0, 1]
+    assert dataset.total_episodes == kept
+    assert [e.seed for e in dataset] == list(range(kept))
     assert all(e.episode_terminations[-1] for e in dataset)
     check_minari_reads("c4/recovered-v0")
 

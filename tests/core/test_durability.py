@@ -361,6 +361,7 @@ def test_journal_and_datasets_are_flushed_unless_relaxed(
                                          recording_path=tmp_path / "rec",
                                          durability=durability)  # type: ignore[arg-type]
     _play(collector, range(3))
+    collector.flush()  # the background writer's episodes are durable once flushed
     journal = str(tmp_path / "rec" / JOURNAL_NAME)
     assert synced.count(journal) == (3 if durability == "episode" else 0)
     collector.create_dataset("sync/created-v0")
