@@ -35,6 +35,19 @@ import numpy as np
 AGENTS = ("agent_0", "agent_1", "agent_2")
 
 
+def spread_spec() -> Any:
+    """The spec of :func:`_episodes`' data: simple_spread-shaped, 3 agents."""
+    from gymnasium import spaces
+
+    from marl_minari.spec import MultiAgentSpec
+
+    return MultiAgentSpec(
+        api="parallel", possible_agents=AGENTS,
+        observation_spaces={a: spaces.Box(-np.inf, np.inf, (18,), np.float32) for a in AGENTS},
+        action_spaces={a: spaces.Discrete(5) for a in AGENTS},
+        state_space=spaces.Box(-np.inf, np.inf, (54,), np.float32))
+
+
 def _episodes(count: int, steps: int, seed: int) -> Iterator[Any]:
     from marl_minari.episode import MultiAgentEpisode
 
@@ -97,20 +110,14 @@ def main() -> None:
     warnings.simplefilter("ignore")
 
     import ray
-    from gymnasium import spaces
     from ray.data import DataContext
 
     import marl_minari as mm
     from marl_minari import patterns as P
     from marl_minari import ray_data as R
-    from marl_minari.spec import MultiAgentSpec
     from marl_minari.writer import write_dataset
 
-    spec = MultiAgentSpec(
-        api="parallel", possible_agents=AGENTS,
-        observation_spaces={a: spaces.Box(-np.inf, np.inf, (18,), np.float32) for a in AGENTS},
-        action_spaces={a: spaces.Discrete(5) for a in AGENTS},
-        state_space=spaces.Box(-np.inf, np.inf, (54,), np.float32))
+    spec = spread_spec()
     start = time.perf_counter()
     path = write_dataset("bench/ray-v0", _episodes(args.episodes, args.steps, 0), spec,
                          algorithm_name="random", author="bench",

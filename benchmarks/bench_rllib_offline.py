@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ray import AGENTS, _episodes  # noqa: E402
+from bench_ray import AGENTS, _episodes, spread_spec  # noqa: E402
 
 
 def _real_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -71,21 +71,15 @@ def main() -> None:
     warnings.simplefilter("ignore")
 
     import ray
-    from gymnasium import spaces
     from ray.data import DataContext
     from ray.rllib.algorithms.bc import BCConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
     from marl_minari import ray_data as R
-    from marl_minari.spec import MultiAgentSpec
     from marl_minari.writer import write_dataset
 
-    spec = MultiAgentSpec(
-        api="parallel", possible_agents=AGENTS,
-        observation_spaces={a: spaces.Box(-np.inf, np.inf, (18,), np.float32) for a in AGENTS},
-        action_spaces={a: spaces.Discrete(5) for a in AGENTS},
-        state_space=spaces.Box(-np.inf, np.inf, (54,), np.float32))
+    spec = spread_spec()
     write_dataset("bench/rllib-v0", _episodes(args.episodes, args.steps, 0), spec,
                   algorithm_name="random", author="bench", author_email="bench@example.com",
                   code_permalink="https://example.com/bench", description="bench")

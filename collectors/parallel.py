@@ -118,8 +118,6 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
     def render_mode(self) -> Any:  # type: ignore[override]
         return getattr(self.env, "render_mode", None)
 
-
-
     def reset(self, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict, dict]:
         """Reset the env; an unfinished episode in progress is saved as truncated first."""
