@@ -347,7 +347,7 @@ def _write_manifest(out_path: Path, sources: Sequence[DatasetSource],
 
 def load_rllib_export(path: str | os.PathLike[str]) -> RLlibExport:
     """Read back what :func:`export_rllib` wrote (from its manifest)."""
-    from minari.serialization import deserialize_space
+    from marl_minari.space_json import space_from_json
 
     out_path = Path(path).resolve()
     try:
@@ -360,6 +360,6 @@ def load_rllib_export(path: str | os.PathLike[str]) -> RLlibExport:
                                  "export again") from exc
     return RLlibExport(out_path, {
         m: ModuleExport(module_id=m, path=out_path / e["path"], agents=tuple(e["agents"]),
-                        observation_space=deserialize_space(e["observation_space"]),
-                        action_space=deserialize_space(e["action_space"]), rows=int(e["rows"]))
+                        observation_space=space_from_json(e["observation_space"]),
+                        action_space=space_from_json(e["action_space"]), rows=int(e["rows"]))
         for m, e in manifest["modules"].items()})

@@ -126,9 +126,9 @@ class DatasetSource:
         """The :class:`MultiAgentDataset` (multi-agent) or ``MinariDataset`` (plain), opened
         once per process."""
         if "dataset" not in self._handles:
-            from minari.dataset.minari_dataset import MinariDataset
+            from marl_minari.metadata import minari_dataset_at
 
-            minari_dataset = MinariDataset(self.data_path)
+            minari_dataset = minari_dataset_at(self.data_path, self.metadata)
             self._handles["dataset"] = (MultiAgentDataset(minari_dataset) if self.multi_agent
                                         else minari_dataset)
         return self._handles["dataset"]
@@ -375,10 +375,10 @@ def single_agent_spec(observation_space: spaces.Space, action_space: spaces.Spac
 
 def spec_of(metadata: dict[str, Any], multi_agent: bool) -> MultiAgentSpec:
     """The spec of a dataset from its ``metadata.json``."""
-    from minari.serialization import deserialize_space
+    from marl_minari.space_json import space_from_json
 
-    observation_space = deserialize_space(metadata["observation_space"])
-    action_space = deserialize_space(metadata["action_space"])
+    observation_space = space_from_json(metadata["observation_space"])
+    action_space = space_from_json(metadata["action_space"])
     if multi_agent:
         return MultiAgentSpec.from_metadata(metadata, observation_space, action_space)
     return single_agent_spec(observation_space, action_space, metadata)

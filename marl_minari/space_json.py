@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ def space_from_json(text: str | dict[str, Any]) -> spaces.Space:
     Raises:
         ValueError, KeyError, TypeError: malformed text (callers name the key it came from).
     """
-    data = json.loads(text) if isinstance(text, str) else text
+    data = _load_space_json(text) if isinstance(text, str) else text
     if not isinstance(data, dict):
         raise TypeError(f"a space is a JSON object, got {type(data).__name__}")
     kind = data.get("type")
@@ -61,6 +62,68 @@ def space_from_json(text: str | dict[str, Any]) -> spaces.Space:
         return deserialize_space(data)
     except NotImplementedError as exc:
         raise ValueError(f"unknown space type {kind!r}") from exc
+
+
+_BOUNDS_START = re.compile(r'"(?:low|high)":\s*\[')
+# The outermost ``]`` of a bound: the next thing is another key or the Box's end. Inner
+# lists end in ``],[`` or ``]]``, and numbers hold neither quotes nor braces.
+_BOUNDS_END = re.compile(r'\](?=\s*(?:,\s*"|\}))')
+_NO_BRACKETS = str.maketrans("[]", "  ")
+
+
+def _load_space_json(text: str) -> Any:
+    """``json.loads(text)``, with each ``Box``'s element-wise bounds read as one flat array.
+
+    An image env's Box bounds spelled out element-wise (Minari's form) are millions of
+    numbers: ``json.loads`` makes a Python object of each (seconds per dataset), numpy's C
+    parser reads them at once. The bounds are cut out of the text, the rest is parsed as
+    JSON, and each bound is parsed with the Box's dtype (64-bit integers exactly, not through
+    float64) and must fill its shape; anything unexpected falls back to ``json.loads`` of the
+    whole text.
+    """
+    pieces, bounds, position = [], [], 0
+    for found in _BOUNDS_START.finditer(text):
+        end = _BOUNDS_END.search(text, found.end())
+        if end is None:
+            return json.loads(text)
+        value_start = found.end() - 1
+        pieces += [text[position:value_start], f'{{"@marl_minari_bounds": {len(bounds)}}}']
+        bounds.append(text[value_start:end.end()])
+        position = end.end()
+    if not bounds:
+        return json.loads(text)
+    pieces.append(text[position:])
+    try:
+        return _with_bounds(json.loads("".join(pieces)), bounds)
+    except (ValueError, KeyError, TypeError):
+        return json.loads(text)
+
+
+def _with_bounds(tree: Any, bounds: list[str]) -> Any:
+    """``tree`` with the placeholders of :func:`_load_space_json` replaced by arrays."""
+    if isinstance(tree, list):
+        return [_with_bounds(item, bounds) for item in tree]
+    if not isinstance(tree, dict):
+        return tree
+    out = {key: _with_bounds(value, bounds) for key, value in tree.items()
+           if key not in ("low", "high")}
+    for key in ("low", "high"):
+        if key not in tree:
+            continue
+        value = tree[key]
+        if isinstance(value, dict) and "@marl_minari_bounds" in value:
+            dtype = np.dtype(tree["dtype"])  # KeyError outside a Box: the slow path decides
+            shape = tuple(int(n) for n in tree["shape"])
+            parse_as = dtype if dtype.kind in "iu" else np.dtype(np.float64)
+            text = bounds[value["@marl_minari_bounds"]].translate(_NO_BRACKETS)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # numpy only warns about text it cannot read
+                flat = (np.fromstring(text, dtype=parse_as, sep=",") if text.strip()
+                        else np.zeros(0, dtype=parse_as))
+            out[key] = flat.reshape(shape)  # ValueError unless it fills the shape
+        else:
+            out[key] = _with_bounds(value, bounds)
+    return out
 
 
 def _space_dict(space: spaces.Space, compact_bounds: bool) -> dict[str, Any]:

@@ -96,3 +96,64 @@ def test_unknown_state_encoding_in_metadata_is_a_layout_error() -> None:
     with pytest.raises(LayoutError, match="state_encoding"):
         MultiAgentSpec.from_metadata({"marl_minari": {**marl, "state_encoding": "zstd"}},
                                      spec.observation_space, spec.action_space)
+
+
+@pytest.mark.parametrize("space", [
+    MIXED,
+    spaces.Dict({"low": spaces.Box(-1, 1, (2, 2)), "high": spaces.Discrete(3)}),
+    spaces.Box(np.iinfo(np.int64).min, np.iinfo(np.int64).max, (3,), np.int64),
+    spaces.Box(0, np.iinfo(np.uint64).max, (2,), np.uint64),
+    spaces.Box(np.array([-np.inf, 0.5]), np.array([np.inf, 3e38])),
+])
+def test_element_wise_bounds_read_by_numpy_equal_minaris(space: spaces.Space) -> None:
+    """Bounds in Minari's element-wise form (its own text and ours) are read with numpy's
+    parser, exactly: 64-bit integer extremes included (not through float64)."""
+    from marl_minari.space_json import _load_space_json
+
+    for text in (json.dumps(json.loads(space_to_json(space))), space_to_json(space)):
+        parsed_by_numpy = [b for b in _bound_values(_load_space_json(text))
+                           if isinstance(b, np.ndarray)]
+        assert parsed_by_numpy and len(parsed_by_numpy) == len(
+            [b for b in _bound_values(json.loads(text)) if isinstance(b, list)])
+        got, reference = space_from_json(text), deserialize_space(text)
+        assert str(got) == str(reference)
+        for (_, a), (_, b) in zip(_boxes(got), _boxes(reference), strict=True):
+            np.testing.assert_array_equal(a.low, b.low)
+            np.testing.assert_array_equal(a.high, b.high)
+            assert a.low.dtype == b.low.dtype
+
+
+def _bound_values(tree: object) -> list[object]:
+    if isinstance(tree, dict):
+        return [tree[k] for k in ("low", "high") if k in tree and tree.get("type") == "Box"] + [
+            b for v in tree.values() for b in _bound_values(v)]
+    if isinstance(tree, list):
+        return [b for v in tree for b in _bound_values(v)]
+    return []
+
+
+def _boxes(space: spaces.Space, path: str = "") -> list[tuple[str, spaces.Box]]:
+    if isinstance(space, spaces.Dict):
+        return [b for k, sub in space.spaces.items() for b in _boxes(sub, f"{path}/{k}")]
+    if isinstance(space, spaces.Tuple):
+        return [b for i, sub in enumerate(space.spaces) for b in _boxes(sub, f"{path}/{i}")]
+    return [(path, space)] if isinstance(space, spaces.Box) else []
+
+
+@pytest.mark.parametrize("text", [
+    '{"type": "Box", "dtype": "float32", "shape": [3], "low": [0, 0], "high": [1, 1, 1]}',
+    '{"type": "Box", "dtype": "float32", "shape": [2], "low": [0, x], "high": [1, 1]}',
+    '{"type": "Box", "dtype": "bool", "shape": [1], "low": [false], "high": [true]}',
+])
+def test_bounds_numpy_cannot_read_take_the_json_path(text: str) -> None:
+    """Too few numbers, text that is no number, booleans: the whole text goes through
+    ``json.loads`` and Minari's parser, which decide as they always did."""
+    try:
+        expected: object = deserialize_space(text)
+    except Exception as exc:  # noqa: BLE001 - whatever Minari raises is the reference
+        expected = type(exc)
+    try:
+        got: object = space_from_json(text)
+    except Exception as exc:  # noqa: BLE001
+        got = type(exc)
+    assert str(got) == str(expected)
