@@ -81,7 +81,9 @@ def _load_space_json(text: str) -> Any:
     float64) and must fill its shape; anything unexpected falls back to ``json.loads`` of the
     whole text.
     """
-    pieces, bounds, position = [], [], 0
+    pieces: list[str] = []
+    bounds: list[str] = []
+    position = 0
     for found in _BOUNDS_START.finditer(text):
         end = _BOUNDS_END.search(text, found.end())
         if end is None:
