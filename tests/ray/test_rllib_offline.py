@@ -353,6 +353,9 @@ def test_parquet_export_guards(ray_local: Any, recorded_parallel: Any, tmp_path:
     manifest.write_text(json.dumps(content | {"format_version": 99}))
     with pytest.raises(CorruptedDataError, match="version 99.*export_episodes"):
         R.multi_agent_offline(BCConfig(), str(folder))
+    manifest.write_text(json.dumps({k: v for k, v in content.items() if k != "specs"}))
+    with pytest.raises(CorruptedDataError, match="'specs'.*export again"):
+        R.multi_agent_offline(BCConfig(), str(folder))
     manifest.unlink()
     with pytest.raises(DatasetNotFoundError, match=R.EPISODES_MANIFEST):
         R.multi_agent_offline(BCConfig(), str(folder))
