@@ -17,7 +17,8 @@ made.
   (BC, MARWIL) from multi-agent episodes, one module per agent or as mapped.
 * :func:`export_rllib` (from :mod:`marl_minari.rllib_export`, importable from here too)
   writes RLlib's offline schema as Parquet, one row per agent-step, one folder per RLlib
-  module, for ``AlgorithmConfig.offline_data(input_=...)``.
+  module, for ``AlgorithmConfig.offline_data(input_=...)``; :func:`export_episodes` writes
+  episode rows with their specs, which :func:`multi_agent_offline` trains from.
 
 See ``docs/ray.md``.
 """
@@ -46,11 +47,15 @@ if TYPE_CHECKING:
 
     from marl_minari.rllib_export import (
         DEFAULT_MODULE_ID,
+        EPISODES_MANIFEST,
         RLLIB_MANIFEST,
+        EpisodesExport,
         ModuleExport,
         RLlibExport,
+        export_episodes,
         export_rllib,
         flatten_columns,
+        load_episodes_export,
         load_rllib_export,
     )
     from marl_minari.rllib_offline import (
@@ -65,7 +70,9 @@ SourceLike = Any
 """Anything :func:`marl_minari.sources.open_source` opens (id, folder, dataset object)."""
 
 _RLLIB_NAMES = frozenset({"DEFAULT_MODULE_ID", "RLLIB_MANIFEST", "ModuleExport", "RLlibExport",
-                          "export_rllib", "flatten_columns", "load_rllib_export"})
+                          "export_rllib", "flatten_columns", "load_rllib_export",
+                          "EPISODES_MANIFEST", "EpisodesExport", "export_episodes",
+                          "load_episodes_export"})
 _RLLIB_OFFLINE_NAMES = frozenset({"MultiAgentOfflineData", "MultiAgentPreLearner",
                                   "multi_agent_offline"})
 
@@ -438,6 +445,10 @@ __all__ = [
     "export_rllib",
     "flatten_columns",
     "load_rllib_export",
+    "EPISODES_MANIFEST",
+    "EpisodesExport",
+    "export_episodes",
+    "load_episodes_export",
     "MultiAgentOfflineData",
     "MultiAgentPreLearner",
     "multi_agent_offline",

@@ -9,7 +9,9 @@ RLlib's offline API reads rows with Ray Data and turns each batch into training 
   recorded episode, and runs the learner connector pipeline on them as the base class does.
 * :class:`MultiAgentOfflineData` makes ``OfflineData`` read our datasets instead of files.
 * :func:`multi_agent_offline` fills an ``AlgorithmConfig`` (``BCConfig()``, ``MARWILConfig()``)
-  from the datasets' spec: ``multi_agent_offline(BCConfig(), "ns/name-v0").build_algo()``.
+  from the datasets' spec: ``multi_agent_offline(BCConfig(), "ns/name-v0").build_algo()``;
+  given the folder of :func:`marl_minari.rllib_export.export_episodes`, RLlib reads its
+  Parquet files itself and the specs come from its manifest.
 
 Each agent's ``SingleAgentEpisode`` holds exactly its transitions of
 :func:`marl_minari.patterns.agent_step_rows` (turn-based datasets included: an agent's step
@@ -22,7 +24,9 @@ module imports ray; :mod:`marl_minari.ray_data` re-exports its names lazily. See
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,13 +42,22 @@ from marl_minari import layout
 from marl_minari import patterns as P
 from marl_minari.errors import InvalidOptionError, RLlibOfflineError
 from marl_minari.ray_data import SourceLike, make_datasource, open_sources
-from marl_minari.rllib_export import export_space, observation_column, plan_modules
+from marl_minari.rllib_export import (
+    EPISODES_MANIFEST,
+    RLLIB_MANIFEST,
+    EpisodesExport,
+    export_space,
+    load_episodes_export,
+    observation_column,
+    plan_modules,
+)
 from marl_minari.sources import DatasetSource, open_source
 from marl_minari.spec import MultiAgentSpec
 
 OPTIONS_KEY = "marl_minari"
-"""Key of ``config.input_config`` holding this module's options (``obs_key``, ``obs_dtype``);
-RLlib's new API stack does not read ``input_config``."""
+"""Key of ``config.input_config`` holding this module's options (``obs_key``, ``obs_dtype``,
+``specs``: ``{dataset name: MultiAgentSpec JSON}`` of Parquet episode exports); RLlib's new
+API stack does not read ``input_config``."""
 
 SUPPORTED_ALGORITHMS = ("BC", "MARWIL")
 """RLlib algorithms whose losses honour ``loss_mask``, which padded module batches need."""
@@ -223,8 +236,10 @@ def pad_modules(batch: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 class MultiAgentPreLearner(OfflinePreLearner):
     """``OfflinePreLearner`` for multi-agent episode rows of marl-minari datasets.
 
-    Input: batches of ``read_dataset(..., rows="episodes")`` (one row per recorded episode,
-    the ``dataset`` column naming the source). Output, as the base class: the learner
+    Input: batches of ``read_dataset(..., rows="episodes")`` or of the Parquet files of
+    :func:`marl_minari.rllib_export.export_episodes` (one row per recorded episode, the
+    ``dataset`` column naming the source; its spec comes from the options' ``specs``, else
+    from the dataset itself). Output, as the base class: the learner
     connector pipeline's ``MultiAgentBatch`` columns, flattened (``module/column``), with
     every module padded to one row count (:func:`pad_modules`). Set up by
     :func:`multi_agent_offline`; options come from ``config.input_config["marl_minari"]``.
@@ -236,6 +251,8 @@ class MultiAgentPreLearner(OfflinePreLearner):
         options = (config.input_config or {}).get(OPTIONS_KEY, {})
         self._obs_key: str | None = options.get("obs_key")
         self._obs_dtype: str | None = options.get("obs_dtype", "float32")
+        self._specs = {name: MultiAgentSpec.from_json(text)
+                       for name, text in options.get("specs", {}).items()}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         episodes = self._map_to_episodes(batch)["episodes"]
@@ -252,8 +269,9 @@ class MultiAgentPreLearner(OfflinePreLearner):
         for name in dict.fromkeys(names.tolist()):
             where = np.flatnonzero(names == name)
             rows = {k: np.asarray(v)[where] for k, v in batch.items()}
+            spec = self._specs[name] if name in self._specs else _spec_of(name)
             episodes.extend(episodes_from_rows(
-                rows, _spec_of(name), mapping_fn=self.config.policy_mapping_fn,
+                rows, spec, mapping_fn=self.config.policy_mapping_fn,
                 obs_key=self._obs_key, obs_dtype=self._obs_dtype))
         if to_numpy:
             for episode in episodes:
@@ -276,6 +294,39 @@ class MultiAgentOfflineData(OfflineData):
     def path(self, value: Any) -> None:
         folders = value if isinstance(value, list) else [value]
         self._datasource = make_datasource([str(f) for f in folders], "episodes")
+
+
+def _is_export(source: Any) -> bool:
+    if not isinstance(source, (str, os.PathLike)) or not Path(source).is_dir():
+        return False
+    folder = Path(source)
+    return (any((folder / m).exists() for m in (EPISODES_MANIFEST, RLLIB_MANIFEST))
+            or any(folder.glob("*.parquet")))
+
+
+def episode_exports(sources: Any) -> list[EpisodesExport] | None:
+    """The :func:`~marl_minari.rllib_export.export_episodes` folders ``sources`` names, or
+    ``None`` when it names datasets.
+
+    A folder counts as an export when it holds Parquet files or a manifest (an export_rllib
+    one too), so that a folder without a valid episode manifest is refused with the reason
+    rather than looked up as a dataset.
+
+    Raises:
+        InvalidOptionError: export folders mixed with datasets.
+        DatasetNotFoundError: an export folder has no episode manifest.
+        CorruptedDataError: a manifest of another format version.
+    """
+    items = (list(sources) if isinstance(sources, Sequence)
+             and not isinstance(sources, (str, os.PathLike)) else [sources])
+    exported = [_is_export(s) for s in items]
+    if not any(exported):
+        return None
+    if not all(exported):
+        raise InvalidOptionError(
+            f"sources mix Parquet episode exports and datasets ({items!r}); give either "
+            "export_episodes folders or datasets (export the datasets too)")
+    return [load_episodes_export(s) for s in items]
 
 
 def _check_algorithm(config: Any) -> None:
@@ -307,7 +358,9 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
     Args:
         config: a ``BCConfig`` or ``MARWILConfig`` (returned, changed in place).
         sources: what :func:`marl_minari.ray_data.read_dataset` reads (whole datasets; a
-            filtered ``MinariDataset`` is read whole).
+            filtered ``MinariDataset`` is read whole), or folders of
+            :func:`marl_minari.rllib_export.export_episodes`: RLlib then reads them with
+            ``input_read_method="read_parquet"`` and the specs come from their manifests.
         policy_mapping_fn: ``fn(agent_id, episode, **kwargs) -> module_id`` or a dict
             ``{agent: module}``; default one module per agent, module id = agent id. Agents
             of one module must share their spaces.
@@ -321,11 +374,26 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
         InvalidOptionError: every agent mapped to RLlib's single-agent module id.
         IncompatibleSourcesError: agents of one module have different spaces.
         UnsupportedSpaceError: a space RLlib cannot take (Text, composite actions).
+        DatasetNotFoundError, CorruptedDataError: an export folder without a valid manifest.
     """
     from ray.rllib.policy.policy import PolicySpec
 
     _check_algorithm(config)
-    opened: list[DatasetSource] = open_sources(sources)
+    exports = episode_exports(sources)
+    options: dict[str, Any] = {"obs_key": obs_key, "obs_dtype": obs_dtype}
+    data_class: type[OfflineData]
+    if exports is None:
+        opened: list[DatasetSource] = open_sources(sources)
+        specs = [s.spec for s in opened]
+        inputs = [str(s.data_path) for s in opened]
+        read_method, data_class = "read_datasource", MultiAgentOfflineData
+    else:
+        named = {name: spec for e in exports for name, spec in e.specs.items()}
+        specs = list(named.values())
+        inputs = [str(e.path) for e in exports]
+        # RLlib's own OfflineData reads the files; the pre-learners get the specs here.
+        read_method, data_class = "read_parquet", OfflineData
+        options["specs"] = {name: spec.to_json() for name, spec in named.items()}
     mapping: Callable[..., str]
     if policy_mapping_fn is None:
         mapping = per_agent_module
@@ -333,7 +401,7 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
         mapping = ModuleMapping(policy_mapping_fn)
     else:
         mapping = policy_mapping_fn
-    modules = plan_modules(opened, policy_mapping_fn, default_module=None)
+    modules = plan_modules(specs, policy_mapping_fn, default_module=None)
     if list(modules) == [DEFAULT_MODULE_ID]:
         raise InvalidOptionError(
             f"policy_mapping_fn maps every agent to {DEFAULT_MODULE_ID!r}, which RLlib takes "
@@ -348,7 +416,7 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
         for agent in entry["agents"]:
             obs_spaces[agent], act_spaces[agent] = obs, entry["act"]
     input_config = dict(config.input_config or {})
-    input_config[OPTIONS_KEY] = {"obs_key": obs_key, "obs_dtype": obs_dtype}
+    input_config[OPTIONS_KEY] = options
     # MARWIL's validation wants it set for a local learner; one pass per training step.
     iters = config.dataset_num_iters_per_learner or 1
     # RLlib's default pre-learner actors (max(2, num_learners), 1 CPU each) take both CPUs
@@ -362,13 +430,13 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
             .environment(observation_space=spaces.Dict(obs_spaces),
                          action_space=spaces.Dict(act_spaces))
             .multi_agent(policies=policies, policy_mapping_fn=mapping)
-            .offline_data(input_=[str(s.data_path) for s in opened],
-                          input_read_method="read_datasource",
+            .offline_data(input_=inputs,
+                          input_read_method=read_method,
                           input_read_method_kwargs=read_kwargs,
                           input_config=input_config,
                           dataset_num_iters_per_learner=iters,
                           map_batches_kwargs=map_kwargs,
-                          offline_data_class=MultiAgentOfflineData,
+                          offline_data_class=data_class,
                           prelearner_class=MultiAgentPreLearner))
 
 
@@ -376,6 +444,7 @@ __all__ = [
     "MultiAgentOfflineData",
     "MultiAgentPreLearner",
     "ModuleMapping",
+    "episode_exports",
     "episodes_from_rows",
     "multi_agent_offline",
     "pad_modules",

@@ -257,3 +257,112 @@ def test_one_liner_trains(ray_local: Any, recorded_parallel: Any) -> None:
         algo.stop()
     assert set(result["learners"]) >= {"speaker_0", "listener_0"}
     assert isinstance(mm.load_dataset("rl/sl-v0"), mm.MultiAgentDataset)
+
+
+# --------------------------------------------------------------------------- Parquet export
+
+
+def assert_same_episodes(got: list[Any], expected: list[Any]) -> None:
+    """Per agent: module, observations, actions, rewards, infos and done flags are equal."""
+    got, expected = (sorted(e, key=lambda x: x.id_) for e in (got, expected))
+    assert [e.id_ for e in got] == [e.id_ for e in expected]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert (mine.is_terminated, mine.is_truncated) == (theirs.is_terminated,
+                                                           theirs.is_truncated)
+        assert set(mine.agent_episodes) == set(theirs.agent_episodes)
+        for agent, single in mine.agent_episodes.items():
+            other = theirs.agent_episodes[agent]
+            assert single.module_id == other.module_id
+            for name in ("get_observations", "get_actions", "get_rewards"):
+                x, y = np.asarray(getattr(single, name)()), np.asarray(getattr(other, name)())
+                assert x.dtype == y.dtype and np.array_equal(x, y), (agent, name)
+            assert (single.is_terminated, single.is_truncated) == (other.is_terminated,
+                                                                   other.is_truncated)
+            masks = [[np.asarray(i["action_mask"]) for i in e.get_infos()]
+                     for e in (single, other)]
+            assert all(np.array_equal(x, y) for x, y in zip(*masks, strict=True))
+
+
+def _parquet_episodes(config: Any) -> list[Any]:
+    import ray.data
+
+    batch = ray.data.read_parquet(config.input_).take_batch(1000, batch_format="numpy")
+    return _prelearner(config)._map_to_episodes(batch)["episodes"]
+
+
+def test_bc_trains_from_a_parquet_episode_export(ray_local: Any, recorded_parallel: Any,
+                                                 tmp_path: Any) -> None:
+    import shutil
+
+    from ray.rllib.algorithms.bc import BCConfig
+
+    recorded_parallel(SPEAKER[0], episodes=3, dataset_id="rl/sl-v0", **SPEAKER[1])
+    streamed = _tiny(R.multi_agent_offline(BCConfig(), "rl/sl-v0"))
+    batch = R.read_dataset("rl/sl-v0", "episodes").take_batch(1000, batch_format="numpy")
+    expected = _prelearner(streamed)._map_to_episodes(batch)["episodes"]
+    export = R.export_episodes("rl/sl-v0", tmp_path / "episodes")
+    assert export.episodes == 3 and list(export.specs) == ["rl/sl-v0"]
+    # The export stands alone: the dataset is gone and no spec is cached.
+    shutil.rmtree(R.open_source("rl/sl-v0").data_path.parent)
+    O._spec_of.cache_clear()
+
+    config = _tiny(R.multi_agent_offline(BCConfig(), str(export.path)))
+    assert config.input_read_method == "read_parquet" and config.input_ == [str(export.path)]
+    assert config.policies.keys() == streamed.policies.keys()
+    assert_same_episodes(_parquet_episodes(config), expected)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    for module_id in ("speaker_0", "listener_0"):
+        assert np.isfinite(results[-1]["learners"][module_id]["policy_loss"])
+
+
+def test_ragged_turn_based_episodes_survive_parquet(ray_local: Any, record_tictactoe: Any,
+                                                    tmp_path: Any) -> None:
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    dataset = record_tictactoe("rl/ttt-v0", 6)
+    assert len(set(dataset.to_arrays().episode_lengths.tolist())) > 1  # variable shapes
+    export = R.export_episodes("rl/ttt-v0", tmp_path / "ttt", override_num_blocks=2)
+    config = _tiny(R.multi_agent_offline(MARWILConfig(), str(export.path)))
+    episodes = _parquet_episodes(config)
+    assert_episodes_match_local_rows(dataset, episodes)
+    assert_same_episodes(episodes, _episodes("rl/ttt-v0"))
+
+
+def test_parquet_export_guards(ray_local: Any, recorded_parallel: Any, tmp_path: Any) -> None:
+    import json
+
+    from ray.rllib.algorithms.bc import BCConfig
+
+    from marl_minari.errors import CorruptedDataError, DatasetExistsError, DatasetNotFoundError
+
+    recorded_parallel(SPEAKER[0], episodes=1, dataset_id="rl/sl-v0", **SPEAKER[1])
+    folder = tmp_path / "episodes"
+    R.export_episodes("rl/sl-v0", folder)
+    with pytest.raises(DatasetExistsError, match="overwrite=True"):
+        R.export_episodes("rl/sl-v0", folder)
+    R.export_episodes("rl/sl-v0", folder, overwrite=True)
+    with pytest.raises(InvalidOptionError, match="mix Parquet episode exports and datasets"):
+        R.multi_agent_offline(BCConfig(), [str(folder), "rl/sl-v0"])
+
+    manifest = folder / R.EPISODES_MANIFEST
+    content = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps(content | {"format_version": 99}))
+    with pytest.raises(CorruptedDataError, match="version 99.*export_episodes"):
+        R.multi_agent_offline(BCConfig(), str(folder))
+    manifest.write_text(json.dumps({k: v for k, v in content.items() if k != "specs"}))
+    with pytest.raises(CorruptedDataError, match="'specs'.*export again"):
+        R.multi_agent_offline(BCConfig(), str(folder))
+    manifest.unlink()
+    with pytest.raises(DatasetNotFoundError, match=R.EPISODES_MANIFEST):
+        R.multi_agent_offline(BCConfig(), str(folder))
+    # Without a manifest the folder is not an export to replace.
+    with pytest.raises(DatasetExistsError):
+        R.export_episodes("rl/sl-v0", folder, overwrite=True)
+    rllib = R.export_rllib("rl/sl-v0", tmp_path / "rllib",
+                           policy_mapping_fn={"speaker_0": "s", "listener_0": "l"})
+    with pytest.raises(DatasetNotFoundError, match="export_episodes writes it"):
+        R.multi_agent_offline(BCConfig(), str(rllib.path))
