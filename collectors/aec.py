@@ -18,7 +18,6 @@ layout of turns (``api: "aec"``) is described in ``docs/format-aec.md``; in shor
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ from pettingzoo.utils.env import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 
 from marl_minari import layout
+from marl_minari.builder import detached
 from marl_minari.descriptor import EnvDescriptor
 from marl_minari.durable import Durability
 from marl_minari.journal_writer import DEFAULT_CAPACITY
@@ -237,7 +237,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
             # An agent removed by this step keeps the flags it left with.
             terminations[gone], truncations[gone] = before[gone]
             self._pending.pop(gone, None)
-        actions = {agent: _copy_tree(action)}
+        actions = {agent: action}
         if self._step_callback is not None:
             data = self._step_callback({"observations": observations, "actions": actions,
                                         "rewards": rewards, "terminations": terminations,
@@ -277,13 +277,13 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
                     self._latest.pop(agent, None)
                     continue
                 self._current[agent] = observation
-                self._latest[agent] = _copy_tree(observation)
+                self._latest[agent] = detached(observation)  # kept across turns
                 if agent in self._index:
                     observed[self._index[agent]] = True
             observations[agent] = self._latest[agent]
         terminations, truncations, all_infos = self.terminations, self.truncations, self.infos
         self._flags = {a: (bool(terminations[a]), bool(truncations[a])) for a in agents}
-        infos = {a: _copy_tree(all_infos[a]) for a in agents}
+        infos = {a: all_infos[a] for a in agents}
         return observations, infos
 
     def _extras(self) -> dict[str, Any]:
@@ -325,7 +325,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     def _state(self) -> Any:
         if not self._has_state:
             return None
-        return _copy_tree(self.env.state())
+        return self.env.state()
 
     def _save_unfinished(self) -> None:
         if self._core.builder.steps == 0:
@@ -348,16 +348,3 @@ def _owner(env: Any, name: str) -> Any:
             return env
         env = env.env
     return env
-
-
-def _copy_tree(value: Any) -> Any:
-    """A copy of ``value`` that later in-place changes by the env cannot reach."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_copy_tree(v) for v in value)
-    if isinstance(value, (int, float, bool, str, bytes, np.generic, type(None))):
-        return value
-    return copy.deepcopy(value)

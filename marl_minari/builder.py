@@ -1,6 +1,7 @@
 """Turns per-step dicts handed out by a PettingZoo env into a :class:`MultiAgentEpisode`.
 
-Recorders append references during the episode (cheap) and stack them once at its end.
+Recorders append copies of the arrays during the episode (:func:`detached`: an env may write
+into buffers it handed out before) and stack them once at its end.
 """
 
 from __future__ import annotations
@@ -19,6 +20,23 @@ from marl_minari.returns import team_rewards
 from marl_minari.spaces import check_row_shapes, leaf_dtype, leaf_shape, leaves, nest, stack
 from marl_minari.spec import MultiAgentSpec
 from marl_minari.writer import check_options
+
+
+def detached(value: Any) -> Any:
+    """``value`` with every array in it copied, so that an env (or policy) writing into a
+    buffer it handed out earlier cannot change what was recorded.
+
+    Copies keep their memory layout (``order="K"``): a transposed image view is copied at
+    memory speed, not pixel by pixel, and its encoder reads it as before. Dicts, tuples and
+    lists are rebuilt around the copies; other leaves are kept as they are.
+    """
+    if isinstance(value, np.ndarray):
+        return np.array(value, order="K", copy=True)
+    if isinstance(value, dict):
+        return {key: detached(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(detached(item) for item in value)
+    return value
 
 
 class EpisodeBuilder:
@@ -84,7 +102,7 @@ class EpisodeBuilder:
             truncations: Mapping[str, bool], infos: Mapping[str, Any], *, state: Any = None,
             extras: Mapping[str, Any] | None = None) -> None:
         """Record one step: the actions taken and what came back."""
-        self._actions.append(dict(actions))
+        self._actions.append(detached(dict(actions)))
         self._rewards.append(dict(rewards))
         self._terms.append(dict(terminations))
         self._truncs.append(dict(truncations))
@@ -93,12 +111,12 @@ class EpisodeBuilder:
     def _row(self, observations: Mapping[str, Any], infos: Mapping[str, Any], state: Any,
              extras: Mapping[str, Any] | None) -> None:
         self._check_infos(infos)
-        self._obs.append(dict(observations))
-        self._infos.append(dict(infos))
+        self._obs.append(detached(dict(observations)))
+        self._infos.append(detached(dict(infos)))
         if self.has_state:
-            self._states.append(state)
+            self._states.append(detached(state))
         if extras is not None:
-            self._extras.append(dict(extras))
+            self._extras.append(detached(dict(extras)))
 
     def _check_infos(self, infos: Mapping[str, Any]) -> None:
         if not self.record_infos:

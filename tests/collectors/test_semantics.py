@@ -7,7 +7,9 @@
 * ``create_dataset`` never cuts an episode: the one in progress goes whole, from its reset,
   into the next dataset;
 * the team reward adds agents in ``possible_agents`` order; the global state is stored
-  exactly when recorded; JPEG leaves are one Pillow image per row, fill rows black.
+  exactly when recorded; JPEG leaves are one Pillow image per row, fill rows black;
+* what is recorded is what was handed out at that step, even if the env (or the policy)
+  later writes into the same buffers.
 """
 
 from __future__ import annotations
@@ -112,6 +114,76 @@ class _RewardWithoutObservation(ParallelEnv):
             terms["a"] = True
             self.agents = []
         return observations, rewards, terms, truncs, {a: {} for a in observations}
+
+
+class _ReusedBuffers(ParallelEnv):
+    """Hands out the same observation, info mask and state arrays every step, rewritten in
+    place (as envs that keep preallocated buffers do)."""
+
+    metadata = {"name": "reused_buffers_v0"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents: list[str] = []
+        self._t = 0
+        self._obs = {a: np.zeros(2, np.float32) for a in self.possible_agents}
+        self._mask = {a: np.ones(3, np.int8) for a in self.possible_agents}
+        self._state = np.zeros(4, np.float32)
+        self.state_space = spaces.Box(-100.0, 100.0, (4,), np.float32)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+    def state(self) -> np.ndarray:
+        return self._state
+
+    def _fill(self) -> tuple[dict, dict]:
+        for agent in self.possible_agents:
+            self._obs[agent][:] = self._t
+            self._mask[agent][:] = 0
+            self._mask[agent][self._t % 3] = 1
+        self._state[:] = -self._t
+        return (dict(self._obs), {a: {"action_mask": self._mask[a]} for a in self.agents})
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents, self._t = list(self.possible_agents), 0
+        return self._fill()
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._t += 1
+        observations, infos = self._fill()
+        done = self._t == 4
+        flags = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return observations, {a: 1.0 for a in flags}, flags, dict.fromkeys(flags, False), infos
+
+
+def test_buffers_rewritten_in_place_after_a_step_keep_what_was_recorded() -> None:
+    from marl_minari.descriptor import EnvDescriptor
+
+    collector = mm.ParallelDataCollector(_ReusedBuffers(), env_descriptor=EnvDescriptor(
+        api="parallel", entry_point="tests:reused_buffers"))
+    action = np.zeros(2, np.float32)  # the policy reuses its action buffer too
+    collector.reset(seed=0)
+    step = 0
+    while collector.agents:
+        action[:] = step
+        collector.step({a: action for a in collector.agents})
+        step += 1
+    dataset = collector.create_dataset("tests/reused-v0", **PROVENANCE)
+    collector.close()
+    episode = next(dataset.iterate_episodes())
+    rows = np.arange(5, dtype=np.float32)
+    for agent in ("a", "b"):
+        np.testing.assert_array_equal(episode.observations[agent][:, 0], rows)
+        np.testing.assert_array_equal(episode.actions[agent][:, 0], rows[:4])
+        np.testing.assert_array_equal(
+            episode.agent_infos[agent]["action_mask"].argmax(axis=1), rows % 3)
+    np.testing.assert_array_equal(episode.state[:, 0], -rows)
 
 
 def test_reward_without_observation_is_kept_and_the_agent_marked_absent() -> None:
