@@ -86,20 +86,27 @@ def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDat
             "restore it from a copy or download it again.") from exc
 
 
-def minari_dataset_at(data_path: Path, metadata: dict[str, Any]) -> MinariDataset:
+def minari_dataset_at(data_path: Path, metadata: dict[str, Any],
+                      joint_spaces: tuple[Any, Any] | None = None) -> MinariDataset:
     """``MinariDataset(data_path)``, its spaces parsed by :func:`space_from_json`.
 
     Minari's own parser makes a Python object of every element-wise Box bound: seconds for an
     image env's ``metadata.json`` (pistonball: 24 MB, 3 s), where ours reads them with numpy.
     Datasets without both spaces in their metadata are left to Minari (it makes the env).
+
+    Args:
+        joint_spaces: the observation and action spaces of ``metadata``, if the caller has
+            parsed them already.
     """
     if not {"observation_space", "action_space"} <= metadata.keys():
         return MinariDataset(data_path)
     from minari.dataset._storages import get_minari_storage
 
+    observation_space, action_space = joint_spaces or (
+        metadata_space(metadata, "observation_space", data_path),
+        metadata_space(metadata, "action_space", data_path))
     storage = get_minari_storage(metadata.get("data_format", "hdf5"))(
-        Path(data_path), metadata_space(metadata, "observation_space", data_path),
-        metadata_space(metadata, "action_space", data_path),
+        Path(data_path), observation_space, action_space,
         jpeg_encoding=bool(metadata.get("jpeg_encoding", True)))
     return MinariDataset(storage)
 

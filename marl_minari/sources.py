@@ -79,6 +79,8 @@ class DatasetSource:
         episode_indices: the stored episodes this source reads, in order (all of them, or
             those a filtered ``MinariDataset`` holds).
         vault_path: the Flashbax vault the dataset was imported from by :func:`opening`.
+        joint_spaces: the observation and action spaces of ``metadata.json``, parsed once
+            (an image env's are megabytes of JSON) for the spec and for :attr:`dataset`.
     """
 
     name: str
@@ -88,6 +90,7 @@ class DatasetSource:
     metadata: dict[str, Any]
     episode_indices: np.ndarray
     vault_path: Path | None = None
+    joint_spaces: tuple[spaces.Space, spaces.Space] | None = field(default=None, repr=False)
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -128,7 +131,8 @@ class DatasetSource:
         if "dataset" not in self._handles:
             from marl_minari.metadata import minari_dataset_at
 
-            minari_dataset = minari_dataset_at(self.data_path, self.metadata)
+            minari_dataset = minari_dataset_at(self.data_path, self.metadata,
+                                               self.joint_spaces)
             self._handles["dataset"] = (MultiAgentDataset(minari_dataset) if self.multi_agent
                                         else minari_dataset)
         return self._handles["dataset"]
@@ -344,7 +348,8 @@ def _from_data_path(name: str | None, data_path: Path,
         indices = np.arange(total_episodes, dtype=np.int64)
     multi_agent = layout.METADATA_KEY in metadata
     try:
-        spec = spec_of(metadata, multi_agent)
+        joint_spaces = joint_spaces_of(metadata)
+        spec = spec_from(metadata, multi_agent, *joint_spaces)
     except (KeyError, TypeError, ValueError) as exc:
         raise LayoutError(
             f"{Path(data_path) / layout.METADATA_FILE_NAME} is not a readable Minari dataset's "
@@ -352,7 +357,7 @@ def _from_data_path(name: str | None, data_path: Path,
     return DatasetSource(name=name, data_path=Path(data_path).resolve(),
                          kind="multi_agent" if multi_agent else "single_agent",
                          spec=spec, metadata=metadata,
-                         episode_indices=indices)
+                         episode_indices=indices, joint_spaces=joint_spaces)
 
 
 # --------------------------------------------------------------------------- specs
@@ -375,10 +380,20 @@ def single_agent_spec(observation_space: spaces.Space, action_space: spaces.Spac
 
 def spec_of(metadata: dict[str, Any], multi_agent: bool) -> MultiAgentSpec:
     """The spec of a dataset from its ``metadata.json``."""
+    return spec_from(metadata, multi_agent, *joint_spaces_of(metadata))
+
+
+def joint_spaces_of(metadata: dict[str, Any]) -> tuple[spaces.Space, spaces.Space]:
+    """The observation and action spaces a ``metadata.json`` stores (Minari's keys)."""
     from marl_minari.space_json import space_from_json
 
-    observation_space = space_from_json(metadata["observation_space"])
-    action_space = space_from_json(metadata["action_space"])
+    return (space_from_json(metadata["observation_space"]),
+            space_from_json(metadata["action_space"]))
+
+
+def spec_from(metadata: dict[str, Any], multi_agent: bool, observation_space: spaces.Space,
+              action_space: spaces.Space) -> MultiAgentSpec:
+    """The spec of a dataset from its ``metadata.json`` and its parsed joint spaces."""
     if multi_agent:
         return MultiAgentSpec.from_metadata(metadata, observation_space, action_space)
     return single_agent_spec(observation_space, action_space, metadata)
