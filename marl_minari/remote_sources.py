@@ -155,16 +155,13 @@ def origin_path(dataset_id: str) -> Path:
 
 
 def _metadata_digest(dataset_id: str) -> str | None:
-    from marl_minari.digests import BLAKE3, new_hash
+    from marl_minari.digests import BLAKE3, hash_file
 
-    path = dataset_dir(dataset_id) / "data" / layout.METADATA_FILE_NAME
     try:
-        raw = path.read_bytes()
+        return hash_file(dataset_dir(dataset_id) / "data" / layout.METADATA_FILE_NAME,
+                         (BLAKE3,))[1][BLAKE3]
     except FileNotFoundError:
         return None
-    digest = new_hash(BLAKE3)
-    digest.update(raw)
-    return str(digest.hexdigest())
 
 
 def _record_origin(dataset_id: str, origin: str) -> None:
