@@ -24,9 +24,9 @@ from typing import Any, Final, Literal
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari.reader import MultiAgentArrays
-from marl_minari.spaces import build_tree, leaf_dtype, leaf_shape, leaves
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.format.spaces import build_tree, leaf_dtype, leaf_shape, leaves
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.reader import MultiAgentArrays
 
 from ._store import (
     RESTORATION_COMPRESSION,
@@ -427,7 +427,7 @@ def restore_arrays(plan: ViewPlan, spec: MultiAgentSpec, view: dict[tuple[str, .
 
 
 def _leaf_items(space: spaces.Space) -> list[tuple[str, spaces.Space]]:
-    from marl_minari.spaces import leaf_spaces
+    from marl_minari.format.spaces import leaf_spaces
 
     return list(leaf_spaces(space))
 

@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, LayoutError
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.format.spec import MultiAgentSpec
 
 from ._store import VaultReader, leaf_name, time_chunk
 from ._view import (

@@ -1,6 +1,6 @@
 """Whole chunks of episodes turned into the writer's :class:`LeafEpisode` objects at once.
 
-:func:`marl_minari.writer.episode_leaves` flattens one :class:`MultiAgentEpisode` at a time,
+:func:`marl_minari.storage.writer.episode_leaves` flattens one :class:`MultiAgentEpisode` at a time,
 allocating its after-reset columns per episode. Converting tens of thousands of short episodes,
 that per-episode work dominates; here the same leaves (same paths, dtypes, order and rows) are
 built once per chunk with vectorised numpy, and each episode gets views into them.
@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from marl_minari import layout
-from marl_minari.reader import MultiAgentArrays
-from marl_minari.spaces import leaves
-from marl_minari.writer import LeafEpisode
+from marl_minari.format import layout
+from marl_minari.format.spaces import leaves
+from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.writer import LeafEpisode
 
 Rows = Literal["obs", "step"]
 
@@ -25,7 +25,7 @@ def chunk_leaves(arrays: MultiAgentArrays) -> list[tuple[str, np.ndarray, Rows]]
     """Every HDF5 dataset of the chunk's episodes as ``(path, rows of all episodes, kind)``.
 
     ``obs`` leaves have ``T + 1`` rows per episode, ``step`` leaves ``T``; the order and dtypes
-    are those of :func:`marl_minari.writer.episode_leaves`.
+    are those of :func:`marl_minari.storage.writer.episode_leaves`.
     """
     out: list[tuple[str, np.ndarray, Rows]] = []
     for agent in arrays.possible_agents:

@@ -28,7 +28,6 @@ from typing import Any, Final
 import numpy as np
 import tensorstore as ts
 
-from marl_minari.durable import sync_folder, sync_tree
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
@@ -36,9 +35,10 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     VaultVersionError,
 )
-from marl_minari.ids import parse_dataset_id
-from marl_minari.locking import remove_stale_staging, staging_folder
-from marl_minari.spaces import leaves
+from marl_minari.format.ids import parse_dataset_id
+from marl_minari.format.spaces import leaves
+from marl_minari.storage.durable import sync_folder, sync_tree
+from marl_minari.storage.locking import remove_stale_staging, staging_folder
 
 VAULT_VERSION = 1.2
 """The Flashbax vault format version written (``flashbax.vault.vault.VERSION``)."""
@@ -62,7 +62,7 @@ def leaf_name(path: tuple[str, ...]) -> str:
 
 def flatten_structure(tree: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Yield ``(path, leaf)`` of a nested dict (``structure_shape``/``structure_dtype``), the
-    path as a tuple of keys (:func:`marl_minari.spaces.leaves` with the parts split)."""
+    path as a tuple of keys (:func:`marl_minari.format.spaces.leaves` with the parts split)."""
     for path, leaf in leaves(dict(tree)):
         yield tuple(path.split("/")), leaf
 

@@ -19,12 +19,12 @@ from typing import Any, Final, Literal
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari import layout
 from marl_minari.errors import LayoutError, StepDataError
-from marl_minari.legal_actions import mask_source
-from marl_minari.reader import MultiAgentArrays
-from marl_minari.spaces import leaf_dtype, leaf_shape, leaf_spaces, leaves
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.format import layout
+from marl_minari.format.legal_actions import mask_source
+from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leaves
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.reader import MultiAgentArrays
 
 from ._store import parse_shape
 

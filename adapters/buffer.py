@@ -28,6 +28,7 @@ from flashbax.buffers.trajectory_buffer import (
 from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, ReadOnlyBufferError
+from marl_minari.format.spaces import leaves, nest
 from marl_minari.sources import (
     DEFAULT_CHUNK_STEPS,
     DatasetSource,
@@ -36,7 +37,6 @@ from marl_minari.sources import (
     open_source,
     spec_of,
 )
-from marl_minari.spaces import leaves, nest
 
 from ._store import VaultReader, is_vault, leaf_name
 from ._view import (

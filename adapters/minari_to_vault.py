@@ -11,8 +11,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from marl_minari.errors import InvalidOptionError, LayoutError
+from marl_minari.format.spaces import leaves, nest
 from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, open_source
-from marl_minari.spaces import leaves, nest
 
 from ._exact import ExactSink, columns
 from ._store import (

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from marl_minari import layout
 from marl_minari.errors import LayoutError
-from marl_minari.reader import MultiAgentArrays, episode_attributes
+from marl_minari.format import layout
 from marl_minari.sources import (
     DEFAULT_CHUNK_STEPS,
     MOVED_KEYS,
@@ -28,6 +27,7 @@ from marl_minari.sources import (
     single_agent_spec,
     spec_of,
 )
+from marl_minari.storage.reader import MultiAgentArrays, episode_attributes
 
 from ._exact import EpisodeInfo
 
@@ -81,7 +81,7 @@ def _attributes(source: DatasetSource, batch: list[int]) -> list[dict[str, Any]]
 
 
 def writer_metadata(metadata: dict[str, Any], spec_extra: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for :func:`marl_minari.writer.write_dataset` that reproduce the
+    """Keyword arguments for :func:`marl_minari.storage.writer.write_dataset` that reproduce the
     top-level keys of ``metadata`` (a dataset's ``metadata.json``).
 
     Keys the writer computes itself (ids, counts, spaces, version, size) are left out; a plain

@@ -25,10 +25,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from marl_minari import layout
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, MarlMinariError
-from marl_minari.legal_actions import recorded_mask
-from marl_minari.reader import MultiAgentArrays
+from marl_minari.format import layout
+from marl_minari.format.legal_actions import recorded_mask
+from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
     DEFAULT_CHUNK_STEPS,
     DatasetSource,
@@ -36,7 +36,7 @@ from marl_minari.sources import (
     check_source_weights,
     opening,
 )
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.storage.reader import MultiAgentArrays
 
 TRAJ_KEY: Final = ("collector", "traj_ids")
 """Key of each transition's trajectory id (the dataset's episode id in :func:`to_tensordict`,

@@ -20,20 +20,26 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari import layout
 from marl_minari.errors import (
     DatasetExistsError,
     InvalidOptionError,
     LayoutError,
     StepDataError,
 )
-from marl_minari.ids import dataset_dir
-from marl_minari.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
-from marl_minari.returns import REWARD_AGGREGATIONS, team_rewards
+from marl_minari.format import layout
+from marl_minari.format.ids import dataset_dir
+from marl_minari.format.returns import REWARD_AGGREGATIONS, team_rewards
+from marl_minari.format.spaces import (
+    build_tree,
+    is_image_space,
+    leaf_spaces,
+    map_tree,
+    rows_outside,
+)
+from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
-from marl_minari.spaces import build_tree, is_image_space, leaf_spaces, map_tree, rows_outside
-from marl_minari.spec import MultiAgentSpec
-from marl_minari.writer import LeafEpisode, write_dataset
+from marl_minari.storage.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.storage.writer import LeafEpisode, write_dataset
 
 from ._exact import ExactField, ExactSource, decode_json, restore_arrays
 from ._import_layout import (

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from marl_minari.episode import MultiAgentEpisode
+from marl_minari.storage.episode import MultiAgentEpisode
 
 
 def multi_agent_episodes(episodes: int, length: int, seed: int) -> Iterator[MultiAgentEpisode]:

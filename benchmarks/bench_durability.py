@@ -44,7 +44,7 @@ def record(durability: str, episodes: int, seed: int, dataset_id: str) -> tuple[
 def time_appends(root: str, appends: int) -> dict[str, tuple[float, float]]:
     """Median and mean milliseconds of one journal append of a recorded episode."""
     import marl_minari as mm
-    from marl_minari.recording import Recording
+    from marl_minari.storage.recording import Recording
 
     record("none", 1, 0, "bench/sample-v0")
     dataset = mm.load_dataset("bench/sample-v0")
@@ -65,8 +65,8 @@ def time_appends(root: str, appends: int) -> dict[str, tuple[float, float]]:
 
 def time_dataset_flush(episodes: int) -> float:
     """Milliseconds to fsync a just-created dataset (created with ``durability="none"``)."""
-    from marl_minari.durable import sync_tree
-    from marl_minari.ids import dataset_dir
+    from marl_minari.format.ids import dataset_dir
+    from marl_minari.storage.durable import sync_tree
 
     record("none", episodes, 99, "bench/flush-v0")
     start = time.perf_counter()

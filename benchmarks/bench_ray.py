@@ -39,7 +39,7 @@ def spread_spec() -> Any:
     """The spec of :func:`_episodes`' data: simple_spread-shaped, 3 agents."""
     from gymnasium import spaces
 
-    from marl_minari.spec import MultiAgentSpec
+    from marl_minari.format.spec import MultiAgentSpec
 
     return MultiAgentSpec(
         api="parallel", possible_agents=AGENTS,
@@ -49,7 +49,7 @@ def spread_spec() -> Any:
 
 
 def _episodes(count: int, steps: int, seed: int) -> Iterator[Any]:
-    from marl_minari.episode import MultiAgentEpisode
+    from marl_minari.storage.episode import MultiAgentEpisode
 
     rng = np.random.default_rng(seed)
     n = len(AGENTS)
@@ -113,9 +113,9 @@ def main() -> None:
     from ray.data import DataContext
 
     import marl_minari as mm
-    from marl_minari import patterns as P
-    from marl_minari import ray_data as R
-    from marl_minari.writer import write_dataset
+    from marl_minari.ray import data as R
+    from marl_minari.rows import patterns as P
+    from marl_minari.storage.writer import write_dataset
 
     spec = spread_spec()
     start = time.perf_counter()

@@ -29,9 +29,9 @@ def main() -> None:
     warnings.simplefilter("ignore")
 
     import minari
+    from marl_minari.collectors.collect import collect
 
     import marl_minari as mm
-    from marl_minari.collect import collect
 
     start = time.perf_counter()
     collect("mpe2/simple_spread_v3", args.episodes, dataset_id="bench/read-v0",
@@ -51,7 +51,7 @@ def main() -> None:
     assert np.allclose(arrays.team_rewards.sum(), sum(returns))
     steps = dataset.total_steps
 
-    from marl_minari import layout
+    from marl_minari.format import layout
 
     index = dataset.data_path / layout.INDEX_FILE_NAME
     index.rename(index.with_name(index.name + ".moved"))

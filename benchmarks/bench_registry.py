@@ -41,7 +41,7 @@ LOOPBACK = "127.0.0.1"
 def make_dataset(dataset_id: str, size_mb: float) -> Path:
     """Record a few real mpe2 episodes, then write them repeatedly up to ``size_mb``."""
     import marl_minari as mm
-    from marl_minari.ids import dataset_dir
+    from marl_minari.format.ids import dataset_dir
 
     collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=500))
     for seed in range(4):
@@ -95,7 +95,7 @@ def no_fsync() -> Iterator[None]:
 @contextlib.contextmanager
 def forgotten_digests(folder: Path) -> Iterator[None]:
     """Hide the remembered digests (renaming keeps the sidecar's mtime)."""
-    from marl_minari.layout import DIGESTS_FILE_NAME
+    from marl_minari.format.layout import DIGESTS_FILE_NAME
 
     sidecar = folder / DIGESTS_FILE_NAME
     hidden = folder / ".hidden-digests"
@@ -161,7 +161,7 @@ def main() -> None:
     os.environ["MINARI_DATASETS_PATH"] = str(work / "datasets")
     warnings.simplefilter("ignore")
     from marl_minari import registry
-    from marl_minari.digests import remember_digests
+    from marl_minari.format.digests import remember_digests
 
     dataset_id = "bench/spread-v0"
     local = make_dataset(dataset_id, args.size_mb)
@@ -187,7 +187,7 @@ def main() -> None:
         # no step pays for the previous one's writeback. The dataset was written by
         # marl-minari, so it remembers its digests; "not remembered" hides the sidecar, as for
         # a dataset written by plain Minari. The references hash every file once, nothing else.
-        from marl_minari.digests import BLAKE3, SHA256, hash_file
+        from marl_minari.format.digests import BLAKE3, SHA256, hash_file
 
         base, base_sync, ours, ours_nosync, cold, cold_sync = [], [], [], [], [], []
         hashing: dict[str, list[float]] = {SHA256: [], BLAKE3: [], "both": []}

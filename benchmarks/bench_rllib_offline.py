@@ -76,8 +76,8 @@ def main() -> None:
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
-    from marl_minari import ray_data as R
-    from marl_minari.writer import write_dataset
+    from marl_minari.ray import data as R
+    from marl_minari.storage.writer import write_dataset
 
     spec = spread_spec()
     write_dataset("bench/rllib-v0", _episodes(args.episodes, args.steps, 0), spec,

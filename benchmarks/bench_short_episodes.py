@@ -6,7 +6,7 @@ in 4 groups per episode) four ways into fresh files and reports steps/s and file
 - ``high-level``: ``group.create_dataset(name, data=...)`` (contiguous, as our writer's layout);
 - ``high-level chunked``: with ``chunks=True, maxshape=(None, ...)``, as Minari writes;
 - ``low-level``: ``h5py.h5d.create`` with cached type ids and the default property lists
-  (what ``marl_minari.writer`` does);
+  (what ``marl_minari.storage.writer`` does);
 - ``low-level tuned``: property lists made once and reused, object timestamps off for
   groups and datasets, and compact layout (data inside the object header) for arrays under
   ``--compact-below`` bytes.

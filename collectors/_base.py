@@ -7,14 +7,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from marl_minari.builder import EpisodeBuilder
-from marl_minari.descriptor import Api, EnvDescriptor, describe_env
-from marl_minari.durable import Durability
-from marl_minari.episode import MultiAgentEpisode
+from marl_minari.collectors.builder import EpisodeBuilder
+
+from marl_minari.envs.descriptor import Api, EnvDescriptor, describe_env
 from marl_minari.errors import EnvApiError
-from marl_minari.journal_writer import DEFAULT_CAPACITY, JournalWriter
-from marl_minari.recording import Recording
-from marl_minari.spec import MultiAgentSpec, resolve_state_encoding
+from marl_minari.format.spec import MultiAgentSpec, resolve_state_encoding
+from marl_minari.storage.durable import Durability
+from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.journal_writer import DEFAULT_CAPACITY, JournalWriter
+from marl_minari.storage.recording import Recording
 
 StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
@@ -65,11 +66,11 @@ class RecorderCore:
             inferred by default.
         recording_path: folder for the episode journal (a new hidden one by default).
         durability: when the journal and datasets are flushed to stable storage (see
-            :class:`~marl_minari.recording.Recording`).
+            :class:`~marl_minari.storage.recording.Recording`).
         state_encoding: how the global state is stored (see
-            :func:`~marl_minari.spec.resolve_state_encoding`).
+            :func:`~marl_minari.format.spec.resolve_state_encoding`).
         background_writing: write finished episodes to the journal on a background thread
-            (see :mod:`marl_minari.journal_writer`).
+            (see :mod:`marl_minari.storage.journal_writer`).
         writer_queue: finished episodes the background writer may hold, not yet durable.
     """
 
@@ -243,7 +244,7 @@ class DatasetRecorderMixin:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
         """
-        from marl_minari.reader import open_written
+        from marl_minari.storage.reader import open_written
 
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
         self._warn_in_progress(dataset_id)
@@ -257,7 +258,7 @@ class DatasetRecorderMixin:
 
         As for :meth:`create_dataset`, an episode in progress is not cut.
         """
-        from marl_minari.reader import load_dataset
+        from marl_minari.storage.reader import load_dataset
 
         self._warn_in_progress(dataset_id)
         self._core.add_to_dataset(dataset_id)

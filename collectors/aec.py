@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from marl_minari.collectors.builder import detached
 from pettingzoo.utils.env import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 
-from marl_minari import layout
-from marl_minari.builder import detached
-from marl_minari.descriptor import EnvDescriptor
-from marl_minari.durable import Durability
-from marl_minari.journal_writer import DEFAULT_CAPACITY
+from marl_minari.envs.descriptor import EnvDescriptor
+from marl_minari.format import layout
+from marl_minari.storage.durable import Durability
+from marl_minari.storage.journal_writer import DEFAULT_CAPACITY
 
 from ._base import (
     DatasetRecorderMixin,

@@ -8,9 +8,9 @@ from typing import Any
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from marl_minari.descriptor import EnvDescriptor
-from marl_minari.durable import Durability
-from marl_minari.journal_writer import DEFAULT_CAPACITY
+from marl_minari.envs.descriptor import EnvDescriptor
+from marl_minari.storage.durable import Durability
+from marl_minari.storage.journal_writer import DEFAULT_CAPACITY
 
 from ._base import (
     DatasetRecorderMixin,

@@ -20,7 +20,7 @@ from marl_minari.errors import (
     MarlMinariError,
     RemoteError,
 )
-from marl_minari.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
 
 from .credentials import scrub, url_secrets
 from .index import METADATA_PATH, rebuild_index
@@ -152,8 +152,8 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """
     import minari
 
-    from marl_minari.check import check_dataset
-    from marl_minari.reader import MultiAgentDataset
+    from marl_minari.storage.check import check_dataset
+    from marl_minari.storage.reader import MultiAgentDataset
 
     parse_dataset_id(dataset_id)
     folder = dataset_dir(dataset_id)
@@ -316,7 +316,7 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
 
 
 def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: bool) -> None:
-    from marl_minari.descriptor import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
+    from marl_minari.envs.descriptor import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
     from marl_minari.errors import EnvDescriptorError
 
     found = untrusted_env_references(metadata)

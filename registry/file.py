@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
-from marl_minari.digests import FileDigests, RememberedDigests
 from marl_minari.errors import RemoteError
+from marl_minari.format.digests import FileDigests, RememberedDigests
 
 from .credentials import url_secrets
 from .manifest import missing_remote_file

@@ -18,7 +18,7 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     RemoteError,
 )
-from marl_minari.ids import parse_dataset_id
+from marl_minari.format.ids import parse_dataset_id
 
 from .manifest import MANIFEST_FILE_NAME, Manifest
 

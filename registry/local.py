@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from marl_minari.errors import DatasetExistsError, RemoteError
-from marl_minari.ids import parse_dataset_id
+from marl_minari.format.ids import parse_dataset_id
 
 from .index import parse_json_object
 
@@ -30,8 +30,8 @@ def staging_area(root: Path) -> Iterator[Path]:
     It is removed on exit, whatever happened; Minari does not list hidden folders. Folders
     left by killed downloads are removed here, once their writer is dead.
     """
-    from marl_minari.ids import datasets_root
-    from marl_minari.locking import remove_stale_staging, staging_folder, staging_root
+    from marl_minari.format.ids import datasets_root
+    from marl_minari.storage.locking import remove_stale_staging, staging_folder, staging_root
 
     parent = (staging_root() if root.resolve() == datasets_root().resolve()
               else root / STAGING_FOLDER)

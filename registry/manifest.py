@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
-from marl_minari.digests import (
+from marl_minari.errors import CorruptedDataError, LayoutError
+from marl_minari.format.digests import (
     BLAKE3,
     SHA256,
     hash_file,
     is_hex_digest,
     remembered_digests,
 )
-from marl_minari.errors import CorruptedDataError, LayoutError
 
 MANIFEST_FILE_NAME: Final = "manifest.json"
 """File next to ``data/`` on a remote: the manifest of that dataset version."""

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from marl_minari.digests import (
+from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.format.digests import (
     ALGORITHMS,
     FileDigests,
     MultiHash,
@@ -39,7 +40,6 @@ from marl_minari.digests import (
     hash_file,
     stat_key,
 )
-from marl_minari.errors import CorruptedDataError, RemoteError
 
 from .credentials import url_secrets
 from .manifest import missing_remote_file

@@ -39,11 +39,6 @@ from typing import Any, ClassVar, Final
 
 from minari.storage.remotes.cloud_storage import CloudStorage
 
-from marl_minari.digests import (
-    FileDigests,
-    RememberedDigests,
-    remembered_digests,
-)
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
@@ -51,7 +46,12 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     RemoteError,
 )
-from marl_minari.ids import parse_dataset_id
+from marl_minari.format.digests import (
+    FileDigests,
+    RememberedDigests,
+    remembered_digests,
+)
+from marl_minari.format.ids import parse_dataset_id
 
 from .credentials import scrub, url_secrets
 from .index import (

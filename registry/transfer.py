@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from marl_minari.digests import (
+from marl_minari.errors import CorruptedDataError
+from marl_minari.format.digests import (
     ALGORITHMS,
     BLAKE3,
     SHA256,
@@ -28,7 +29,6 @@ from marl_minari.digests import (
     hash_handle,
     stat_key,
 )
-from marl_minari.errors import CorruptedDataError
 
 CHUNK_SIZE: Final = 8 << 20
 """Bytes per read/hash/write step of a transfer."""
@@ -59,7 +59,7 @@ def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
     Args:
         source: object with ``readinto1(buffer)``, ``readinto(buffer)`` or ``read(n)``.
         target: file to create (truncated if it exists).
-        algorithms: digests to compute (see :mod:`marl_minari.digests`).
+        algorithms: digests to compute (see :mod:`marl_minari.format.digests`).
         limit: stop with :class:`CorruptedDataError` as soon as more bytes than this arrive.
         progress: called with each chunk's length.
         deadline: ``time.monotonic()`` value by which the copy must be done;

@@ -4,14 +4,14 @@
 :class:`DatasetDescription`: episode counts and lengths, per-agent and team returns, per-agent
 action frequencies (discrete) or ranges (continuous), the share of inactive agent-steps and how
 episodes ended. Sources: a dataset id, a ``minari.MinariDataset``, a
-:class:`~marl_minari.reader.MultiAgentDataset` (multi-agent layout or plain single-agent Minari
+:class:`~marl_minari.MultiAgentDataset` (multi-agent layout or plain single-agent Minari
 datasets, the latter seen as one agent ``agent_0``) or a Flashbax vault folder (read through
 :mod:`marl_minari.adapters`).
 
 :func:`plot_descriptions` draws several descriptions side by side on shared axes (compare
 expert, medium and random data before combining them); :func:`dataset_card` writes a Hugging
 Face style ``README.md`` with the metadata, the statistics and the plot. A ``README.md`` in a
-dataset's folder (``marl_minari.ids.dataset_dir(id) / "README.md"``) is published with it.
+dataset's folder (``marl_minari.format.ids.dataset_dir(id) / "README.md"``) is published with it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
     Args:
         source: what :func:`marl_minari.sources.open_source` opens (a local dataset id, a
             dataset folder, a ``minari.MinariDataset``, a
-            :class:`~marl_minari.reader.MultiAgentDataset`; multi-agent layout or plain
+            :class:`~marl_minari.storage.reader.MultiAgentDataset`; multi-agent layout or plain
             single-agent Minari, seen as one agent ``agent_0``), or the folder of a Flashbax
             vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions). Nothing is
             downloaded.

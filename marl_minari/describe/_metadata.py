@@ -9,7 +9,7 @@ from typing import Any, Final
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari import layout
+from marl_minari.format import layout
 
 _PROVENANCE_KEYS: Final = ("dataset_id", "author", "author_email", "algorithm_name",
                            "code_permalink", "description", "minari_version", "dataset_size",

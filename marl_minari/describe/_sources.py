@@ -11,11 +11,11 @@ from typing import Any
 
 from gymnasium import spaces
 
-from marl_minari import layout
 from marl_minari.describe._metadata import _dataset_metadata, _json_safe, _space_text
 from marl_minari.describe.results import SourceKind
-from marl_minari.reader import MultiAgentArrays
+from marl_minari.format import layout
 from marl_minari.sources import SINGLE_AGENT, DatasetSource, opening
+from marl_minari.storage.reader import MultiAgentArrays
 
 __all__ = ["SINGLE_AGENT", "_Source", "_open_source"]
 

@@ -36,7 +36,7 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
     The card holds the metadata (env descriptor, agents, spaces, author, algorithm, code
     permalink, layout version), the statistics and, with ``plot``, the plot of
     :func:`plot_descriptions` linked by a relative path. Written as ``README.md`` into the
-    dataset's folder (``marl_minari.ids.dataset_dir(id) / "README.md"``), it is published with
+    dataset's folder (``dataset_dir(id) / "README.md"``), it is published with
     the dataset (the plot too, when it lies in that folder).
 
     Args:

@@ -20,9 +20,9 @@ from marl_minari.describe.results import (
     Summary,
 )
 from marl_minari.errors import LayoutError
-from marl_minari.reader import MultiAgentArrays
-from marl_minari.returns import sequential_sums
-from marl_minari.spaces import leaf_spaces, leaves
+from marl_minari.format.returns import sequential_sums
+from marl_minari.format.spaces import leaf_spaces, leaves
+from marl_minari.storage.reader import MultiAgentArrays
 
 
 class _ActionStats:

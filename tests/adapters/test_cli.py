@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 from adapter_helpers import assert_same_episodes, write_vault
-from marl_minari.adapters.cli import register
 from typer.testing import CliRunner
 
 import marl_minari as mm
-from marl_minari.cli_errors import CommandGroup
+from marl_minari.cli.errors import CommandGroup
+from marl_minari.cli.vaults import register
 
 
 def _app() -> typer.Typer:

@@ -183,7 +183,7 @@ def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
     from marl_minari.adapters import make_buffer
     from typer.testing import CliRunner
 
-    from marl_minari.cli import full_app
+    from marl_minari.cli import app
 
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=4,
                        dataset_id="mpe2/simple_spread/random-v0")
@@ -201,7 +201,6 @@ def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
     _, state = make_buffer([str(path)], sample_batch_size=2, sample_sequence_length=2)
     assert state.experience["observations"].shape[1] == dataset.total_steps
 
-    app = full_app()
     done = CliRunner().invoke(app, ["convert", "mpe2/simple_spread/random-v0",
                                     "--terminals", "strict"])
     assert done.exit_code == 1 and "exists" in done.output  # the default path, already there

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from marl_minari.collectors.collect import collect
 
 import marl_minari as mm
-from marl_minari.collect import collect
 from marl_minari.errors import (
     DatasetExistsError,
     DatasetNotFoundError,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from marl_minari.collectors.collect import collect
 
-from marl_minari.cli_errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
-from marl_minari.collect import collect
+from marl_minari.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 
 TRACER_ENV = textwrap.dedent("""
     from pathlib import Path

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from marl_minari import cli_reference
-from marl_minari.cli import full_app
+from marl_minari.cli import app
+from marl_minari.cli import reference as cli_reference
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -22,7 +22,7 @@ def command_paths(command: object, path: tuple[str, ...] = ()) -> Iterator[tuple
         yield from command_paths(sub, (*path, name))
 
 
-ALL_COMMANDS = list(command_paths(typer.main.get_command(full_app())))
+ALL_COMMANDS = list(command_paths(typer.main.get_command(app)))
 
 
 def test_the_walk_finds_every_command() -> None:
@@ -33,7 +33,7 @@ def test_the_walk_finds_every_command() -> None:
 
 @pytest.mark.parametrize("path", ALL_COMMANDS, ids=lambda p: " ".join(p) or "marl-minari")
 def test_help_of_every_command(path: tuple[str, ...]) -> None:
-    result = CliRunner().invoke(full_app(), [*path, "--help"], prog_name="marl-minari")
+    result = CliRunner().invoke(app, [*path, "--help"], prog_name="marl-minari")
     assert result.exit_code == 0, result.output
     assert f"Usage: {' '.join(('marl-minari', *path))} " in result.output
     assert not result.stderr and "Traceback" not in result.output
@@ -49,7 +49,7 @@ def test_help_of_the_installed_command(cli: Callable) -> None:
 def test_every_command_and_option_is_in_docs_cli_md() -> None:
     text = DOCS.read_text(encoding="utf-8")
     assert text == cli_reference.updated(text), (
-        "docs/cli.md is out of date: run python -m marl_minari.cli_reference")
+        "docs/cli.md is out of date: run python -m marl_minari.cli.reference")
     for path in ALL_COMMANDS[1:]:
         assert f"## `marl-minari {' '.join(path)}`" in text, path
 

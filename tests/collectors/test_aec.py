@@ -18,9 +18,9 @@ import pytest
 from pettingzoo.test import api_test
 
 import marl_minari as mm
-from marl_minari import layout
-from marl_minari.spaces import leaves
-from marl_minari.turns import agent_transitions
+from marl_minari.format import layout
+from marl_minari.format.spaces import leaves
+from marl_minari.rows.turns import agent_transitions
 
 META = {"algorithm_name": "random", "author": "tests", "author_email": "tests@example.com",
         "code_permalink": "https://example.com/tests", "description": "AEC test recording"}

@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 import marl_minari as mm
-from marl_minari import jpeg, recording
 from marl_minari.errors import ConfigurationError, CorruptedDataError
-from marl_minari.journal_writer import JournalWriter
-from marl_minari.recording import JOURNAL_NAME, read_journal
+from marl_minari.format import jpeg
+from marl_minari.storage import recording
+from marl_minari.storage.journal_writer import JournalWriter
+from marl_minari.storage.recording import JOURNAL_NAME, read_journal
 
 # Recordings these tests leave unsaved on purpose are kept with a warning.
 pytestmark = pytest.mark.filterwarnings("ignore:.*recorded episode.*in no dataset yet")
@@ -350,7 +351,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys, threading, time, warnings
     warnings.simplefilter("ignore")
     import marl_minari as mm
-    from marl_minari import recording
+    from marl_minari.storage import recording
 
     path, stall = sys.argv[1], sys.argv[2]
     real_append, real_write = recording.Recording.append, recording._write_all

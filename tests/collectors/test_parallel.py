@@ -25,7 +25,6 @@ from pettingzoo.test import parallel_api_test
 from pettingzoo.utils.env import ParallelEnv
 
 import marl_minari as mm
-from marl_minari import layout
 from marl_minari.errors import (
     DatasetExistsError,
     InfoStructureError,
@@ -33,6 +32,7 @@ from marl_minari.errors import (
     StepDataError,
     UnsupportedSpaceError,
 )
+from marl_minari.format import layout
 
 
 def _load_strategies() -> Any:

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 import marl_minari as mm
-from marl_minari import layout
 from marl_minari.errors import InvalidOptionError
-from marl_minari.ids import dataset_dir
+from marl_minari.format import layout
+from marl_minari.format.ids import dataset_dir
 
 _ids = itertools.count()
 STATE = f"infos/{layout.INFOS_GROUP}/{layout.STATE}"

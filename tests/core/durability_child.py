@@ -29,10 +29,10 @@ import warnings
 warnings.simplefilter("ignore")
 
 import marl_minari as mm  # noqa: E402
-from marl_minari import recording as recording_module  # noqa: E402
-from marl_minari import writer as writer_module  # noqa: E402
 from marl_minari.errors import DatasetNotFoundError  # noqa: E402
-from marl_minari.locking import dataset_lock, staging_folder, staging_root  # noqa: E402
+from marl_minari.storage import recording as recording_module  # noqa: E402
+from marl_minari.storage import writer as writer_module  # noqa: E402
+from marl_minari.storage.locking import dataset_lock, staging_folder, staging_root  # noqa: E402
 
 
 def die() -> None:

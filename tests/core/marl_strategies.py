@@ -16,8 +16,8 @@ from gymnasium import spaces
 from hypothesis import strategies as st
 from pettingzoo.utils.env import ParallelEnv
 
-from marl_minari.episode import MultiAgentEpisode
-from marl_minari.spaces import fill_rows, stack
+from marl_minari.format.spaces import fill_rows, stack
+from marl_minari.storage.episode import MultiAgentEpisode
 
 NAME_ALPHABET = string.ascii_letters + string.digits + "_-"
 
@@ -168,14 +168,14 @@ def assert_episode_equal(actual: MultiAgentEpisode, expected: MultiAgentEpisode)
 
 def fill_value(space: spaces.Space) -> Any:
     """One row of fill values of ``space`` (what an absent agent's row holds)."""
-    from marl_minari.spaces import map_tree
+    from marl_minari.format.spaces import map_tree
 
     return map_tree(lambda a: a[0], fill_rows(space, 1))
 
 
 def row(tree: Any, k: int) -> Any:
     """Row ``k`` of a stacked tree."""
-    from marl_minari.spaces import map_tree
+    from marl_minari.format.spaces import map_tree
 
     return map_tree(lambda a: a[k], tree)
 

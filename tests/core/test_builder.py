@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
+from marl_minari.collectors.builder import EpisodeBuilder
 
-from marl_minari.builder import EpisodeBuilder
 from marl_minari.errors import InfoStructureError, StepDataError
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.format.spec import MultiAgentSpec
 
 AGENTS = ("a", "b", "c")
 

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 import marl_minari as mm
-from marl_minari import layout, offset_index
 from marl_minari.cli import app
 from marl_minari.errors import CorruptedDataError, LayoutError, MarlMinariError
+from marl_minari.format import layout, offset_index
 
 DATASET = "check/spread-v0"
 

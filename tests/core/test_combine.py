@@ -68,7 +68,7 @@ def test_default_and_explicit_env_arguments_combine(record_parallel: Any,
     arguments were completed) and one made with the default spelled out name the same env."""
     import dataclasses
 
-    from marl_minari.descriptor import describe_env
+    from marl_minari.envs.descriptor import describe_env
 
     made = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
     record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/old-v0",
@@ -104,7 +104,7 @@ def test_datasets_combined_by_plain_minari_read_as_multi_agent(record_parallel: 
                                                                 datasets_root: Path) -> None:
     import shutil
 
-    from marl_minari.recovered_layout import SingleAgentReadingWarning
+    from marl_minari.format.recovered_layout import SingleAgentReadingWarning
     from marl_minari.sources import open_source
 
     first, _ = record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/one-v0",

@@ -346,7 +346,7 @@ def test_the_library_reads_the_spec_dataset_with_the_same_numbers(both: Any) -> 
     assert ours.returns().tolist() == theirs.returns().tolist()
     np.testing.assert_array_equal(ours.team_rewards, theirs.team_rewards)
 
-    from marl_minari import offset_index
+    from marl_minari.format import offset_index
 
     with h5py.File(spec_data / "main_data.hdf5", "r") as file:  # the index the spec describes
         trusted = offset_index.load(spec_data, file, len(script),

@@ -137,7 +137,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     import os
 
     import marl_minari as mm
-    from marl_minari.ids import using_datasets_root
+    from marl_minari.format.ids import using_datasets_root
 
     root = tmp_path_factory.mktemp("pristine")
     os.environ.setdefault("MINARI_DATASETS_PATH", str(root))

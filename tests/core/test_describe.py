@@ -27,7 +27,7 @@ from marl_minari.describe import (
     size_category,
 )
 from marl_minari.errors import DatasetNotFoundError, InvalidOptionError, UnknownAgentError
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 Recorder = Callable[..., tuple[Any, list[dict[str, Any]]]]
 KAZ = ("butterfly/knights_archers_zombies_v11",
@@ -427,9 +427,7 @@ def test_size_categories() -> None:
 
 # --------------------------------------------------------------------------- command
 def test_describe_command(recorded_parallel: Recorder, tmp_path: Path) -> None:
-    from marl_minari.cli import _register_optional_commands, app
-
-    _register_optional_commands()
+    from marl_minari.cli import app
     recorded_parallel(SPREAD[0], episodes=3, dataset_id="tests/spread-v0", **SPREAD[1])
     recorded_parallel(KAZ[0], episodes=2, dataset_id="tests/kaz-v0", **KAZ[1])
     raw = write_ogmarl_vault(tmp_path / "vaults", "toy_env", "Good")

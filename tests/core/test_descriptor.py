@@ -9,7 +9,7 @@ from pettingzoo.utils.conversions import aec_to_parallel_wrapper
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 import marl_minari as mm
-from marl_minari.descriptor import EnvDescriptor, describe_env
+from marl_minari.envs.descriptor import EnvDescriptor, describe_env
 from marl_minari.errors import EnvDescriptorError
 
 
@@ -45,7 +45,7 @@ def test_make_env_and_json_round_trip(env_id: str, kwargs: dict, agents: list[st
 
 def test_recorded_kwargs_are_the_effective_ones() -> None:
     """``{}`` and ``{"max_cycles": 25}`` (the default) describe the same env, and say so."""
-    from marl_minari.descriptor import effective_kwargs
+    from marl_minari.envs.descriptor import effective_kwargs
 
     implicit = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
     explicit = describe_env(mm.make_env("mpe2/simple_spread_v3", max_cycles=25), "parallel")

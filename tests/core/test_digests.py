@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import marl_minari as mm
-from marl_minari import layout
-from marl_minari.digests import (
+from marl_minari.format import layout
+from marl_minari.format.digests import (
     ALGORITHMS,
     CHUNK_SIZE,
     MultiHash,
@@ -27,7 +27,7 @@ from marl_minari.digests import (
     remembered_digests,
     stat_key,
 )
-from marl_minari.writer import append_to_dataset
+from marl_minari.storage.writer import append_to_dataset
 
 MAIN = f"data/{layout.MAIN_FILE_NAME}"
 DATA_FILES = [MAIN, f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}"]

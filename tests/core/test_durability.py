@@ -19,11 +19,11 @@ import minari
 import pytest
 
 import marl_minari as mm
-from marl_minari import layout
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LockedError
-from marl_minari.ids import dataset_dir
-from marl_minari.locking import remove_stale_staging, staging_root
-from marl_minari.recording import (
+from marl_minari.format import layout
+from marl_minari.format.ids import dataset_dir
+from marl_minari.storage.locking import remove_stale_staging, staging_root
+from marl_minari.storage.recording import (
     JOURNAL_NAME,
     Recording,
     discard_recording,

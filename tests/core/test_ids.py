@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from marl_minari import ids
 from marl_minari.errors import InvalidDatasetIdError
-from marl_minari.ids import dataset_dir, parse_dataset_id
+from marl_minari.format import ids
+from marl_minari.format.ids import dataset_dir, parse_dataset_id
 
 
 @pytest.mark.parametrize(

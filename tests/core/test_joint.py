@@ -12,7 +12,7 @@ from gymnasium import spaces
 from marl_strategies import RandomSpacesEnv
 
 import marl_minari as mm
-from marl_minari.joint import JointEnv
+from marl_minari.envs.joint import JointEnv
 
 
 def test_dead_agents_get_fill_values_and_actions_for_them_are_ignored() -> None:
@@ -79,7 +79,7 @@ def test_recovered_from_a_dataset_through_minari(record_parallel: Any) -> None:
 
 def test_minari_recovers_a_turn_based_joint_view_that_replays_the_data() -> None:
     """AEC-only games: Minari's own recover_environment() gives a working turn-based view."""
-    from marl_minari.collect import collect
+    from marl_minari.collectors.collect import collect
 
     dataset = collect("classic/tictactoe_v3", 2, dataset_id="classic/ttt/joint-v0")
     env = minari.load_dataset("classic/ttt/joint-v0").recover_environment()

@@ -1,4 +1,4 @@
-"""Row tables and transition patterns (marl_minari.patterns), checked against plain loops.
+"""Row tables and transition patterns (marl_minari.rows.patterns), checked against plain loops.
 
 No ray here: these run in the core environment. tests/ray checks that the same functions give
 the same rows on Ray Data.
@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from marl_strategies import leaf_spaces, nested_spaces, random_episode, row
 
 import marl_minari as mm
-from marl_minari import patterns as P
 from marl_minari.errors import IncompatibleSourcesError
-from marl_minari.ray_data import flatten_columns, local_rows, open_source
-from marl_minari.spec import MultiAgentSpec
-from marl_minari.turns import agent_transitions
-from marl_minari.writer import write_dataset
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.ray.data import flatten_columns, local_rows, open_source
+from marl_minari.rows import patterns as P
+from marl_minari.rows.turns import agent_transitions
+from marl_minari.storage.writer import write_dataset
 
 AGENTS = ["a", "b", "c"]
 _ids = itertools.count()
@@ -394,7 +394,7 @@ flattenable = st.recursive(
 def test_flatten_columns_equals_gymnasium_flatten(space: spaces.Space, seed: int) -> None:
     space.seed(seed)
     samples = [space.sample() for _ in range(4)]
-    from marl_minari.spaces import stack
+    from marl_minari.format.spaces import stack
 
     tree = stack(space, samples, "sample")
     columns = P.flatten("obs", tree)

@@ -15,10 +15,10 @@ from gymnasium import spaces
 from marl_strategies import assert_episode_equal, assert_tree_equal, random_episode
 
 import marl_minari as mm
-from marl_minari import layout, offset_index
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LayoutError
-from marl_minari.spec import MultiAgentSpec
-from marl_minari.writer import write_dataset
+from marl_minari.format import layout, offset_index
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.writer import write_dataset
 
 AGENTS = ["p", "q", "r"]
 OBS = {"p": spaces.Box(-3, 3, (4,), dtype=np.float32),

@@ -18,7 +18,8 @@ from marl_strategies import assert_episode_equal, random_episode
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, InvalidDatasetIdError
-from marl_minari.recording import (
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.recording import (
     JOURNAL_NAME,
     Recording,
     encode_record,
@@ -26,7 +27,6 @@ from marl_minari.recording import (
     read_journal,
     recover_recording,
 )
-from marl_minari.spec import MultiAgentSpec
 
 AGENTS = ["x", "y"]
 OBS = {"x": spaces.Dict({"t": spaces.Text(5, min_length=0), "b": spaces.Box(-1, 1, (2,))}),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import marl_minari as mm
 from marl_minari.describe import describe
-from marl_minari.returns import episode_returns, sequential_sums
+from marl_minari.format.returns import episode_returns, sequential_sums
 
 
 def _left_to_right(values: list[float]) -> float:

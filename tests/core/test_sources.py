@@ -22,7 +22,7 @@ from marl_minari.errors import (
     MarlMinariError,
     NotADatasetError,
 )
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 from marl_minari.sources import (
     SINGLE_AGENT,
     DatasetSource,
@@ -96,7 +96,7 @@ def test_a_plain_dataset_is_agent_0_in_describe_adapters_and_ray(
         record_cartpole: Callable[..., Any], tmp_path: Path) -> None:
     from marl_minari.adapters import to_vault
 
-    from marl_minari.ray_data import local_rows
+    from marl_minari.ray.data import local_rows
 
     plain = record_cartpole("plain/cartpole-v0", 3, record_infos=True)
     source = open_source("plain/cartpole-v0")
@@ -145,7 +145,7 @@ def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
         record_parallel: Callable[..., Any]) -> None:
     from marl_minari.adapters import to_vault
 
-    from marl_minari.ray_data import local_rows
+    from marl_minari.ray.data import local_rows
 
     _record_spread(record_parallel, "tests/spread-v0")
     assert local_dataset_ids() == ["tests/spread-v0"]
@@ -203,9 +203,9 @@ def test_opening_imports_a_vault_for_the_block_only(
 
 
 def test_bad_options_are_library_errors(record_parallel: Callable[..., Any]) -> None:
-    from marl_minari import patterns as P
-    from marl_minari.ray_data import local_rows, map_pattern
-    from marl_minari.turns import agent_transitions
+    from marl_minari.ray.data import local_rows, map_pattern
+    from marl_minari.rows import patterns as P
+    from marl_minari.rows.turns import agent_transitions
 
     dataset = _record_spread(record_parallel, "tests/spread-v0")
     arrays = dataset.to_arrays()

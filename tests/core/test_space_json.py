@@ -10,8 +10,8 @@ from gymnasium import spaces
 from minari.serialization import deserialize_space
 
 from marl_minari.errors import LayoutError
-from marl_minari.space_json import space_from_json, space_to_json
-from marl_minari.spec import MultiAgentSpec
+from marl_minari.format.space_json import space_from_json, space_to_json
+from marl_minari.format.spec import MultiAgentSpec
 
 IMAGE = spaces.Box(0, 255, (560, 880, 3), np.uint8)
 MIXED = spaces.Dict({
@@ -108,7 +108,7 @@ def test_unknown_state_encoding_in_metadata_is_a_layout_error() -> None:
 def test_element_wise_bounds_read_by_numpy_equal_minaris(space: spaces.Space) -> None:
     """Bounds in Minari's element-wise form (its own text and ours) are read with numpy's
     parser, exactly: 64-bit integer extremes included (not through float64)."""
-    from marl_minari.space_json import _load_space_json
+    from marl_minari.format.space_json import _load_space_json
 
     for text in (json.dumps(json.loads(space_to_json(space))), space_to_json(space)):
         parsed_by_numpy = [b for b in _bound_values(_load_space_json(text))

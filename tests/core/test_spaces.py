@@ -11,7 +11,7 @@ from marl_strategies import assert_tree_equal, nested_spaces, sample
 from minari.dataset.minari_storage import is_image_space as minari_is_image_space
 
 from marl_minari.errors import StepDataError, UnsupportedSpaceError
-from marl_minari.spaces import (
+from marl_minari.format.spaces import (
     build_tree,
     check_storable,
     fill_rows,

@@ -11,7 +11,7 @@ import minari
 import pytest
 
 import marl_minari as mm
-from marl_minari import descriptor as descriptor_module
+from marl_minari.envs import descriptor as descriptor_module
 from marl_minari.errors import EnvDescriptorError
 
 DATASET = "trust/hostile-v0"
@@ -103,8 +103,8 @@ def test_download_warns_about_and_strict_refuses_untrusted_env_code(
     from typer.testing import CliRunner
 
     from marl_minari import registry
-    from marl_minari.cli import full_app
-    from marl_minari.ids import dataset_dir
+    from marl_minari.cli import app
+    from marl_minari.format.ids import dataset_dir
 
     marker = tmp_path / "X"
     _hostile(record_parallel, {"entry_point": "os:system",
@@ -115,7 +115,7 @@ def test_download_warns_about_and_strict_refuses_untrusted_env_code(
     with pytest.raises(EnvDescriptorError, match="os:system.*Not downloaded"):
         registry.download(DATASET, remote, strict=True)
     assert not dataset_dir(DATASET).exists()
-    result = CliRunner().invoke(full_app(), ["download", DATASET, "--remote", remote,
+    result = CliRunner().invoke(app, ["download", DATASET, "--remote", remote,
                                              "--strict"])
     assert result.exit_code != 0 and "os:system" in result.output
     assert not dataset_dir(DATASET).exists()
@@ -125,7 +125,7 @@ def test_download_warns_about_and_strict_refuses_untrusted_env_code(
 
 
 def test_untrusted_env_references_lists_every_copy() -> None:
-    from marl_minari.descriptor import untrusted_env_references
+    from marl_minari.envs.descriptor import untrusted_env_references
 
     hostile = {"api": "parallel", "entry_point": "os:system", "env_id": None}
     metadata = {"marl_minari": {"env": hostile},

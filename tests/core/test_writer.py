@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 from marl_strategies import agent_spaces, assert_episode_equal, random_episode
 
 import marl_minari as mm
-from marl_minari import layout
 from marl_minari.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     IncompatibleSourcesError,
     InvalidDatasetIdError,
 )
-from marl_minari.spec import MultiAgentSpec
-from marl_minari.writer import append_to_dataset, write_dataset
+from marl_minari.format import layout
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.writer import append_to_dataset, write_dataset
 
 _ids = itertools.count()
 

@@ -20,9 +20,9 @@ from pettingzoo.utils.env import ParallelEnv
 pytest.importorskip("ray")
 
 import marl_minari as mm  # noqa: E402
-from marl_minari import patterns as P  # noqa: E402
-from marl_minari import ray_data as R  # noqa: E402
 from marl_minari.errors import IncompatibleSourcesError  # noqa: E402
+from marl_minari.ray import data as R  # noqa: E402
+from marl_minari.rows import patterns as P  # noqa: E402
 
 META = {"algorithm_name": "random", "author": "tests", "author_email": "tests@example.com",
         "code_permalink": "https://example.com/tests", "description": "ray tests"}
@@ -322,9 +322,7 @@ def test_export_with_infos(ray_local: Any, tmp_path: Path) -> None:
 def test_cli_export_rllib(ray_local: Any, spread: Any, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from marl_minari.cli import _register_optional_commands, app
-
-    _register_optional_commands()
+    from marl_minari.cli import app
     runner = CliRunner()
     out = tmp_path / "cli"
     result = runner.invoke(app, ["export", "rllib", "ray/spread-v0", str(out),

@@ -16,16 +16,16 @@ pytest.importorskip("ray.rllib")
 pytest.importorskip("torch")
 
 import marl_minari as mm  # noqa: E402
-from marl_minari import patterns as P  # noqa: E402
-from marl_minari import ray_data as R  # noqa: E402
-from marl_minari import rllib_offline as O  # noqa: E402
 from marl_minari.errors import (  # noqa: E402
     IncompatibleSourcesError,
     InvalidOptionError,
     MarlMinariError,
     RLlibOfflineError,
 )
-from marl_minari.rllib_export import observation_column  # noqa: E402
+from marl_minari.ray import data as R  # noqa: E402
+from marl_minari.ray import rllib_offline as O  # noqa: E402
+from marl_minari.ray.rllib_export import observation_column  # noqa: E402
+from marl_minari.rows import patterns as P  # noqa: E402
 
 SPEAKER = ("mpe2/simple_speaker_listener_v4", {"max_cycles": 10})
 KAZ = ("butterfly/knights_archers_zombies_v11",

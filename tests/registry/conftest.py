@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from marl_minari import registry
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:

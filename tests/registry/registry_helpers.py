@@ -18,7 +18,7 @@ from typing import Any
 import minari
 import pytest
 
-from marl_minari.ids import dataset_dir, datasets_root
+from marl_minari.format.ids import dataset_dir, datasets_root
 
 LOOPBACK = "127.0.0.1"
 S3_SECRET = "registry-tests-secret-key-9f8e7d"

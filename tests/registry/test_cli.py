@@ -8,10 +8,10 @@ from pathlib import Path
 import minari
 import pytest
 import typer
-from marl_minari.registry.cli import register
 from typer.testing import CliRunner
 
-from marl_minari.cli_errors import CommandGroup
+from marl_minari.cli.errors import CommandGroup
+from marl_minari.cli.registry import register
 
 
 @pytest.fixture

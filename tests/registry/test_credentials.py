@@ -102,9 +102,9 @@ def test_http_token_is_not_echoed(tmp_path: Path,
 
 
 def test_cli_error_line_is_scrubbed() -> None:
-    from marl_minari.cli import full_app
+    from marl_minari.cli import app
 
-    result = CliRunner().invoke(full_app(), ["remote", "list", "--remote",
+    result = CliRunner().invoke(app, ["remote", "list", "--remote",
                                       f"s3://{KEY}:{SECRET}@bucket-name/r"])
     assert result.exit_code == 1
     assert result.output.startswith("error: ") and "Traceback" not in result.output

@@ -16,7 +16,7 @@ from minari.storage.remotes import _registry
 import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import DatasetExistsError, LayoutError, RemoteError
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 
 def _episode_arrays(dataset_id: str) -> list[np.ndarray]:

@@ -28,7 +28,7 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     RemoteError,
 )
-from marl_minari.ids import dataset_dir, datasets_root
+from marl_minari.format.ids import dataset_dir, datasets_root
 
 
 def _remote_file(registry_dir: Path, dataset_id: str, name: str = "main_data.hdf5") -> Path:

@@ -13,7 +13,7 @@ from registry_helpers import as_older_manifest
 import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, RemoteError
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 
 @pytest.fixture

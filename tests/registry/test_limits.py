@@ -21,7 +21,7 @@ from registry_helpers import DrippingHandler, no_partial_dataset
 
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError, RemoteError
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 
 def test_trickling_server_is_cut_off_at_the_deadline(

@@ -14,10 +14,11 @@ import blake3
 import pytest
 from marl_minari.registry.transfer import copy_file_and_hash
 
-from marl_minari import layout, registry
-from marl_minari.digests import MultiHash, remember_digests, stat_key
+from marl_minari import registry
 from marl_minari.errors import CorruptedDataError
-from marl_minari.ids import dataset_dir
+from marl_minari.format import layout
+from marl_minari.format.digests import MultiHash, remember_digests, stat_key
+from marl_minari.format.ids import dataset_dir
 
 MAIN = f"data/{layout.MAIN_FILE_NAME}"
 FORGED = "0" * 64

@@ -19,8 +19,8 @@ from marl_minari.adapters import make_buffer
 import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
-from marl_minari.ids import dataset_dir
-from marl_minari.remote_sources import candidate_splits, origin_path, split_remote_source
+from marl_minari.format.ids import dataset_dir
+from marl_minari.sources.remote import candidate_splits, origin_path, split_remote_source
 
 LOCAL, ON_HTTP, ON_S3 = "mpe2/spread/local-v0", "mpe2/spread/http-v0", "mpe2/spread/s3-v0"
 

@@ -30,7 +30,7 @@ from marl_minari.errors import (
     DatasetNotFoundError,
     RemoteError,
 )
-from marl_minari.ids import dataset_dir
+from marl_minari.format.ids import dataset_dir
 
 pytest.importorskip("boto3")
 

@@ -1,0 +1,32 @@
+"""The ``marl-minari`` application: every command, registered once, under one error policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import typer
+from tqdm.auto import tqdm
+
+from marl_minari.cli import datasets, describe, export, registry, vaults
+from marl_minari.cli.errors import CommandGroup, install_warning_format
+
+app = typer.Typer(
+    name="marl-minari",
+    help="Record, inspect, convert and publish multi-agent Minari datasets.",
+    no_args_is_help=True,
+    add_completion=False,
+    cls=CommandGroup,
+    # Help texts are plain text: URLs such as s3://bucket[/prefix] are not rich markup.
+    rich_markup_mode=None,
+    epilog="Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
+           "130 interrupted. See docs/cli.md.",
+)
+for commands in (datasets, vaults, registry, describe, export):
+    commands.register(app)
+
+
+def main() -> None:
+    """Entry point of the ``marl-minari`` command."""
+    np.set_printoptions(precision=3, suppress=True)
+    tqdm.monitor_interval = 0
+    install_warning_format()
+    app(prog_name="marl-minari")

@@ -1,0 +1,1 @@
+"""New datasets made from others: combining them (and subsets of them)."""

@@ -1,0 +1,1 @@
+"""PettingZoo environments: which env code may run, making envs, the joint Gymnasium view."""

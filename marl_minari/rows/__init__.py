@@ -1,0 +1,1 @@
+"""Episodes as row tables and transitions (pure numpy): per-agent steps, patterns, AEC turns."""

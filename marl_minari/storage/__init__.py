@@ -1,0 +1,1 @@
+"""Datasets on disk: the one writer, the one reader, recordings, locks, durability, checks."""

@@ -1,0 +1,300 @@
+"""The conformance check: does a dataset on disk follow ``docs/format.md``?
+
+:func:`check_dataset` reads every episode once, in a streaming pass (one episode's datasets'
+shapes and dtypes at a time, never the data of more than one dataset), and checks it against
+the layout: row counts, dtypes and shapes against the spaces, per-agent column widths, the
+metadata's counts, the offset index entry by entry, and that no data lives outside the file. It
+works on plain Minari HDF5 datasets too (the single-agent part of the rules). Like dm_env's
+contract test, it is meant for anyone who writes the layout: a dataset that passes reads the
+same through every reader of this library. ``marl-minari check ID`` runs it, and publishing
+runs it before uploading anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+from gymnasium import spaces
+
+from marl_minari.errors import CorruptedDataError, LayoutError, hdf5_errors
+from marl_minari.format import layout, offset_index
+from marl_minari.format.ids import dataset_dir
+from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spaces
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.reader import open_data_file
+from marl_minari.storage.self_contained import check_file
+
+_MARL = f"infos/{layout.INFOS_GROUP}"
+
+_AGENT_COLUMNS = {layout.AGENT_REWARDS: np.dtype(np.float64),
+                  layout.AGENT_TERMINATIONS: np.dtype(bool),
+                  layout.AGENT_TRUNCATIONS: np.dtype(bool),
+                  layout.ACTIVE: np.dtype(bool), layout.ACTED: np.dtype(bool)}
+_EPISODE_COLUMNS = {"rewards": "f", "terminations": "b", "truncations": "b"}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What a passing check looked at.
+
+    Attributes:
+        path: the dataset's ``data/`` folder.
+        kind: ``"marl"`` (multi-agent layout) or ``"plain"`` (plain Minari).
+        total_episodes: episodes checked.
+        total_steps: steps over all episodes.
+        index_checked: whether an offset index was compared with the file entry by entry.
+    """
+
+    path: Path
+    kind: str
+    total_episodes: int
+    total_steps: int
+    index_checked: bool
+
+
+def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
+    """Check every episode of a local dataset (id, dataset folder or ``data/`` folder).
+
+    Raises:
+        InvalidDatasetIdError: a malformed id.
+        DatasetNotFoundError: no such dataset.
+        LayoutError: the dataset does not follow the layout; the message names the episode and
+            the HDF5 path.
+        CorruptedDataError: the file or metadata is damaged, or data lives outside the file.
+    """
+    data_path = _data_path(dataset)
+    metadata = read_metadata(data_path)
+    if metadata.get("data_format", "hdf5") != "hdf5":
+        raise LayoutError(f"{data_path}: only HDF5 datasets can be checked, this one is "
+                          f"{metadata.get('data_format')!r}")
+    total_episodes = metadata_count(metadata, "total_episodes", data_path)
+    total_steps = metadata_count(metadata, "total_steps", data_path)
+    observation_space = metadata_space(metadata, "observation_space", data_path)
+    action_space = metadata_space(metadata, "action_space", data_path)
+    spec = (MultiAgentSpec.from_metadata(metadata, observation_space, action_space)
+            if layout.METADATA_KEY in metadata else None)
+    h5_path = data_path / layout.MAIN_FILE_NAME
+    jpeg = bool(metadata.get("jpeg_encoding", True))
+    with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+        check_file(file, h5_path)
+        _check_groups(file, total_episodes, h5_path)
+        cross_check(file, metadata, spec, h5_path)
+        steps = np.asarray([
+            _check_episode(file, i, spec, observation_space, action_space, jpeg, h5_path)
+            for i in range(total_episodes)], dtype=np.int64)
+        if int(steps.sum()) != total_steps:
+            raise CorruptedDataError(
+                f"{data_path}: the episodes hold {int(steps.sum())} steps, metadata.json's "
+                f"total_steps says {total_steps}")
+        index_checked = spec is not None and _check_index(data_path, file)
+    return CheckReport(data_path, "plain" if spec is None else "marl", total_episodes,
+                       total_steps, index_checked)
+
+
+def _uncommitted_append(file: h5py.File, metadata: dict[str, Any], total: int) -> bool:
+    """The file was swapped in by an append whose ``metadata.json`` never replaced the old one:
+    its generation differs from the metadata's and every extra group is numbered past it."""
+    generation = file.attrs.get(layout.GENERATION_KEY)
+    if generation is None or generation == metadata.get(layout.GENERATION_KEY):
+        return False
+    names = set(file)
+    return (all(f"episode_{i}" in names for i in range(total))
+            and all(name.startswith("episode_") and name[8:].isdigit() and int(name[8:]) >= total
+                    for name in names.difference(f"episode_{i}" for i in range(total))))
+
+
+def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec | None,
+                h5_path: Path) -> None:
+    """What every load checks, in a few HDF5 calls: the file holds exactly the episodes
+    ``metadata.json`` counts, and the agent order and column widths agree with the file.
+
+    Raises:
+        CorruptedDataError: they disagree (e.g. ``total_episodes`` edited, ``possible_agents``
+            permuted, which would silently relabel every per-agent column).
+    """
+    total = metadata.get("total_episodes")
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        raise CorruptedDataError(f"{h5_path.parent / layout.METADATA_FILE_NAME}: "
+                                 f"total_episodes must be a non-negative integer, got {total!r}")
+    if len(file) != total and _uncommitted_append(file, metadata, total):
+        pass  # groups past total_episodes: an append killed before its metadata commit
+    elif len(file) != total or (total and f"episode_{total - 1}" not in file):
+        raise CorruptedDataError(
+            f"{h5_path}: metadata.json counts {total} episodes but the file holds {len(file)} "
+            "groups; the metadata or the file was changed after writing. Restore the dataset "
+            "from a copy (or run marl-minari check for details).")
+    if spec is None:
+        return
+    agents = list(spec.possible_agents)
+    copies = [("main_data.hdf5", _json_or_none(file.attrs.get(layout.AGENTS_ATTRIBUTE)))]
+    env_spec = _json_or_none(metadata.get("env_spec"))
+    with contextlib.suppress(KeyError, TypeError):
+        copies.append(("env_spec", env_spec["kwargs"]["possible_agents"]))
+    for where, copy in copies:
+        if copy is not None and copy != agents:
+            raise CorruptedDataError(
+                f"{h5_path.parent / layout.METADATA_FILE_NAME}: possible_agents {agents} "
+                f"disagrees with the order {copy} recorded in {where}; per-agent columns would "
+                "be read under the wrong names. Restore the metadata from a copy.")
+    if total:
+        rewards = file.get(f"episode_0/{_MARL}/{layout.AGENT_REWARDS}")
+        if isinstance(rewards, h5py.Dataset) and rewards.shape[1:] != (len(agents),):
+            raise CorruptedDataError(
+                f"{h5_path}: episode_0/{_MARL}/{layout.AGENT_REWARDS} has shape "
+                f"{rewards.shape}, but metadata.json names {len(agents)} possible agents")
+
+
+def _json_or_none(text: Any) -> Any:
+    """``text`` parsed as JSON; ``None`` for anything else (a missing or damaged copy of a
+    value is not evidence against the value)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def _data_path(dataset: str | os.PathLike[str]) -> Path:
+    path = Path(os.fspath(dataset)).expanduser()
+    if path.is_dir():
+        return path if (path / layout.METADATA_FILE_NAME).exists() else path / "data"
+    return dataset_dir(os.fspath(dataset)) / "data"
+
+
+def _check_groups(file: h5py.File, total_episodes: int, h5_path: Path) -> None:
+    expected = {f"episode_{i}" for i in range(total_episodes)}
+    found = set(file)
+    if found != expected:
+        extra = sorted(found - expected)[:3]
+        missing = sorted(expected - found)[:3]
+        raise CorruptedDataError(
+            f"{h5_path}: metadata.json counts {total_episodes} episodes but the file holds "
+            f"{len(found)} groups (missing {missing}, unexpected {extra})")
+
+
+def _check_episode(file: h5py.File, index: int, spec: MultiAgentSpec | None,
+                   observation_space: spaces.Space, action_space: spaces.Space, jpeg: bool,
+                   h5_path: Path) -> int:
+    where = f"{h5_path}: episode_{index}"
+    group = file[f"episode_{index}"]
+    if not isinstance(group, h5py.Group):
+        raise CorruptedDataError(f"{where} is not a group")
+    steps = group.attrs.get("total_steps")
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise CorruptedDataError(f"{where}: attribute total_steps is {steps!r}, not a count")
+    steps = int(steps)
+    expect = _Expect(group, where, steps)
+    for name, kind in _EPISODE_COLUMNS.items():
+        expect.column(name, steps, (), kinds=kind)
+    for field_name, space, rows in (("observations", observation_space, steps + 1),
+                                    ("actions", action_space, steps)):
+        for path, leaf in leaf_spaces(space, field_name):
+            expect.leaf(path, leaf, rows, jpeg=jpeg and is_image_space(leaf))
+    if spec is not None:
+        _check_marl(expect, spec, steps)
+    return steps
+
+
+def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int) -> None:
+    width = (spec.num_agents,)
+    for name, dtype in _AGENT_COLUMNS.items():
+        expect.column(f"{_MARL}/{name}", steps + 1, width, dtype=dtype)
+    if spec.state_space is not None and f"{_MARL}/{layout.STATE}" in expect.group:
+        expect.leaf(f"{_MARL}/{layout.STATE}", spec.state_space, steps + 1, jpeg=False)
+    for name, dataset in _datasets(expect.group, f"{_MARL}/{layout.AGENT_INFOS}"):
+        agent = name.split("/")[3]
+        if agent not in spec.possible_agents:
+            raise LayoutError(f"{expect.where}/{name}: {agent!r} is not one of possible_agents "
+                              f"{list(spec.possible_agents)}")
+        expect.rows(name, dataset, steps + 1)
+    for name, dataset in _datasets(expect.group, f"{_MARL}/{layout.EXTRAS}"):
+        expect.rows(name, dataset, steps + 1)
+
+
+def _datasets(group: h5py.Group, prefix: str) -> Iterator[tuple[str, h5py.Dataset]]:
+    sub = group.get(prefix)
+    if not isinstance(sub, h5py.Group):
+        return
+    found: list[tuple[str, h5py.Dataset]] = []
+    sub.visititems(lambda name, obj: found.append((f"{prefix}/{name}", obj))
+                   if isinstance(obj, h5py.Dataset) else None)
+    yield from found
+
+
+@dataclass(frozen=True)
+class _Expect:
+    """Checks on the datasets of one episode group; messages start with ``where``."""
+
+    group: h5py.Group
+    where: str
+    steps: int
+
+    def dataset(self, path: str) -> h5py.h5d.DatasetID:
+        found = offset_index.dataset_id(self.group, path)
+        if found is None:
+            raise LayoutError(f"{self.where}/{path} is missing (the layout requires it)")
+        return found
+
+    def rows(self, path: str, dataset: h5py.Dataset | h5py.h5d.DatasetID, rows: int) -> None:
+        if not dataset.shape or dataset.shape[0] != rows:
+            raise LayoutError(f"{self.where}/{path} has shape {dataset.shape}: the layout "
+                              f"needs {rows} rows for {self.steps} steps")
+
+    def column(self, path: str, rows: int, row_shape: tuple[int, ...], *,
+               dtype: np.dtype | None = None, kinds: str | None = None) -> None:
+        dataset = self.dataset(path)
+        self.rows(path, dataset, rows)
+        if dataset.shape[1:] != row_shape:
+            raise LayoutError(f"{self.where}/{path} has rows of shape {dataset.shape[1:]}, "
+                              f"expected {row_shape} (one column per possible agent)")
+        if (dtype is not None and dataset.dtype != dtype) or (
+                kinds is not None and dataset.dtype.kind not in kinds):
+            raise LayoutError(f"{self.where}/{path} has dtype {dataset.dtype}, expected "
+                              f"{dtype or kinds}")
+
+    def leaf(self, path: str, space: spaces.Space, rows: int, *, jpeg: bool) -> None:
+        dataset = self.dataset(path)
+        self.rows(path, dataset, rows)
+        if jpeg:  # per-row JPEG bytes: fixed (rows, L) uint8 or variable-length uint8
+            if dataset.dtype.kind not in "uO" or len(dataset.shape) > 2:
+                raise LayoutError(f"{self.where}/{path} should hold JPEG bytes per row, has "
+                                  f"{dataset.dtype} {dataset.shape}")
+            return
+        expected = leaf_dtype(space)
+        if expected.kind == "O":
+            if h5py.check_string_dtype(dataset.dtype) is None:
+                raise LayoutError(f"{self.where}/{path} should hold strings, has "
+                                  f"{dataset.dtype}")
+            return
+        if dataset.shape[1:] != leaf_shape(space) or dataset.dtype != expected:
+            raise LayoutError(
+                f"{self.where}/{path} is {dataset.dtype} with rows of shape "
+                f"{dataset.shape[1:]}; its space {space} stores {expected} rows of shape "
+                f"{leaf_shape(space)}")
+
+
+def _check_index(data_path: Path, file: h5py.File) -> bool:
+    index = offset_index.read(data_path)
+    if index is None:
+        return False
+    h5_path = data_path / layout.MAIN_FILE_NAME
+    sealed = file.attrs.get(offset_index.SEAL_ATTRIBUTE) == offset_index.content_digest(
+        index.steps, index.offsets)
+    if not sealed or offset_index.fingerprint(h5_path) != index.fingerprint:
+        return False  # stale: readers ignore it, so it misleads no one
+    problems = offset_index.mismatches(index, file, range(len(index.steps)))
+    if problems:
+        raise CorruptedDataError(
+            f"{data_path / layout.INDEX_FILE_NAME} disagrees with the HDF5 file: "
+            f"{'; '.join(problems[:3])}. Delete it (readers then use HDF5).")
+    return True
