@@ -14,7 +14,6 @@ Needs the ``torch`` extra (``pip install "marl-minari[torch]"``).
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,7 +24,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, MarlMinariError
+from marl_minari.errors import (
+    IncompatibleSourcesError,
+    InvalidOptionError,
+    MissingExtraError,
+)
+from marl_minari.extras import require
 from marl_minari.format import layout
 from marl_minari.format.legal_actions import recorded_mask
 from marl_minari.format.spec import MultiAgentSpec
@@ -48,18 +52,9 @@ SOURCE_KEY: Final = "source"
 DONE_KEYS: Final = ("done", "terminated", "truncated")
 
 
-class MissingExtraError(MarlMinariError, ImportError):
-    """An optional dependency of the feature asked for is not installed."""
-
-
 def _require_torch() -> None:
     for module in ("torch", "tensordict", "torchrl"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise MissingExtraError(
-                f"TorchRL export needs {module!r}, which is not installed: "
-                'pip install "marl-minari[torch]"') from exc
+        require(module, "torch", "the TorchRL bridge")
 
 
 # --------------------------------------------------------------------------- grouping

@@ -122,6 +122,11 @@ class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
     """A change was asked of a buffer built from offline data, which is read-only."""
 
 
+class MissingExtraError(MarlMinariError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the
+    extra that brings it (``pip install "marl-minari[jax]"``)."""
+
+
 class RLlibOfflineError(MarlMinariError, NotImplementedError):
     """A dataset or an RLlib config that RLlib's offline API cannot train from (see
     ``docs/ray.md``, *Multi-agent offline training*)."""

@@ -274,7 +274,7 @@ def test_every_kind_of_source(recorded, cartpole_dataset, vaults: Path) -> None:
 
 
 def test_missing_torch_extra_is_named(monkeypatch: pytest.MonkeyPatch, recorded) -> None:
-    from marl_minari.adapters.tensordicts import MissingExtraError
+    from marl_minari.errors import MissingExtraError
 
     dataset = recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
     monkeypatch.setitem(sys.modules, "torchrl", None)
