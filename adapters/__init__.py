@@ -19,30 +19,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT
+    from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT, is_vault, vault_path_parts
 
     from ._import_layout import EXTRA_PREFIX
-    from ._store import is_vault
     from ._view import PAD_VALUE
     from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
-    from .vault_to_minari import from_vault, vault_path_parts
+    from .vault_to_minari import from_vault
 
 _EXPORTS = {
-    "DEFAULT_CHUNK_STEPS": "sources",
-    "EXTRA_PREFIX": "_import_layout",
-    "PAD_VALUE": "_view",
-    "SINGLE_AGENT": "sources",
-    "SOURCE_KEY": "buffer",
-    "MultiSourceBufferState": "buffer",
-    "from_vault": "vault_to_minari",
-    "is_vault": "_store",
-    "make_buffer": "buffer",
-    "make_torchrl_buffer": "tensordicts",
-    "to_tensordict": "tensordicts",
-    "to_vault": "minari_to_vault",
-    "vault_path_parts": "vault_to_minari",
+    "DEFAULT_CHUNK_STEPS": "marl_minari.sources",
+    "EXTRA_PREFIX": f"{__name__}._import_layout",
+    "PAD_VALUE": f"{__name__}._view",
+    "SINGLE_AGENT": "marl_minari.sources",
+    "SOURCE_KEY": f"{__name__}.buffer",
+    "MultiSourceBufferState": f"{__name__}.buffer",
+    "from_vault": f"{__name__}.vault_to_minari",
+    "is_vault": "marl_minari.sources",
+    "make_buffer": f"{__name__}.buffer",
+    "make_torchrl_buffer": f"{__name__}.tensordicts",
+    "to_tensordict": f"{__name__}.tensordicts",
+    "to_vault": f"{__name__}.minari_to_vault",
+    "vault_path_parts": "marl_minari.sources",
 }
 
 __all__ = [
@@ -66,7 +65,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'marl_minari.adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

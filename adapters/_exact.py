@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from marl_minari.format.spaces import build_tree, leaf_dtype, leaf_shape, leaves
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.arrays import MultiAgentArrays
 
 from ._store import (
     RESTORATION_COMPRESSION,

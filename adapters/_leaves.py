@@ -15,8 +15,8 @@ import numpy as np
 
 from marl_minari.format import layout
 from marl_minari.format.spaces import leaves
-from marl_minari.storage.reader import MultiAgentArrays
-from marl_minari.storage.writer import LeafEpisode
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.episode_writer import LeafEpisode
 
 Rows = Literal["obs", "step"]
 

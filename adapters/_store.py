@@ -116,17 +116,6 @@ def default_vault_uid(algorithm_name: object) -> str:
     return default_uid()
 
 
-def is_vault(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a vault folder (``metadata.json`` with a ``structure_shape``)."""
-    meta = Path(path) / METADATA_FILE
-    if not meta.is_file():
-        return False
-    try:
-        return "structure_shape" in json.loads(meta.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-
-
 @dataclass(frozen=True)
 class LeafInfo:
     """One experience leaf of a vault.

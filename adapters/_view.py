@@ -24,7 +24,7 @@ from marl_minari.format import layout
 from marl_minari.format.legal_actions import mask_source
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leaves
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.arrays import MultiAgentArrays
 
 from ._store import parse_shape
 

@@ -34,11 +34,12 @@ from marl_minari.sources import (
     DatasetSource,
     check_chunk_steps,
     check_source_weights,
+    is_vault,
     open_source,
     spec_of,
 )
 
-from ._store import VaultReader, is_vault, leaf_name
+from ._store import VaultReader, leaf_name
 from ._view import (
     TERMINALS,
     TRUNCATIONS,
@@ -228,7 +229,7 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
         infos = first.agent_infos or {}
         plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)} for a, t in
                                              infos.items()})
-    length = dataset.total_steps if dataset.reads_all_episodes else _count_steps(dataset)
+    length = dataset.total_steps
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
         lengths = []
@@ -246,11 +247,6 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
                    agents=dataset.spec.possible_agents,
                    spaces=(dataset.spec.observation_spaces, dataset.spec.action_spaces),
                    length=length, fill=fill)
-
-
-def _count_steps(dataset: DatasetSource) -> int:
-    metas = dataset.storage.get_episode_metadata(dataset.episode_indices.tolist())
-    return sum(int(m["total_steps"]) for m in metas)
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -1,38 +1,25 @@
 """Datasets as chunks of whole episodes with their seeds, options and streams.
 
-Opening a dataset is :func:`marl_minari.sources.open_source`'s job (the one way in: ids,
-folders, ``MinariDataset``, ``MultiAgentDataset``; a plain single-agent dataset is one agent,
-``agent_0``); this module adds what converting to a vault needs on top of the arrays: every
-episode's reset seed and options (:func:`chunks`) and the metadata to write back.
+Opening a dataset is :func:`marl_minari.sources.open_source`'s job (the one door; a plain
+single-agent dataset is one agent, ``agent_0``); this module adds what converting to a vault
+needs on top of the arrays: every episode's reset seed, options and stream (:func:`chunks`)
+and the metadata to write back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from marl_minari.errors import LayoutError
 from marl_minari.format import layout
-from marl_minari.sources import (
-    DEFAULT_CHUNK_STEPS,
-    MOVED_KEYS,
-    SINGLE_AGENT,
-    SINGLE_AGENT_KEY,
-    DatasetSource,
-    open_source,
-    single_agent_spec,
-    spec_of,
-)
-from marl_minari.storage.reader import MultiAgentArrays, episode_attributes
+from marl_minari.sources import MOVED_KEYS, SINGLE_AGENT_KEY, DatasetSource
+from marl_minari.storage.arrays import MultiAgentArrays
 
 from ._exact import EpisodeInfo
-
-__all__ = ["DEFAULT_CHUNK_STEPS", "SINGLE_AGENT", "Chunk", "DatasetSource", "chunks", "open_source",
-           "require_layout", "single_agent_spec", "spec_of", "writer_metadata"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +51,13 @@ def chunks(source: DatasetSource, chunk_steps: int, streams: Iterable[int] | Non
     for batch in source.batches(chunk_steps):
         # Attributes are read per chunk, not in one pass kept open across chunks: an HDF5
         # file grows in memory while its episodes are visited (about 5 KB per episode).
-        metadata = _attributes(source, batch) if attributes else [{} for _ in batch]
-        seeds = [None if meta.get("seed") is None else int(meta["seed"]) for meta in metadata]
-        options = [meta.get("options") or None for meta in metadata]
+        read = (source.episode_attributes(batch) if attributes
+                else [(None, None) for _ in batch])
+        seeds = [seed for seed, _ in read]
+        options = [given or None for _, given in read]
         stream_ids = np.zeros(len(batch), dtype=np.int32) if stream_iter is None else \
             np.asarray([next(stream_iter) for _ in batch], dtype=np.int32)
         yield Chunk(source.read(batch), EpisodeInfo(seeds, options, stream_ids))
-
-
-def _attributes(source: DatasetSource, batch: list[int]) -> list[dict[str, Any]]:
-    if source.metadata.get("data_format", "hdf5") != "hdf5":
-        return list(source.storage.get_episode_metadata(batch))
-    path = Path(source.data_path) / layout.MAIN_FILE_NAME
-    return [{"seed": seed, "options": options}
-            for seed, options in episode_attributes(path, batch)]
 
 
 def writer_metadata(metadata: dict[str, Any], spec_extra: dict[str, Any]) -> dict[str, Any]:

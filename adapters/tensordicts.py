@@ -1,7 +1,7 @@
 """Datasets as TorchRL TensorDicts and replay buffers, in TorchRL's multi-agent conventions.
 
-:func:`to_tensordict` turns any source :func:`marl_minari.sources.open_source` opens (or a
-Flashbax vault folder, through :func:`marl_minari.sources.opening`) into a memory-mapped
+:func:`to_tensordict` turns anything :func:`marl_minari.sources.open_source` opens (a dataset
+or a Flashbax vault) into a memory-mapped
 ``TensorDict`` of transitions with exactly the keys TorchRL's own ``PettingZooWrapper``
 (``use_mask=True``) produces for the same environment; :func:`make_torchrl_buffer` lays
 several sources into one ``TensorDictReplayBuffer`` over a ``LazyMemmapStorage`` and samples
@@ -31,16 +31,15 @@ from marl_minari.errors import (
 )
 from marl_minari.extras import require
 from marl_minari.format import layout
-from marl_minari.format.legal_actions import recorded_mask
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
     DEFAULT_CHUNK_STEPS,
     DatasetSource,
     check_chunk_steps,
     check_source_weights,
-    opening,
+    open_source,
 )
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.arrays import MultiAgentArrays, recorded_mask
 
 TRAJ_KEY: Final = ("collector", "traj_ids")
 """Key of each transition's trajectory id (the dataset's episode id in :func:`to_tensordict`,
@@ -225,21 +224,14 @@ def transition_chunks(source: DatasetSource, *, group_map: Mapping[str, Sequence
             yield _to_td(_chunk_dict(plan, arrays), steps)
 
 
-def _steps(source: DatasetSource) -> int:
-    if source.reads_all_episodes:
-        return source.total_steps
-    metas = source.storage.get_episode_metadata(source.episode_indices.tolist())
-    return sum(int(m["total_steps"]) for m in metas)
-
-
 def to_tensordict(source: Any, *, path: str | os.PathLike[str] | None = None,
                   group_map: Mapping[str, Sequence[str]] | None = None,
                   chunk_steps: int = DEFAULT_CHUNK_STEPS, download: bool = False) -> Any:
     """A dataset's transitions as one memory-mapped TensorDict of batch ``(T,)``.
 
     Args:
-        source: a dataset id, folder, ``MinariDataset``, ``MultiAgentDataset`` or Flashbax
-            vault folder (see :func:`marl_minari.sources.opening`).
+        source: anything :func:`marl_minari.sources.open_source` opens (a dataset id,
+            folder or URL, a ``MinariDataset``, a ``MultiAgentDataset``, a vault folder).
         path: folder for the memory-mapped tensors (a new temporary folder by default; it is
             not removed, the TensorDict lives in it).
         group_map: ``{group: [agents]}``; TorchRL's default grouping by default
@@ -259,8 +251,8 @@ def to_tensordict(source: Any, *, path: str | os.PathLike[str] | None = None,
     _require_torch()
     check_chunk_steps(chunk_steps)
     folder = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="marl-minari-td-"))
-    with opening(source, download=download) as opened:
-        total = _steps(opened)
+    with open_source(source, download=download) as opened:
+        total = opened.total_steps
         out = None
         cursor = 0
         for chunk in transition_chunks(opened, group_map=group_map, chunk_steps=chunk_steps):
@@ -345,8 +337,8 @@ def make_torchrl_buffer(sources: Sequence[Any], batch_size: int, *, slice_len: i
             f"slice_len={slice_len})")
     check_source_weights(weights, len(sources))
     with ExitStack() as stack:
-        opened = [stack.enter_context(opening(s, download=download)) for s in sources]
-        total = sum(_steps(s) for s in opened)
+        opened = [stack.enter_context(open_source(s, download=download)) for s in sources]
+        total = sum(s.total_steps for s in opened)
         storage = LazyMemmapStorage(max(total, 1), scratch_dir=scratch_dir)
         episode_lengths = _fill(storage, opened, group_map, chunk_steps)
     if not sum(int(np.sum(lengths)) for lengths in episode_lengths):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,9 +36,11 @@ from marl_minari.format.spaces import (
     rows_outside,
 )
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
-from marl_minari.storage.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
-from marl_minari.storage.writer import LeafEpisode, write_dataset
+from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps, load_dataset, spec_of
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.dataset import MultiAgentDataset
+from marl_minari.storage.episode_writer import LeafEpisode
+from marl_minari.storage.writer import write_dataset
 
 from ._exact import ExactField, ExactSource, decode_json, restore_arrays
 from ._import_layout import (
@@ -65,7 +66,7 @@ from ._view import (
     ViewPlan,
 )
 from .minari_to_vault import VAULT_METADATA_KEY
-from .sources import spec_of, writer_metadata
+from .sources import writer_metadata
 
 
 def from_vault(
@@ -542,9 +543,3 @@ def _unflatten(space: spaces.Space, flat: AgentFlat, values: np.ndarray,
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         return build_tree(space, by_path)
     return by_path[""]
-
-
-def vault_path_parts(path: str | os.PathLike[str]) -> tuple[Path, str, str]:
-    """Split a vault folder ``rel_dir/vault_name/vault_uid`` into its three parts."""
-    resolved = Path(path).resolve()
-    return resolved.parent.parent, resolved.parent.name, resolved.name

@@ -9,9 +9,12 @@ from typing import Any
 
 from marl_minari.collectors.builder import EpisodeBuilder
 
-from marl_minari.envs.descriptor import Api, EnvDescriptor, describe_env
+from marl_minari.envs.descriptor import describe_env
 from marl_minari.errors import EnvApiError
+from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.spec import MultiAgentSpec, resolve_state_encoding
+from marl_minari.sources import load_dataset
+from marl_minari.storage.dataset import open_written
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY, JournalWriter
@@ -244,22 +247,19 @@ class DatasetRecorderMixin:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
         """
-        from marl_minari.storage.reader import open_written
-
         del eval_env  # the recorded env is re-created from the dataset's env descriptor
         self._warn_in_progress(dataset_id)
-        self._core.create_dataset(dataset_id, minari_metadata(
+        folder = self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
             ref_min_score, ref_max_score, extra_metadata))
-        return open_written(dataset_id, self._core.spec, jpeg_encoding=self._core.jpeg_encoding)
+        return open_written(folder / "data", self._core.spec,
+                            jpeg_encoding=self._core.jpeg_encoding)
 
     def add_to_dataset(self, dataset_id: str) -> Any:
         """Append every episode finished so far to the existing dataset ``dataset_id``.
 
         As for :meth:`create_dataset`, an episode in progress is not cut.
         """
-        from marl_minari.storage.reader import load_dataset
-
         self._warn_in_progress(dataset_id)
         self._core.add_to_dataset(dataset_id)
         return load_dataset(dataset_id)

@@ -28,8 +28,8 @@ from marl_minari.collectors.builder import detached
 from pettingzoo.utils.env import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
 
-from marl_minari.envs.descriptor import EnvDescriptor
 from marl_minari.format import layout
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY
 

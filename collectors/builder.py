@@ -19,7 +19,7 @@ from marl_minari.format.returns import team_rewards
 from marl_minari.format.spaces import check_row_shapes, leaf_dtype, leaf_shape, leaves, nest, stack
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.writer import check_options
+from marl_minari.storage.episode_writer import check_options
 
 
 def detached(value: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from marl_minari.envs.descriptor import Api, make_env
+from marl_minari.envs.descriptor import make_env
 from marl_minari.envs.policies import RandomPolicy
 from marl_minari.errors import (
     DatasetExistsError,
@@ -15,9 +15,10 @@ from marl_minari.errors import (
     EnvDescriptorError,
     InvalidOptionError,
 )
+from marl_minari.format.env_descriptor import Api
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import check_state_encoding
-from marl_minari.storage.reader import MultiAgentDataset
+from marl_minari.storage.dataset import MultiAgentDataset
 
 Policy = Callable[..., Any]
 

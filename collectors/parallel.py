@@ -8,7 +8,7 @@ from typing import Any
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from marl_minari.envs.descriptor import EnvDescriptor
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY
 

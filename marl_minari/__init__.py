@@ -14,11 +14,11 @@ __version__ = "0.1.0"
 # The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
 # and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
 from marl_minari.registry import register_remote_kinds  # noqa: I001
-from marl_minari.storage.check import CheckReport, check_dataset
+from marl_minari.storage.check import CheckReport
 from marl_minari.derive.combine import combine_datasets
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.envs.descriptor import (
-    EnvDescriptor,
     make_env,
     trust_env_package,
     trusted_env_packages,
@@ -43,9 +43,10 @@ from marl_minari.errors import (
 )
 from marl_minari.envs.joint import JointEnv
 from marl_minari.format.layout import LAYOUT_VERSION
-from marl_minari.storage.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.sources import check_dataset, load_dataset
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.dataset import MultiAgentDataset, split_dataset
 from marl_minari.storage.recording import discard_recording, list_recordings, recover_recording
-from marl_minari.storage.selection import split_dataset
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.writer import write_dataset
 

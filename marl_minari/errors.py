@@ -8,10 +8,6 @@ bad input, ``FileExistsError`` for refusing to overwrite), so existing handlers 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from pathlib import Path
-
 
 class MarlMinariError(Exception):
     """Base class of every error raised on purpose by marl-minari."""
@@ -92,20 +88,6 @@ ConfigurationError = InvalidOptionError
 """An option or environment variable has a value the library cannot use (same class as
 :class:`InvalidOptionError`: one error for bad option values, wherever they come from)."""
 
-@contextlib.contextmanager
-def hdf5_errors(h5_path: Path) -> Iterator[None]:
-    """Turn what h5py raises on a damaged file (``KeyError`` with HDF5 internals,
-    ``RuntimeError``, ``OSError``...) into :class:`CorruptedDataError` naming the file."""
-    try:
-        yield
-    except MarlMinariError:
-        raise
-    except (KeyError, ValueError, RuntimeError, OSError, TypeError, IndexError) as exc:
-        raise CorruptedDataError(
-            f"{h5_path} is damaged ({type(exc).__name__}: {exc}); run marl-minari check on "
-            "the dataset for details, and restore it from a copy.") from exc
-
-
 class NotADatasetError(MarlMinariError, TypeError):
     """Something given where a dataset (id, folder, ``MinariDataset``...) was expected."""
 
@@ -125,6 +107,11 @@ class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
 class MissingExtraError(MarlMinariError, ImportError):
     """A feature needs an optional dependency that is not installed; the message names the
     extra that brings it (``pip install "marl-minari[jax]"``)."""
+
+
+class DependencyVersionError(MarlMinariError, RuntimeError):
+    """An installed dependency has a version this library does not support; the message says
+    which versions it supports."""
 
 
 class RLlibOfflineError(MarlMinariError, NotImplementedError):

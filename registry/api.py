@@ -152,8 +152,8 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     """
     import minari
 
-    from marl_minari.storage.check import check_dataset
-    from marl_minari.storage.reader import MultiAgentDataset
+    from marl_minari.storage.check import check_data_folder
+    from marl_minari.storage.dataset import MultiAgentDataset
 
     parse_dataset_id(dataset_id)
     folder = dataset_dir(dataset_id)
@@ -173,7 +173,8 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
                               "allow_single_agent=True (--allow-single-agent).") from exc
     metadata = read_json_object(folder / METADATA_PATH)
     if metadata.get("data_format", "hdf5") == "hdf5":
-        check_dataset(folder)  # every episode against docs/format.md, before any upload
+        # every episode against docs/format.md, before any upload
+        check_data_folder(folder / "data")
     combined = list(dataset.spec.combined_datasets or [])
     for sub in combined:
         parse_dataset_id(sub)

@@ -109,38 +109,47 @@ def collect(
     typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")
 
 
-def info(dataset_id: Annotated[str, typer.Argument(
-        callback=checks.dataset_id, help="Local dataset id.")]) -> None:
+def info(dataset: Annotated[str, typer.Argument(
+        metavar="DATASET",
+        help="Dataset id, dataset folder, registry URL or Flashbax vault folder.")]) -> None:
     """Agents, spaces, counts and per-agent return statistics of a dataset."""
-    from marl_minari.storage.reader import load_dataset
+    import numpy as np
 
-    checks.require_local_dataset(dataset_id)
-    dataset = load_dataset(dataset_id)
-    spec = dataset.spec
-    arrays = dataset.to_arrays()
-    returns = arrays.returns()
-    lengths = arrays.episode_lengths
-    typer.echo(f"dataset        {dataset_id}")
+    from marl_minari.sources import open_source
+
+    with open_source(dataset) as source:
+        spec = source.spec
+        returns = [chunk.returns() for chunk in source.chunks(observations=False)]
+        lengths = source.episode_lengths()
+    typer.echo(f"dataset        {source.dataset_id}")
     typer.echo(f"environment    {spec.env.name if spec.env else 'unknown'} ({spec.api})")
-    typer.echo(f"episodes       {dataset.total_episodes}")
-    typer.echo(f"steps          {dataset.total_steps}  (length mean {lengths.mean():.1f}, "
-               f"min {lengths.min()}, max {lengths.max()})")
+    typer.echo(f"episodes       {source.total_episodes}")
+    if not len(lengths):
+        typer.echo("steps          0  (no episodes)")
+    else:
+        typer.echo(f"steps          {source.total_steps}  (length mean {lengths.mean():.1f}, "
+                   f"min {lengths.min()}, max {lengths.max()})")
     typer.echo(f"state          {spec.state_space}")
     typer.echo("agent            return mean      std      min      max   observation / action")
+    per_agent = np.concatenate(returns) if returns else np.zeros((0, spec.num_agents))
     for i, agent in enumerate(spec.possible_agents):
-        column = returns[:, i]
+        column = per_agent[:, i]
         spaces_text = (f"{_short(spec.observation_spaces[agent])} / "
                        f"{_short(spec.action_spaces[agent])}")
-        typer.echo(f"{agent:<15} {column.mean():>12.3f} {column.std():>8.3f} "
-                   f"{column.min():>8.3f} {column.max():>8.3f}   {spaces_text}")
+        figures = (f"{column.mean():>12.3f} {column.std():>8.3f} {column.min():>8.3f} "
+                   f"{column.max():>8.3f}" if len(column) else f"{'-':>12} {'-':>8} {'-':>8} "
+                   f"{'-':>8}")
+        typer.echo(f"{agent:<15} {figures}   {spaces_text}")
 
 
-def check(dataset_id: Annotated[str, typer.Argument(
-        help="Dataset id, dataset folder or its data/ folder.")]) -> None:
+def check(dataset: Annotated[str, typer.Argument(
+        metavar="DATASET",
+        help="Dataset id, dataset folder (or a file in it), registry URL or vault folder.")]
+          ) -> None:
     """Check every episode of a dataset against docs/format.md (plain Minari datasets too)."""
-    from marl_minari.storage.check import check_dataset
+    from marl_minari.sources import check_dataset
 
-    report = check_dataset(dataset_id)
+    report = check_dataset(dataset)
     index = ", offset index verified" if report.index_checked else ""
     typer.echo(f"ok: {report.total_episodes} episodes, {report.total_steps} steps follow the "
                f"{report.kind} layout{index} ({report.path})")

@@ -15,9 +15,9 @@ from typing import Any
 from marl_minari.envs.descriptor import effective_kwargs
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format import layout
-from marl_minari.sources import DatasetSource, open_source
+from marl_minari.sources import DatasetSource, load_dataset, open_source
+from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.reader import MultiAgentDataset, load_dataset
 from marl_minari.storage.writer import write_dataset
 
 COMBINED_KEY = "combined_datasets"
@@ -108,9 +108,7 @@ def _layout_version(source: DatasetSource) -> Any:
 
 def _episodes(sources: list[DatasetSource]) -> Iterator[MultiAgentEpisode]:
     for source in sources:
-        dataset = source.dataset
-        assert isinstance(dataset, MultiAgentDataset)
-        yield from dataset.iterate_episodes(source.episode_indices.tolist())
+        yield from source.episodes()
 
 
 def _episode_metadata(sources: list[DatasetSource]) -> dict[str, Any]:

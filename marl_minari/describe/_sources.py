@@ -1,5 +1,5 @@
 """What :func:`~marl_minari.describe.describe` reads: a source opened by
-:func:`marl_minari.sources.opening` (the one way in), with describe's provenance metadata."""
+:func:`marl_minari.sources.open_source` (the one door), with describe's provenance metadata."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from gymnasium import spaces
 from marl_minari.describe._metadata import _dataset_metadata, _json_safe, _space_text
 from marl_minari.describe.results import SourceKind
 from marl_minari.format import layout
-from marl_minari.sources import SINGLE_AGENT, DatasetSource, opening
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.sources import SINGLE_AGENT, DatasetSource, VaultSource, open_source
+from marl_minari.storage.arrays import MultiAgentArrays
 
 __all__ = ["SINGLE_AGENT", "_Source", "_open_source"]
 
@@ -38,16 +38,19 @@ class _Source:
 def _open_source(source: Any, chunk_steps: int, progress: bool,
                  vault_options: dict[str, Any]) -> Iterator[_Source]:
     """Open ``source`` (never downloading) for the ``with`` block."""
-    with opening(source, vault_options=vault_options, chunk_steps=chunk_steps,
-                 progress=progress) as opened:
+    opened = open_source(source, vault_options=vault_options)
+    try:
         yield _described(opened, chunk_steps)
+    finally:
+        if opened is not source:
+            opened.close()
 
 
 def _described(source: DatasetSource, chunk_steps: int) -> _Source:
     spec = source.spec
     # Statistics need actions and rewards only: a plain dataset's observations stay unread.
     chunks = partial(source.chunks, chunk_steps, observations=False)
-    if source.vault_path is not None:
+    if isinstance(source, VaultSource):
         return _Source(name=str(source.vault_path), kind="vault",
                        possible_agents=spec.possible_agents,
                        action_spaces=dict(spec.action_spaces),
@@ -65,9 +68,8 @@ def _described(source: DatasetSource, chunk_steps: int) -> _Source:
                    metadata=metadata, chunks=chunks)
 
 
-def _vault_metadata(source: DatasetSource) -> dict[str, Any]:
+def _vault_metadata(source: VaultSource) -> dict[str, Any]:
     """The imported dataset's provenance, with the vault's own record instead of its ids."""
-    assert source.vault_path is not None
     metadata = _dataset_metadata(source.metadata, source.spec)
     for key in _VAULT_DROPPED_KEYS:
         metadata.pop(key, None)

@@ -22,7 +22,7 @@ from marl_minari.describe.results import (
 from marl_minari.errors import LayoutError
 from marl_minari.format.returns import sequential_sums
 from marl_minari.format.spaces import leaf_spaces, leaves
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.arrays import MultiAgentArrays
 
 
 class _ActionStats:

@@ -1,12 +1,8 @@
-"""Env descriptors: JSON that re-creates a PettingZoo environment.
-
-A descriptor names an environment by a PettingZoo registry id (``classic/chess-v6``), by an
-id of an env family outside the registry (``mpe2/simple_spread_v3``), or by an importable
-``module:attr`` entry point, plus JSON keyword arguments and the versions of the packages it
-came from.
+"""Making PettingZoo environments: by id (:func:`make_env`), and again from a dataset's env
+descriptor (:func:`recreate_env`), importing only the code the user trusts.
 
 A descriptor read from a dataset is someone else's words: re-creating its environment imports
-and calls what it names. :meth:`EnvDescriptor.make` therefore only imports modules of trusted
+and calls what it names. :func:`recreate_env` therefore only imports modules of trusted
 environment packages (:func:`trusted_env_packages`: pettingzoo, mpe2, those named in
 ``$MARL_MINARI_TRUSTED_ENV_PACKAGES`` and those passed to :func:`trust_env_package`) unless the
 caller says ``trust_remote_code=True``, as Hugging Face's loaders do. Environments the user makes
@@ -24,12 +20,11 @@ import re
 import sys
 import warnings
 import weakref
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 from marl_minari.errors import EnvDescriptorError
+from marl_minari.format.env_descriptor import Api, EnvDescriptor
 
-Api = Literal["parallel", "aec"]
 TRUSTED_ENV_PACKAGES_VAR = "MARL_MINARI_TRUSTED_ENV_PACKAGES"
 """Environment variable: comma-separated top-level packages whose envs datasets may re-create."""
 DEFAULT_TRUSTED_ENV_PACKAGES = ("pettingzoo", "mpe2")
@@ -38,105 +33,43 @@ _ID_RE = re.compile(r"^(?P<family>[\w.]+)/(?P<name>\w+?)(?:[-_]v(?P<version>\d+)
 _ATTACHED: weakref.WeakKeyDictionary[Any, EnvDescriptor] = weakref.WeakKeyDictionary()
 
 
-@dataclass(frozen=True)
-class EnvDescriptor:
-    """How to re-create a PettingZoo environment.
+def recreate_env(descriptor: EnvDescriptor, api: Api | None = None, *,
+                 trust_remote_code: bool = False, **overrides: Any) -> Any:
+    """Create the environment ``descriptor`` names (``api`` defaults to the recorded one).
 
-    Attributes:
-        api: ``"parallel"`` or ``"aec"``, the API the environment was recorded through.
-        entry_point: ``module:attr`` of a callable returning the env (``None`` if unknown).
-        env_id: the id it was made from (registry id or ``family/name_vN``), if any.
-        kwargs: JSON keyword arguments for the entry point.
-        versions: installed versions of pettingzoo and the env's package when recorded.
-        kwargs_known: ``False`` when the env was not made through :func:`make_env` and its
-            constructor arguments could not be recovered (defaults are then assumed).
+    Args:
+        descriptor: the env descriptor (``dataset.spec.env``).
+        api: ``"parallel"`` or ``"aec"``; default: the recorded one.
+        trust_remote_code: import and call the entry point even when its package is not
+            trusted (:func:`trusted_env_packages`). Only for datasets whose author you
+            trust: the descriptor can name any importable callable.
+        overrides: keyword arguments replacing the recorded ones.
+
+    Raises:
+        EnvDescriptorError: the entry point is untrusted, cannot be imported or called, or
+            does not return a PettingZoo env.
     """
-
-    api: Api
-    entry_point: str | None
-    env_id: str | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    kwargs_known: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (see :meth:`from_dict`)."""
-        return asdict(self)
-
-    def to_json(self) -> str:
-        """The descriptor as a JSON string."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EnvDescriptor:
-        """Rebuild a descriptor from :meth:`to_dict` output.
-
-        Keys this version does not know (a newer writer's) are ignored with a warning, so that
-        newer datasets stay readable; missing required keys (``api``, ``entry_point``) raise.
-        """
-        if not isinstance(data, dict):
-            raise EnvDescriptorError(f"not an env descriptor: {data!r} (expected a JSON object)")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(str(key) for key in data if key not in known)
-        if unknown:
-            warnings.warn(
-                f"env descriptor keys {unknown} are unknown to this marl-minari and ignored "
-                "(written by a newer version?); upgrade marl-minari to use them.",
-                stacklevel=2,
-            )
-        try:
-            return cls(**{key: value for key, value in data.items() if key in known})
-        except TypeError as exc:
-            raise EnvDescriptorError(f"not an env descriptor: {data!r} ({exc})") from exc
-
-    @classmethod
-    def from_json(cls, text: str) -> EnvDescriptor:
-        """Rebuild a descriptor from :meth:`to_json` output."""
-        return cls.from_dict(json.loads(text))
-
-    @property
-    def name(self) -> str:
-        """A short human name: the id, else the entry point's attribute path."""
-        if self.env_id:
-            return self.env_id
-        return self.entry_point or "unknown"
-
-    def make(self, api: Api | None = None, *, trust_remote_code: bool = False,
-             **overrides: Any) -> Any:
-        """Create the environment (``api`` defaults to the recorded one).
-
-        Args:
-            api: ``"parallel"`` or ``"aec"``; default: the recorded one.
-            trust_remote_code: import and call the entry point even when its package is not
-                trusted (:func:`trusted_env_packages`). Only for datasets whose author you
-                trust: the descriptor can name any importable callable.
-            overrides: keyword arguments replacing the recorded ones.
-
-        Raises:
-            EnvDescriptorError: the entry point is untrusted, cannot be imported or called, or
-                does not return a PettingZoo env.
-        """
-        api = api or self.api
-        kwargs = {**self.kwargs, **overrides}
-        if self.env_id is not None:
-            if not trust_remote_code:
-                _check_trusted(self.env_id)
-            return make_env(self.env_id, api=api, **kwargs)
-        if self.entry_point is None:
-            raise EnvDescriptorError(
-                "this dataset does not say how to re-create its environment (no entry point); "
-                "record with an env made by marl_minari.make_env or pass env_descriptor=."
-            )
+    api = api or descriptor.api
+    kwargs = {**descriptor.kwargs, **overrides}
+    if descriptor.env_id is not None:
         if not trust_remote_code:
-            _check_trusted(self.entry_point)
-        try:
-            env = _load(self.entry_point)(**kwargs)
-        except EnvDescriptorError:
-            raise
-        except Exception as exc:
-            raise EnvDescriptorError(
-                f"could not create {self.entry_point!r} with {kwargs!r}: {exc}") from exc
-        return _convert(env, api, self.entry_point)
+            _check_trusted(descriptor.env_id)
+        return make_env(descriptor.env_id, api=api, **kwargs)
+    if descriptor.entry_point is None:
+        raise EnvDescriptorError(
+            "this dataset does not say how to re-create its environment (no entry point); "
+            "record with an env made by marl_minari.make_env or pass env_descriptor=."
+        )
+    if not trust_remote_code:
+        _check_trusted(descriptor.entry_point)
+    try:
+        env = _load(descriptor.entry_point)(**kwargs)
+    except EnvDescriptorError:
+        raise
+    except Exception as exc:
+        raise EnvDescriptorError(
+            f"could not create {descriptor.entry_point!r} with {kwargs!r}: {exc}") from exc
+    return _convert(env, api, descriptor.entry_point)
 
 
 def trust_env_package(package: str) -> None:

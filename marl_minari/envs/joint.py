@@ -12,8 +12,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from marl_minari.envs.descriptor import EnvDescriptor
+from marl_minari.envs.descriptor import recreate_env
 from marl_minari.errors import EnvDescriptorError
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.returns import REWARD_AGGREGATIONS, team_rewards
 from marl_minari.format.spaces import fill_rows, map_tree
 
@@ -38,7 +39,8 @@ class JointEnv(gym.Env):
         possible_agents: agent order (defaults to the env's).
         reward_aggregation: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
         trust_remote_code: make the env from ``descriptor`` even if it names a package outside
-            the trusted environment packages (see :meth:`EnvDescriptor.make`).
+            the trusted environment packages (see
+            :func:`~marl_minari.envs.descriptor.recreate_env`).
 
     Raises:
         EnvDescriptorError: no env and no descriptor, or the descriptor's env cannot (or may
@@ -57,7 +59,8 @@ class JointEnv(gym.Env):
             if isinstance(descriptor, dict):
                 descriptor = EnvDescriptor.from_dict(descriptor)
             overrides = {"render_mode": render_mode} if render_mode else {}
-            env = descriptor.make(None, trust_remote_code=trust_remote_code, **overrides)
+            env = recreate_env(descriptor, None, trust_remote_code=trust_remote_code,
+                               **overrides)
         if reward_aggregation not in REWARD_AGGREGATIONS:
             raise EnvDescriptorError(
                 f"reward_aggregation must be one of {list(REWARD_AGGREGATIONS)}, "

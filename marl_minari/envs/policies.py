@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari.format.layout import ACTION_MASK_KEY
-
-
-def action_mask(observation: Any, info: Any) -> np.ndarray | None:
-    """The legal-action mask of an agent, from its observation dict or its info dict."""
-    for source in (observation, info):
-        if isinstance(source, Mapping) and ACTION_MASK_KEY in source:
-            return np.asarray(source[ACTION_MASK_KEY])
-    return None
+from marl_minari.format.legal_actions import find_mask
 
 
 class RandomPolicy:
@@ -31,7 +22,7 @@ class RandomPolicy:
 
     def __call__(self, space: spaces.Space, observation: Any = None, info: Any = None) -> Any:
         """An action for ``space``, legal under the mask found in ``observation``/``info``."""
-        mask = action_mask(observation, info)
+        mask = find_mask(observation, info, arrays_only=False)
         if mask is not None and isinstance(space, spaces.Discrete):
             legal = np.flatnonzero(mask)
             if len(legal):

@@ -11,13 +11,12 @@ take the mask from here, so they agree on every step (``docs/format.md``).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Literal
 
 import numpy as np
 
 from marl_minari.format import layout
-from marl_minari.storage.reader import MultiAgentArrays
 
 MaskField = Literal["observations", "agent_infos"]
 MaskSource = tuple[MaskField, str]
@@ -35,20 +34,28 @@ def mask_source(observation_keys: Collection[str],
     return None
 
 
-def recorded_mask(arrays: MultiAgentArrays, agent: str) -> np.ndarray | None:
-    """``(S + E, A)`` the agent's recorded legal-action masks per observation row, or
-    ``None`` when none is recorded (as an array leaf) in either place."""
-    observation = arrays.observations[agent]
-    infos = (arrays.agent_infos or {}).get(agent)
-    source = mask_source(_array_keys(observation), _array_keys(infos))
+def find_mask(observation: object, info: object, *,
+              arrays_only: bool = True) -> np.ndarray | None:
+    """An agent's legal-action mask, from its observation and its info (trees of one row, or
+    of many rows), by the precedence of :func:`mask_source`; ``None`` if neither holds one.
+
+    Args:
+        observation: the agent's observation (a dict when it can hold a mask).
+        info: the agent's info dict, or ``None``.
+        arrays_only: only array values count as masks (stored data); ``False`` accepts any
+            value but a dict (what an env hands out at a step may be a list).
+    """
+    trees = {"observations": observation, "agent_infos": info}
+    source = mask_source(_mask_keys(observation, arrays_only), _mask_keys(info, arrays_only))
     if source is None:
         return None
-    tree = observation if source[0] == "observations" else infos
-    return np.asarray(tree[source[1]])  # type: ignore[index]
+    tree = trees[source[0]]
+    assert isinstance(tree, Mapping)  # mask_source found the key in it
+    return np.asarray(tree[source[1]])
 
 
-def _array_keys(tree: object) -> set[str]:
-    """Keys of ``tree`` whose values are arrays (a nested dict is no mask)."""
-    if not isinstance(tree, dict):
+def _mask_keys(tree: object, arrays_only: bool) -> set[str]:
+    if not isinstance(tree, Mapping):
         return set()
-    return {k for k, v in tree.items() if isinstance(v, np.ndarray)}
+    return {k for k, v in tree.items()
+            if (isinstance(v, np.ndarray) if arrays_only else not isinstance(v, Mapping))}

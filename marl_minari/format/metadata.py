@@ -1,4 +1,5 @@
-"""A dataset's ``metadata.json``: read, checked, and opened through Minari with damage typed.
+"""A dataset's ``metadata.json``: the one reader (checked, with damage typed) and what a
+writer puts in it.
 
 Minari parses metadata with whatever exception a malformed value makes its parser hit
 (``KeyError``, ``AssertionError``, numpy's ``TypeError``). The functions here check what every
@@ -9,20 +10,25 @@ naming the file, so nothing a dataset's author wrote reaches the user untyped.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import minari
-from minari.dataset.minari_dataset import MinariDataset
 
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
 from marl_minari.format import layout
-from marl_minari.format.ids import dataset_dir, not_found_locally
-from marl_minari.format.space_json import space_from_json
+from marl_minari.format.recovered_layout import with_recovered_layout
+from marl_minari.format.space_json import space_from_json, space_to_json
+from marl_minari.format.spec import MultiAgentSpec
 
 
 def read_metadata(data_path: Path) -> dict[str, Any]:
-    """The ``metadata.json`` of the dataset whose ``data/`` folder is ``data_path``.
+    """The ``metadata.json`` of the dataset whose ``data/`` folder is ``data_path``: the one
+    way every part of the library reads it.
+
+    A multi-agent dataset that plain Minari combined lost its ``marl_minari`` key; it gets
+    back that of its parts when they are local and agree (:mod:`.recovered_layout`).
 
     Raises:
         DatasetNotFoundError: there is none.
@@ -38,7 +44,7 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
                                  "re-create the dataset") from exc
     if not isinstance(metadata, dict):
         raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
-    return metadata
+    return with_recovered_layout(metadata, Path(data_path))
 
 
 def metadata_count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
@@ -55,62 +61,6 @@ def metadata_count(metadata: dict[str, Any], key: str, data_path: Path) -> int:
     return value
 
 
-def open_minari_dataset(dataset_id: str, *, download: bool = False) -> MinariDataset:
-    """``minari.load_dataset(dataset_id)`` with the damage it can meet typed.
-
-    The local metadata is checked first (JSON object, episode and step counts), and anything
-    Minari raises on a damaged dataset becomes :class:`CorruptedDataError` naming the folder.
-
-    Raises:
-        InvalidDatasetIdError: malformed id.
-        DatasetNotFoundError: no local dataset (and ``download`` is off).
-        CorruptedDataError: its metadata or files are damaged.
-    """
-    data_path = dataset_dir(dataset_id) / "data"
-    local = (data_path / layout.METADATA_FILE_NAME).exists()
-    if not local and not download:
-        raise not_found_locally(dataset_id)
-    if local:
-        metadata = read_metadata(data_path)
-        metadata_count(metadata, "total_episodes", data_path)
-        metadata_count(metadata, "total_steps", data_path)
-    try:
-        return (minari_dataset_at(data_path, metadata) if local
-                else minari.load_dataset(dataset_id, download=True))
-    except MarlMinariError:
-        raise
-    except Exception as exc:  # Minari raises whatever a damaged file makes its parser hit
-        raise CorruptedDataError(
-            f"Minari cannot open dataset {dataset_id!r} at {data_path}: "
-            f"{type(exc).__name__}: {exc}. Run marl-minari check {dataset_id} for details; "
-            "restore it from a copy or download it again.") from exc
-
-
-def minari_dataset_at(data_path: Path, metadata: dict[str, Any],
-                      joint_spaces: tuple[Any, Any] | None = None) -> MinariDataset:
-    """``MinariDataset(data_path)``, its spaces parsed by :func:`space_from_json`.
-
-    Minari's own parser makes a Python object of every element-wise Box bound: seconds for an
-    image env's ``metadata.json`` (pistonball: 24 MB, 3 s), where ours reads them with numpy.
-    Datasets without both spaces in their metadata are left to Minari (it makes the env).
-
-    Args:
-        joint_spaces: the observation and action spaces of ``metadata``, if the caller has
-            parsed them already.
-    """
-    if not {"observation_space", "action_space"} <= metadata.keys():
-        return MinariDataset(data_path)
-    from minari.dataset._storages import get_minari_storage
-
-    observation_space, action_space = joint_spaces or (
-        metadata_space(metadata, "observation_space", data_path),
-        metadata_space(metadata, "action_space", data_path))
-    storage = get_minari_storage(metadata.get("data_format", "hdf5"))(
-        Path(data_path), observation_space, action_space,
-        jpeg_encoding=bool(metadata.get("jpeg_encoding", True)))
-    return MinariDataset(storage)
-
-
 def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
     """The space ``metadata[key]`` (``observation_space``...) deserialised.
 
@@ -123,3 +73,52 @@ def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
         raise CorruptedDataError(
             f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "
             f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc
+
+
+def dataset_metadata(
+    dataset_id: str,
+    spec: MultiAgentSpec,
+    *,
+    total_episodes: int,
+    total_steps: int,
+    jpeg_encoding: bool,
+    algorithm_name: str | None = None,
+    author: str | Iterable[str] | None = None,
+    author_email: str | Iterable[str] | None = None,
+    code_permalink: str | None = None,
+    description: str | None = None,
+    requirements: list[str] | None = None,
+    ref_min_score: float | None = None,
+    ref_max_score: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``metadata.json`` of a dataset: Minari's keys plus ``marl_minari``."""
+    metadata: dict[str, Any] = {
+        "dataset_id": dataset_id,
+        "total_episodes": total_episodes,
+        "total_steps": total_steps,
+        "data_format": "hdf5",
+        "jpeg_encoding": jpeg_encoding,
+        "observation_space": space_to_json(spec.observation_space),
+        "action_space": space_to_json(spec.action_space),
+        "minari_version": minari.__version__,
+    }
+    env_spec = spec.joint_env_spec()
+    if env_spec is not None:
+        metadata["env_spec"] = env_spec.to_json()
+    optional: dict[str, Any] = {
+        "algorithm_name": algorithm_name,
+        "author": [author] if isinstance(author, str) else author,
+        "author_email": [author_email] if isinstance(author_email, str) else author_email,
+        "code_permalink": code_permalink,
+        "description": description,
+        "requirements": requirements,
+        "ref_min_score": ref_min_score,
+        "ref_max_score": ref_max_score,
+    }
+    for key, value in optional.items():
+        if value is not None:
+            metadata[key] = sorted(value) if key in ("author", "author_email") else value
+    metadata.update(extra or {})
+    metadata[layout.METADATA_KEY] = spec.to_metadata()
+    return metadata

@@ -8,7 +8,6 @@ from typing import Any
 
 from gymnasium import spaces
 
-from marl_minari.envs.descriptor import Api, EnvDescriptor
 from marl_minari.errors import (
     EnvDescriptorError,
     InvalidOptionError,
@@ -16,6 +15,7 @@ from marl_minari.errors import (
     UnsupportedSpaceError,
 )
 from marl_minari.format import layout
+from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.space_json import space_from_json, space_to_json
 from marl_minari.format.spaces import check_storable, is_image_space
 

@@ -30,14 +30,12 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
-from marl_minari.format import layout
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.rows import patterns as P
 from marl_minari.sources import SINGLE_AGENT, DatasetSource, open_source
@@ -94,34 +92,8 @@ def __getattr__(name: str) -> Any:
 
 
 def episode_steps(source: DatasetSource) -> np.ndarray:
-    """``(E,)`` steps of every episode the source reads (from the index file when valid,
-    else HDF5)."""
-    data_path = Path(source.data_path)
-    total_episodes = int(source.metadata.get("total_episodes", 0))
-    return _stored_episode_steps(data_path, total_episodes, source.multi_agent)[
-        source.episode_indices]
-
-
-def _stored_episode_steps(data_path: Path, total_episodes: int,
-                          multi_agent: bool) -> np.ndarray:
-    from marl_minari.errors import CorruptedDataError
-    from marl_minari.format import offset_index
-    from marl_minari.format.metadata import read_metadata
-    from marl_minari.storage.reader import open_data_file
-
-    with open_data_file(data_path / layout.MAIN_FILE_NAME) as file:
-        if multi_agent:
-            total_steps = int(read_metadata(data_path)["total_steps"])
-            index = offset_index.load(data_path, file, total_episodes, total_steps)
-            if index is not None:
-                return index.steps
-        try:
-            return np.asarray([int(file[f"episode_{i}"].attrs["total_steps"])
-                               for i in range(total_episodes)], dtype=np.int64)
-        except KeyError as exc:
-            raise CorruptedDataError(
-                f"{data_path / layout.MAIN_FILE_NAME}: an episode of the {total_episodes} the "
-                f"metadata counts is missing or lacks total_steps ({exc})") from exc
+    """``(E,)`` steps of every episode the source reads."""
+    return source.episode_lengths()
 
 
 def open_sources(sources: Any) -> list[DatasetSource]:

@@ -52,7 +52,7 @@ from marl_minari.ray.rllib_export import (
     plan_modules,
 )
 from marl_minari.rows import patterns as P
-from marl_minari.sources import DatasetSource, open_source
+from marl_minari.sources import DatasetSource, FolderSource, open_source
 
 OPTIONS_KEY = "marl_minari"
 """Key of ``config.input_config`` holding this module's options (``obs_key``, ``obs_dtype``,
@@ -385,7 +385,8 @@ def multi_agent_offline(config: Any, sources: SourceLike | Sequence[SourceLike],
     if exports is None:
         opened: list[DatasetSource] = open_sources(sources)
         specs = [s.spec for s in opened]
-        inputs = [str(s.data_path) for s in opened]
+        # Each read task reopens its dataset through the door from this reference.
+        inputs = [str(s.data_path) if isinstance(s, FolderSource) else s.name for s in opened]
         read_method, data_class = "read_datasource", MultiAgentOfflineData
     else:
         named = {name: spec for e in exports for name, spec in e.specs.items()}

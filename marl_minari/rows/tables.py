@@ -29,10 +29,9 @@ from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format import layout
-from marl_minari.format.legal_actions import recorded_mask
 from marl_minari.format.spaces import Tree, build_tree, leaf_spaces, leaves
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.reader import MultiAgentArrays
+from marl_minari.storage.arrays import MultiAgentArrays, recorded_mask
 
 Batch = dict[str, np.ndarray]
 """Columns of equal length (the first axis is the row)."""

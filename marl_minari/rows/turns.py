@@ -30,10 +30,11 @@ import numpy as np
 
 from marl_minari.errors import InvalidOptionError
 from marl_minari.format import layout
-from marl_minari.format.legal_actions import recorded_mask
 from marl_minari.format.returns import sequential_sums
 from marl_minari.format.spaces import Tree, map_tree
-from marl_minari.storage.reader import MultiAgentArrays, MultiAgentDataset, load_dataset
+from marl_minari.sources import load_dataset
+from marl_minari.storage.arrays import MultiAgentArrays, recorded_mask
+from marl_minari.storage.dataset import MultiAgentDataset
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marl_minari.format.legal_actions import find_mask
 from marl_minari.format.returns import episode_returns
 from marl_minari.format.spaces import Tree, map_tree
 from marl_minari.storage.episode import MultiAgentEpisode
@@ -111,3 +112,10 @@ class MultiAgentArrays:
             extras={k: v[o0:o1] for k, v in self.extras.items()},
             id=int(self.episode_ids[position]),
         )
+
+
+def recorded_mask(arrays: MultiAgentArrays, agent: str) -> np.ndarray | None:
+    """``(S + E, A)`` the agent's recorded legal-action masks per observation row, or ``None``
+    when none is recorded (as an array leaf) in its observations or its infos (the rule of
+    :mod:`marl_minari.format.legal_actions`)."""
+    return find_mask(arrays.observations[agent], (arrays.agent_infos or {}).get(agent))

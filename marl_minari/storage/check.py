@@ -12,25 +12,20 @@ runs it before uploading anything.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import h5py
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari.errors import CorruptedDataError, LayoutError, hdf5_errors
+from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format import layout, offset_index
-from marl_minari.format.ids import dataset_dir
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
 from marl_minari.format.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.reader import open_data_file
+from marl_minari.storage.datafile import cross_check, hdf5_errors, open_data_file
 from marl_minari.storage.self_contained import check_file
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -61,17 +56,17 @@ class CheckReport:
     index_checked: bool
 
 
-def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
-    """Check every episode of a local dataset (id, dataset folder or ``data/`` folder).
+def check_data_folder(data_path: Path) -> CheckReport:
+    """Check every episode of the dataset whose ``data/`` folder is ``data_path`` (the door,
+    :func:`marl_minari.check_dataset`, takes anything a user can name).
 
     Raises:
-        InvalidDatasetIdError: a malformed id.
-        DatasetNotFoundError: no such dataset.
+        DatasetNotFoundError: no dataset there.
         LayoutError: the dataset does not follow the layout; the message names the episode and
             the HDF5 path.
         CorruptedDataError: the file or metadata is damaged, or data lives outside the file.
     """
-    data_path = _data_path(dataset)
+    data_path = Path(data_path)
     metadata = read_metadata(data_path)
     if metadata.get("data_format", "hdf5") != "hdf5":
         raise LayoutError(f"{data_path}: only HDF5 datasets can be checked, this one is "
@@ -98,77 +93,6 @@ def check_dataset(dataset: str | os.PathLike[str]) -> CheckReport:
         index_checked = spec is not None and _check_index(data_path, file)
     return CheckReport(data_path, "plain" if spec is None else "marl", total_episodes,
                        total_steps, index_checked)
-
-
-def _uncommitted_append(file: h5py.File, metadata: dict[str, Any], total: int) -> bool:
-    """The file was swapped in by an append whose ``metadata.json`` never replaced the old one:
-    its generation differs from the metadata's and every extra group is numbered past it."""
-    generation = file.attrs.get(layout.GENERATION_KEY)
-    if generation is None or generation == metadata.get(layout.GENERATION_KEY):
-        return False
-    names = set(file)
-    return (all(f"episode_{i}" in names for i in range(total))
-            and all(name.startswith("episode_") and name[8:].isdigit() and int(name[8:]) >= total
-                    for name in names.difference(f"episode_{i}" for i in range(total))))
-
-
-def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec | None,
-                h5_path: Path) -> None:
-    """What every load checks, in a few HDF5 calls: the file holds exactly the episodes
-    ``metadata.json`` counts, and the agent order and column widths agree with the file.
-
-    Raises:
-        CorruptedDataError: they disagree (e.g. ``total_episodes`` edited, ``possible_agents``
-            permuted, which would silently relabel every per-agent column).
-    """
-    total = metadata.get("total_episodes")
-    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
-        raise CorruptedDataError(f"{h5_path.parent / layout.METADATA_FILE_NAME}: "
-                                 f"total_episodes must be a non-negative integer, got {total!r}")
-    if len(file) != total and _uncommitted_append(file, metadata, total):
-        pass  # groups past total_episodes: an append killed before its metadata commit
-    elif len(file) != total or (total and f"episode_{total - 1}" not in file):
-        raise CorruptedDataError(
-            f"{h5_path}: metadata.json counts {total} episodes but the file holds {len(file)} "
-            "groups; the metadata or the file was changed after writing. Restore the dataset "
-            "from a copy (or run marl-minari check for details).")
-    if spec is None:
-        return
-    agents = list(spec.possible_agents)
-    copies = [("main_data.hdf5", _json_or_none(file.attrs.get(layout.AGENTS_ATTRIBUTE)))]
-    env_spec = _json_or_none(metadata.get("env_spec"))
-    with contextlib.suppress(KeyError, TypeError):
-        copies.append(("env_spec", env_spec["kwargs"]["possible_agents"]))
-    for where, copy in copies:
-        if copy is not None and copy != agents:
-            raise CorruptedDataError(
-                f"{h5_path.parent / layout.METADATA_FILE_NAME}: possible_agents {agents} "
-                f"disagrees with the order {copy} recorded in {where}; per-agent columns would "
-                "be read under the wrong names. Restore the metadata from a copy.")
-    if total:
-        rewards = file.get(f"episode_0/{_MARL}/{layout.AGENT_REWARDS}")
-        if isinstance(rewards, h5py.Dataset) and rewards.shape[1:] != (len(agents),):
-            raise CorruptedDataError(
-                f"{h5_path}: episode_0/{_MARL}/{layout.AGENT_REWARDS} has shape "
-                f"{rewards.shape}, but metadata.json names {len(agents)} possible agents")
-
-
-def _json_or_none(text: Any) -> Any:
-    """``text`` parsed as JSON; ``None`` for anything else (a missing or damaged copy of a
-    value is not evidence against the value)."""
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    try:
-        return json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-
-
-def _data_path(dataset: str | os.PathLike[str]) -> Path:
-    path = Path(os.fspath(dataset)).expanduser()
-    if path.is_dir():
-        return path if (path / layout.METADATA_FILE_NAME).exists() else path / "data"
-    return dataset_dir(os.fspath(dataset)) / "data"
 
 
 def _check_groups(file: h5py.File, total_episodes: int, h5_path: Path) -> None:

@@ -4,17 +4,9 @@ A recorder appends every finished episode to ``episodes.journal`` in its recordi
 (``<datasets root>/.marl_minari/recordings/<name>/``) before control returns to the caller, so
 a killed process loses at most the episode it was in. Each journal record is framed and
 checksummed: a record cut short by a kill fails its check and is ignored, and everything
-before it is intact. :func:`recover_recording` (``marl-minari recover``) turns the finished
-episodes of a recording into a dataset that ``minari.load_dataset`` opens.
-
-Record layout: ``MAGIC (4 bytes) | header length (u32) | payload length (u64) | CRC-32 of
-header and payload (u32) | header (JSON) | payload`` (little endian). The header lists the
-leaves (HDF5 path, dtype, shape), the step count, seed, options, text leaves, the episode's
-metadata, and the record's id: the journal's id and the record's number in it. The payload is
-the leaves' bytes back to back. A leaf the dataset stores as JPEG frames (image observations
-with ``jpeg_encoding``, a ``"jpeg"`` state) is encoded once, here: its header entry carries a
-fourth item, the byte length of each row's JPEG file, and its payload is those files back to
-back (``create_dataset`` copies them as they are).
+before it is intact (the record format is :mod:`marl_minari.storage.journal`'s).
+:func:`recover_recording` (``marl-minari recover``) turns the finished episodes of a recording
+into a dataset that ``minari.load_dataset`` opens.
 
 Storing a journal's records in a dataset first notes the target in ``commit.json``; the
 dataset's metadata names the journal records it holds (``marl_minari_journals``), so whatever
@@ -27,16 +19,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from marl_minari.errors import (
     ConfigurationError,
@@ -46,27 +34,29 @@ from marl_minari.errors import (
 )
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
-from marl_minari.format.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
+from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.durable import DURABILITIES, Durability, sync_folder, sync_handle
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.locking import claim_recording, recording_in_use
-from marl_minari.storage.writer import (
-    JournalMark,
-    Leaf,
-    LeafEpisode,
-    append_to_dataset,
-    episode_leaves,
-    staging_root,
+from marl_minari.storage.episode_writer import LeafEpisode
+from marl_minari.storage.journal import (
+    FRAME,
+    headers,
+    journal_position,
+    read_journal,
+    record_id,
+    record_parts,
+    records,
+    trim_journal,
+    write_all,
 )
+from marl_minari.storage.locking import claim_recording, recording_in_use, staging_root
+from marl_minari.storage.writer import JournalMark, append_to_dataset
 from marl_minari.storage.writer import write_dataset as _write_dataset
 
-MAGIC = b"MMEP"
-_FRAME = struct.Struct("<4sIQI")
 JOURNAL_NAME = "episodes.journal"
 SPEC_NAME = "recording.json"
 COMMIT_NAME = "commit.json"
-_JOIN_BELOW = 1 << 20
 
 
 def recordings_root() -> Path:
@@ -165,7 +155,7 @@ class Recording:
                              self.jpeg_paths)
         start = os.fstat(self._journal.fileno()).st_size
         try:
-            _write_all(self._journal, parts)
+            write_all(self._journal, parts)
             if self._fsync:
                 sync_handle(self._journal)
         except BaseException:
@@ -212,8 +202,8 @@ class Recording:
 
     def _open_journal(self) -> None:
         journal = self.path / JOURNAL_NAME
-        self.episodes = _trim_journal(journal)
-        self._journal_id, self._next_seq = _journal_position(journal)
+        self.episodes = trim_journal(journal)
+        self._journal_id, self._next_seq = journal_position(journal)
         self._journal = open(journal, "ab", buffering=0)  # noqa: SIM115
 
     def _mark(self, dataset_id: str) -> JournalMark:
@@ -235,154 +225,6 @@ class Recording:
         self._open_journal()
 
 
-def encode_record(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
-                  metadata: dict[str, Any] | None = None) -> bytes:
-    """One journal record for ``episode``: record ``seq`` of journal ``journal``."""
-    return b"".join(record_parts(episode, journal, seq, metadata))
-
-
-def record_parts(episode: MultiAgentEpisode, journal: str = "", seq: int = 0,
-                 metadata: dict[str, Any] | None = None,
-                 jpeg: frozenset[str] = frozenset()) -> list[bytes | memoryview]:
-    """The record of :func:`encode_record` as buffers to write one after the other.
-
-    The leaves' bytes are not copied: an image episode is hundreds of MB, and joining it
-    into one ``bytes`` (and that again with its header) cost more than writing it. Leaves
-    named in ``jpeg`` are stored as JPEG frames (see the module's docs).
-    """
-    leaves: list[list[Any]] = []
-    texts: dict[str, list[str]] = {}
-    views: list[memoryview] = []
-    for path, array in episode_leaves(episode):
-        if isinstance(array, np.ndarray) and array.dtype == object:
-            texts[path] = [str(v) for v in array]
-            continue
-        entry: list[Any] = [path, array.dtype.str, list(array.shape)]
-        if path in jpeg:
-            frames = encode(array).frames
-            entry.append([len(frame) for frame in frames])
-            views.extend(frame.data for frame in frames)
-        else:
-            if isinstance(array, FrameRows):
-                array = array.stack()
-            views.append(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
-        leaves.append(entry)
-    header = json.dumps({
-        "leaves": leaves, "texts": texts, "steps": episode.total_steps,
-        "seed": episode.seed, "options": episode.options, "metadata": metadata,
-        "journal": journal, "seq": seq,
-    }, default=_jsonable).encode()
-    crc = zlib.crc32(header)
-    for view in views:
-        crc = zlib.crc32(view, crc)
-    frame = _FRAME.pack(MAGIC, len(header), sum(v.nbytes for v in views), crc)
-    return [frame, header, *views]
-
-
-def _write_all(handle: Any, parts: list[bytes | memoryview]) -> None:
-    """Write every byte of ``parts`` (an unbuffered file may write less than asked).
-
-    Small records are joined first: one system call costs less than copying a few KB.
-    """
-    if sum(memoryview(part).nbytes for part in parts) < _JOIN_BELOW:
-        parts = [b"".join(parts)]
-    for part in parts:
-        view = memoryview(part).cast("B")
-        while view.nbytes:
-            view = view[handle.write(view):]
-
-
-def _records(path: Path) -> Iterator[tuple[int, bytes, int]]:
-    """``(end offset, body, header length)`` of each intact record, up to the first damaged."""
-    end = 0
-    with open(path, "rb") as handle:
-        while True:
-            frame = handle.read(_FRAME.size)
-            if len(frame) < _FRAME.size:
-                return
-            magic, header_len, payload_len, crc = _FRAME.unpack(frame)
-            if magic != MAGIC:
-                return
-            body = handle.read(header_len + payload_len)
-            if len(body) < header_len + payload_len or zlib.crc32(body) != crc:
-                return
-            end += _FRAME.size + len(body)
-            yield end, body, header_len
-
-
-def _complete_records(path: Path) -> tuple[int, int]:
-    """``(bytes, records)`` of the complete, intact records at the start of a journal."""
-    ends = [end for end, _, _ in _records(path)]
-    return (ends[-1] if ends else 0), len(ends)
-
-
-def _trim_journal(path: Path) -> int:
-    """Cut a damaged tail off an existing journal before appending to it.
-
-    Records appended after a torn one would be unreadable (reading stops at the first damaged
-    record), so the tail is moved to ``episodes.journal.damaged`` and the journal cut back to
-    its last complete record. Returns the number of complete records.
-    """
-    if not path.exists():
-        return 0
-    length, count = _complete_records(path)
-    if path.stat().st_size > length:
-        with open(path, "rb") as handle:
-            handle.seek(length)
-            tail = handle.read()
-        with open(path.with_name(path.name + ".damaged"), "ab") as damaged:
-            damaged.write(tail)
-        os.truncate(path, length)
-    return count
-
-
-def read_journal(path: Path) -> Iterator[LeafEpisode]:
-    """Decode the complete records of a journal file; stop at the first damaged one."""
-    for _, body, header_len in _records(path):
-        yield _decode(json.loads(body[:header_len]), body[header_len:])
-
-
-def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
-    leaves: list[tuple[str, Leaf]] = []
-    offset = 0
-    for path, dtype, shape, *jpeg in header["leaves"]:
-        if jpeg:
-            frames = []
-            for length in jpeg[0]:
-                frames.append(np.frombuffer(payload, np.uint8, count=length, offset=offset))
-                offset += length
-            leaves.append((path, JpegFrames(np.dtype(dtype), tuple(shape), frames)))
-            continue
-        array = np.frombuffer(payload, dtype=np.dtype(dtype), count=int(np.prod(shape)),
-                              offset=offset).reshape(shape)
-        leaves.append((path, array))
-        offset += array.nbytes
-    for path, values in header["texts"].items():
-        leaves.append((path, np.array(values, dtype=object)))
-    return LeafEpisode(leaves, header["steps"], header["seed"], header["options"],
-                       header.get("metadata"))
-
-
-def _headers(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON header of every intact record of a journal."""
-    if path.exists():
-        for _, body, header_len in _records(path):
-            yield json.loads(body[:header_len])
-
-
-def _record_id(header: dict[str, Any], position: int) -> tuple[str, int]:
-    """``(journal id, number)`` of a record (records of early journals carry neither)."""
-    return str(header.get("journal", "")), int(header.get("seq", position))
-
-
-def _journal_position(path: Path) -> tuple[str, int]:
-    """The journal's id and the number its next record gets (a fresh id when it is empty)."""
-    last = None
-    for position, header in enumerate(_headers(path)):
-        last = _record_id(header, position)
-    return (uuid.uuid4().hex, 0) if last is None else (last[0], last[1] + 1)
-
-
 def _stored_mark(folder: Path) -> JournalMark | None:
     """The records ``commit.json`` says were being stored, if the target dataset holds them."""
     try:
@@ -396,7 +238,7 @@ def _stored_mark(folder: Path) -> JournalMark | None:
 
 
 def _unsaved(header: dict[str, Any], position: int, stored: JournalMark | None) -> bool:
-    journal, seq = _record_id(header, position)
+    journal, seq = record_id(header, position)
     return stored is None or journal != stored[0] or seq >= stored[1]
 
 
@@ -412,10 +254,10 @@ def _settle(folder: Path) -> None:
     if stored is not None and journal.exists():
         kept = folder / f"{JOURNAL_NAME}.{uuid.uuid4().hex}.tmp"
         with open(journal, "rb") as source, open(kept, "wb") as target:
-            for position, (end, body, header_len) in enumerate(_records(journal)):
+            for position, (end, body, header_len) in enumerate(records(journal)):
                 if _unsaved(json.loads(body[:header_len]), position, stored):
-                    source.seek(end - _FRAME.size - len(body))
-                    target.write(source.read(_FRAME.size + len(body)))
+                    source.seek(end - FRAME.size - len(body))
+                    target.write(source.read(FRAME.size + len(body)))
             sync_handle(target)
         os.replace(kept, journal)
         sync_folder(folder)
@@ -433,7 +275,7 @@ def list_recordings() -> list[RecordingInfo]:
         journal = folder / JOURNAL_NAME
         in_use = recording_in_use(folder)
         stored = None if in_use else _stored_mark(folder)
-        steps = [header["steps"] for position, header in enumerate(_headers(journal))
+        steps = [header["steps"] for position, header in enumerate(headers(journal))
                  if _unsaved(header, position, stored)]
         if not steps:
             if not in_use:
@@ -511,7 +353,7 @@ def discard_recording(path: str | Path) -> int:
     try:
         stored = _stored_mark(folder)
         count = sum(_unsaved(header, position, stored)
-                    for position, header in enumerate(_headers(folder / JOURNAL_NAME)))
+                    for position, header in enumerate(headers(folder / JOURNAL_NAME)))
         shutil.rmtree(folder)
     finally:
         lock.release()
@@ -536,11 +378,3 @@ def _atomic_write(path: Path, text: str, *, sync: bool = False) -> None:
     os.replace(temporary, path)
     if sync:
         sync_folder(path.parent)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)

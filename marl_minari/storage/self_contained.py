@@ -16,8 +16,9 @@ from pathlib import Path
 
 import h5py
 
-from marl_minari.errors import CorruptedDataError, ForeignStorageError, hdf5_errors
+from marl_minari.errors import CorruptedDataError, ForeignStorageError
 from marl_minari.format.digests import stat_key
+from marl_minari.storage.datafile import hdf5_errors
 
 _CHECKED: set[tuple[str, tuple[int, ...]]] = set()
 _CHECKED_LOCK = threading.Lock()

@@ -207,7 +207,7 @@ def test_turn_based_dict_observations_with_masks(vaults: Path, record_tictactoe:
 def test_chunk_leaves_match_the_writer(recorded) -> None:
     from marl_minari.adapters._leaves import leaf_episodes
 
-    from marl_minari.storage.writer import episode_leaves
+    from marl_minari.storage.episode_writer import episode_leaves
 
     dataset = recorded("mpe2/simple_speaker_listener_v4", episodes=3, max_cycles=4)
     arrays = dataset.to_arrays()

@@ -45,7 +45,6 @@ def tracer(workdir: Path) -> str:
 
 
 USAGE_CASES = {
-    "malformed id": (["info", "foo"], ["malformed dataset id 'foo'", "dataset_id"]),
     "env kwargs not JSON": (["collect", "--env-kwargs", "{max_cycles: 50}"],
                             ["'--env-kwargs'", "double-quoted keys"]),
     "env kwargs not an object": (["collect", "--env-kwargs", "[1]"],
@@ -73,6 +72,8 @@ def test_usage_errors_exit_2_before_any_work(case: str, cli: Callable, workdir: 
 
 FAILURE_CASES = {
     "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally", "--download"]),
+    "neither a path nor an id": (["info", "foo"], ["no dataset at 'foo'", "not a dataset id"]),
+    "check a missing path": (["check", "nowhere/at-all"], ["no dataset at 'nowhere/at-all'"]),
     "describe missing dataset": (["describe", "nope-v0"], ["nope-v0"]),
     "recover a folder that is no recording": (["recover", "not-a-recording", "x-v0"],
                                               ["not-a-recording"]),

@@ -27,8 +27,9 @@ import marl_minari as mm
 from marl_minari.errors import ConfigurationError, CorruptedDataError
 from marl_minari.format import jpeg
 from marl_minari.storage import recording
+from marl_minari.storage.journal import read_journal
 from marl_minari.storage.journal_writer import JournalWriter
-from marl_minari.storage.recording import JOURNAL_NAME, read_journal
+from marl_minari.storage.recording import JOURNAL_NAME
 
 # Recordings these tests leave unsaved on purpose are kept with a warning.
 pytestmark = pytest.mark.filterwarnings("ignore:.*recorded episode.*in no dataset yet")
@@ -245,7 +246,7 @@ def test_a_failed_append_leaves_no_torn_record(monkeypatch: pytest.MonkeyPatch) 
     collector = _spread(background_writing=False)
     _play(collector, 1)
     calls = 0
-    real = recording._write_all
+    real = recording.write_all
 
     def half(handle: Any, parts: Any) -> None:
         nonlocal calls
@@ -253,10 +254,10 @@ def test_a_failed_append_leaves_no_torn_record(monkeypatch: pytest.MonkeyPatch) 
         real(handle, parts[:2])  # the frame and header reach the file, the payload does not
         raise OSError("disk full")
 
-    monkeypatch.setattr(recording, "_write_all", half)
+    monkeypatch.setattr(recording, "write_all", half)
     with pytest.raises(OSError, match="disk full"):
         _play(collector, 1, first_seed=1)
-    monkeypatch.setattr(recording, "_write_all", real)
+    monkeypatch.setattr(recording, "write_all", real)
     _play(collector, 1, first_seed=2)
     seeds = [e.seed for e in read_journal(collector.recording_path / JOURNAL_NAME)]
     assert calls == 1 and seeds == [0, 2]
@@ -354,7 +355,7 @@ CHILD = textwrap.dedent("""
     from marl_minari.storage import recording
 
     path, stall = sys.argv[1], sys.argv[2]
-    real_append, real_write = recording.Recording.append, recording._write_all
+    real_append, real_write = recording.Recording.append, recording.write_all
     stalled = threading.Event()
 
     def append(self, episode, metadata=None):
@@ -371,7 +372,7 @@ CHILD = textwrap.dedent("""
         real_write(handle, parts)
 
     recording.Recording.append = append
-    recording._write_all = write_all
+    recording.write_all = write_all
     collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3),
                                          recording_path=path, background_writing=True)
     for seed in range(4):

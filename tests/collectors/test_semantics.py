@@ -163,7 +163,7 @@ class _ReusedBuffers(ParallelEnv):
 
 
 def test_buffers_rewritten_in_place_after_a_step_keep_what_was_recorded() -> None:
-    from marl_minari.envs.descriptor import EnvDescriptor
+    from marl_minari.format.env_descriptor import EnvDescriptor
 
     collector = mm.ParallelDataCollector(_ReusedBuffers(), env_descriptor=EnvDescriptor(
         api="parallel", entry_point="tests:reused_buffers"))

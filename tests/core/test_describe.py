@@ -210,11 +210,11 @@ def test_single_agent_minari_dataset(record_cartpole: Any) -> None:
 def test_missing_sources_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetNotFoundError, match="not found locally"):
         describe("tests/absent-v0")
-    with pytest.raises(DatasetNotFoundError, match="neither a dataset id"):
+    with pytest.raises(DatasetNotFoundError, match="neither a dataset folder"):
         describe(tmp_path)
     with pytest.raises(TypeError):
         describe(42)
-    with pytest.raises(InvalidOptionError, match="chunk_steps must be >= 1"):
+    with pytest.raises(InvalidOptionError, match="chunk_steps must be an integer >= 1"):
         describe("tests/absent-v0", chunk_steps=0)
 
 

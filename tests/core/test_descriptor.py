@@ -9,8 +9,9 @@ from pettingzoo.utils.conversions import aec_to_parallel_wrapper
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 import marl_minari as mm
-from marl_minari.envs.descriptor import EnvDescriptor, describe_env
+from marl_minari.envs.descriptor import describe_env, recreate_env
 from marl_minari.errors import EnvDescriptorError
+from marl_minari.format.env_descriptor import EnvDescriptor
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_make_env_and_json_round_trip(env_id: str, kwargs: dict, agents: list[st
     assert "pettingzoo" in descriptor.versions
     again = EnvDescriptor.from_json(descriptor.to_json())
     assert again == descriptor
-    remade = again.make()
+    remade = recreate_env(again)
     assert remade.possible_agents == agents
     for agent in agents:
         assert remade.observation_space(agent) == env.observation_space(agent)
@@ -103,14 +104,14 @@ def test_envs_not_made_by_make_env_are_inferred_with_a_warning() -> None:
     assert any("not made by marl_minari.make_env" in str(w.message) for w in caught)
     assert descriptor.entry_point == "mpe2.simple_spread_v3:parallel_env"
     assert descriptor.kwargs_known is False and descriptor.kwargs == {}
-    assert descriptor.make().possible_agents == ["agent_0", "agent_1", "agent_2"]
+    assert recreate_env(descriptor).possible_agents == ["agent_0", "agent_1", "agent_2"]
 
 
 def test_descriptor_errors() -> None:
     with pytest.raises(EnvDescriptorError, match="not an env descriptor"):
         EnvDescriptor.from_dict({"api": "parallel", "unknown": 1})
     with pytest.raises(EnvDescriptorError, match="no entry point"):
-        EnvDescriptor(api="parallel", entry_point=None).make()
+        recreate_env(EnvDescriptor(api="parallel", entry_point=None))
     with pytest.raises(EnvDescriptorError, match="is not callable"):
-        EnvDescriptor(api="parallel", entry_point="marl_minari:__version__").make(
-            trust_remote_code=True)
+        recreate_env(EnvDescriptor(api="parallel", entry_point="marl_minari:__version__"),
+                     trust_remote_code=True)

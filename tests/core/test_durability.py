@@ -22,13 +22,13 @@ import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LockedError
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
+from marl_minari.storage.journal import read_journal
 from marl_minari.storage.locking import remove_stale_staging, staging_root
 from marl_minari.storage.recording import (
     JOURNAL_NAME,
     Recording,
     discard_recording,
     list_recordings,
-    read_journal,
     recordings_root,
 )
 

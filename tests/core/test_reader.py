@@ -93,11 +93,16 @@ def test_iterate_episodes_in_small_batches(written: tuple) -> None:
         assert episode.options == episodes[episode.id].options
 
 
-def test_episode_out_of_range(written: tuple) -> None:
+def test_negative_indices_count_from_the_end_as_in_minari(written: tuple) -> None:
     dataset, _ = written
-    for index in (-1, 4):
+    assert len(dataset) == 4
+    assert dataset[-1].id == dataset[3].id == dataset.minari[-1].id
+    assert dataset.episode(-4).id == dataset.minari[-4].id == 0
+    for index in (-5, 4):
         with pytest.raises(IndexError, match="out of range"):
             dataset.episode(index)
+        with pytest.raises(IndexError):
+            dataset.minari[index]
 
 
 def test_text_and_tuple_leaves_come_back_as_written(written: tuple) -> None:

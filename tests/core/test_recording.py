@@ -19,12 +19,11 @@ from marl_strategies import assert_episode_equal, random_episode
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, InvalidDatasetIdError
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.journal import encode_record, read_journal
 from marl_minari.storage.recording import (
     JOURNAL_NAME,
     Recording,
-    encode_record,
     list_recordings,
-    read_journal,
     recover_recording,
 )
 

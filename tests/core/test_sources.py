@@ -17,19 +17,12 @@ import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import (
     DatasetNotFoundError,
-    InvalidDatasetIdError,
     InvalidOptionError,
     MarlMinariError,
     NotADatasetError,
 )
-from marl_minari.format.ids import dataset_dir
-from marl_minari.sources import (
-    SINGLE_AGENT,
-    DatasetSource,
-    local_dataset_ids,
-    open_source,
-    opening,
-)
+from marl_minari.format.ids import dataset_dir, local_dataset_ids
+from marl_minari.sources import SINGLE_AGENT, DatasetSource, open_source
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -154,9 +147,9 @@ def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
             open_missing("tests/spred-v0")
         assert "dataset 'tests/spred-v0' not found locally" in str(caught.value)
         assert "download=True" in str(caught.value)
-    with pytest.raises(InvalidDatasetIdError):
+    with pytest.raises(DatasetNotFoundError, match="no dataset at 'no id here'.*not a dataset id"):
         open_source("no id here")
-    with pytest.raises(DatasetNotFoundError, match="neither a dataset id"):
+    with pytest.raises(DatasetNotFoundError, match="neither a dataset folder"):
         open_source(Path(__file__).parent)
 
 
@@ -186,20 +179,16 @@ def test_an_id_is_downloaded_only_when_asked_or_from_a_named_remote(
     assert minari.list_local_datasets()  # Minari sees what was fetched
 
 
-def test_opening_imports_a_vault_for_the_block_only(
-        record_parallel: Callable[..., Any], tmp_path: Path) -> None:
+def test_a_vault_folder_is_a_source(record_parallel: Callable[..., Any], tmp_path: Path) -> None:
     from marl_minari.adapters import to_vault
 
     dataset = _record_spread(record_parallel, "tests/spread-v0")
     vault = to_vault("tests/spread-v0", tmp_path / "vaults")
-    with pytest.raises(DatasetNotFoundError, match="Flashbax vault"):
-        open_source(vault)
-    with opening(vault) as source:
+    with open_source(vault) as source:
+        assert source.kind == "vault"
         assert source.vault_path == vault.resolve()
         assert source.name == str(vault.resolve())
-        imported_root = source.data_path
         _same_arrays(source.read(source.episode_indices), dataset.to_arrays())
-    assert not imported_root.exists()
 
 
 def test_bad_options_are_library_errors(record_parallel: Callable[..., Any]) -> None:

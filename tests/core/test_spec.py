@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marl_strategies import agent_spaces
 
-from marl_minari.envs.descriptor import EnvDescriptor
 from marl_minari.errors import LayoutError, UnsupportedSpaceError
 from marl_minari.format import layout
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.spec import MultiAgentSpec
 
 

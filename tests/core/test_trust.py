@@ -12,6 +12,7 @@ import pytest
 
 import marl_minari as mm
 from marl_minari.envs import descriptor as descriptor_module
+from marl_minari.envs.descriptor import recreate_env
 from marl_minari.errors import EnvDescriptorError
 
 DATASET = "trust/hostile-v0"
@@ -91,9 +92,9 @@ def test_trusted_ids_and_entry_points_still_work(record_parallel: Callable[..., 
     joint = minari.load_dataset("trust/ok-v0").recover_environment()
     assert set(joint.observation_space.spaces) == set(dataset.possible_agents)
     entry = mm.EnvDescriptor(api="parallel", entry_point="mpe2.simple_spread_v3:parallel_env")
-    assert entry.make().possible_agents == env.possible_agents
+    assert recreate_env(entry).possible_agents == env.possible_agents
     chess = mm.EnvDescriptor(api="aec", entry_point=None, env_id="classic/tictactoe-v3")
-    assert chess.make().possible_agents == ["player_1", "player_2"]
+    assert recreate_env(chess).possible_agents == ["player_1", "player_2"]
 
 
 def test_download_warns_about_and_strict_refuses_untrusted_env_code(

@@ -1,0 +1,189 @@
+"""``DatasetSource``: whole episodes of a dataset, whatever holds them, as per-agent arrays.
+
+Every reader of data in the library (describe, the adapters, Ray, TorchRL, combine, the
+command line) takes a :class:`DatasetSource` from :func:`marl_minari.sources.open_source` and
+uses only what is defined here: the spec, the metadata, the episodes it reads, their step
+counts and reset attributes, and chunks of whole episodes as
+:class:`~marl_minari.storage.arrays.MultiAgentArrays`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from marl_minari.errors import InvalidOptionError
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.episode import MultiAgentEpisode
+
+DEFAULT_CHUNK_STEPS: Final = 65_536
+"""Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
+
+SourceKind = Literal["multi_agent", "single_agent", "vault"]
+"""What holds a source's episodes: a dataset in the multi-agent layout, a plain
+(single-agent) Minari dataset, or a Flashbax vault."""
+
+EpisodeAttributes = tuple[int | None, dict[str, Any] | None]
+"""An episode's reset ``(seed, options)``."""
+
+
+class DatasetSource(ABC):
+    """Whole episodes of one dataset, read in chunks.
+
+    A source holds only paths and plain values (plus caches rebuilt on demand), so it can be
+    pickled: Ray sends sources to its workers, which reopen the files.
+
+    Args:
+        name: what the caller named (dataset id, path or URL, without credentials).
+        kind: what holds the episodes (:data:`SourceKind`).
+        spec: agents and spaces (a plain dataset is one agent, ``agent_0``).
+        metadata: the dataset's ``metadata.json`` (or what stands for it).
+        episode_indices: the stored episodes this source reads, in order.
+    """
+
+    def __init__(self, name: str, kind: SourceKind, spec: MultiAgentSpec,
+                 metadata: dict[str, Any], episode_indices: np.ndarray) -> None:
+        self.name = name
+        self.kind: SourceKind = kind
+        self.spec = spec
+        self.metadata = metadata
+        self._ids = np.asarray(episode_indices, dtype=np.int64)
+        self._ids.setflags(write=False)
+        self._lengths: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.name!r}, {self.kind}, "
+                f"{self.total_episodes} episodes, agents={list(self.spec.possible_agents)})")
+
+    # ------------------------------------------------------------------ what it holds
+
+    @property
+    def dataset_id(self) -> str:
+        """The id the dataset's metadata gives (``name`` if it gives none)."""
+        return str(self.metadata.get("dataset_id") or self.name)
+
+    @property
+    def multi_agent(self) -> bool:
+        """The episodes come from data in the multi-agent layout (a dataset or a vault), not
+        from a plain single-agent dataset."""
+        return self.kind != "single_agent"
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The stored episode ids this source reads, in order (read-only)."""
+        return self._ids
+
+    @property
+    def total_episodes(self) -> int:
+        """Episodes this source reads."""
+        return len(self._ids)
+
+    @property
+    def total_steps(self) -> int:
+        """Steps of the episodes this source reads."""
+        return int(self.episode_lengths().sum())
+
+    @property
+    def reads_all_episodes(self) -> bool:
+        """The source reads every stored episode, in stored order."""
+        stored = self.metadata.get("total_episodes")
+        return isinstance(stored, int) and np.array_equal(self._ids, np.arange(stored))
+
+    def episode_lengths(self) -> np.ndarray:
+        """``(E,)`` steps of each episode this source reads, in order (read once)."""
+        if self._lengths is None:
+            lengths = np.asarray(self._stored_lengths(self._ids), dtype=np.int64)
+            lengths.setflags(write=False)
+            self._lengths = lengths
+        return self._lengths
+
+    # ------------------------------------------------------------------ reading
+
+    @abstractmethod
+    def _stored_lengths(self, ids: np.ndarray) -> np.ndarray:
+        """Steps of the stored episodes ``ids``."""
+
+    @abstractmethod
+    def episode_attributes(self, ids: Sequence[int] | np.ndarray) -> list[EpisodeAttributes]:
+        """``(seed, options)`` of the stored episodes ``ids``."""
+
+    @abstractmethod
+    def read(self, ids: Sequence[int] | np.ndarray, *,
+             observations: bool = True) -> MultiAgentArrays:
+        """The stored episodes ``ids`` as arrays.
+
+        Args:
+            ids: stored episode ids.
+            observations: ``False`` lets a source skip observations and infos where that is
+                cheaper (each agent's observation tree may then be ``{}``); what needs only
+                actions and rewards reads faster.
+        """
+
+    def batches(self, chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[np.ndarray]:
+        """Stored episode ids in runs of at most ``chunk_steps`` steps (at least one episode
+        each), in order."""
+        check_chunk_steps(chunk_steps)
+        ends = np.cumsum(self.episode_lengths())
+        start, done = 0, 0
+        while start < len(ends):
+            stop = max(start + 1, int(np.searchsorted(ends, done + chunk_steps, side="right")))
+            yield self._ids[start:stop]
+            start, done = stop, int(ends[stop - 1])
+
+    def chunks(self, chunk_steps: int = DEFAULT_CHUNK_STEPS, *,
+               observations: bool = True) -> Iterator[MultiAgentArrays]:
+        """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`read`
+        for ``observations``)."""
+        for batch in self.batches(chunk_steps):
+            yield self.read(batch, observations=observations)
+
+    def episodes(self, chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[MultiAgentEpisode]:
+        """Every episode this source reads, with its reset seed and options, in order."""
+        for batch in self.batches(chunk_steps):
+            arrays = self.read(batch)
+            for position, (seed, options) in enumerate(self.episode_attributes(batch)):
+                yield replace(arrays.episode(position), seed=seed, options=options)
+
+    def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
+        """Release what the source holds (temporary files); reading afterwards is an error."""
+
+    def __enter__(self) -> DatasetSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Caches of open files are rebuilt in the process that unpickles the source.
+        return {k: v for k, v in self.__dict__.items() if k not in self._transient()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name in self._transient():
+            setattr(self, name, None)
+
+    def _transient(self) -> tuple[str, ...]:
+        """Attributes not pickled (open handles, per-process caches)."""
+        return ()
+
+
+def check_chunk_steps(chunk_steps: int) -> None:
+    """Raise :class:`InvalidOptionError` unless ``chunk_steps`` >= 1."""
+    if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or (
+            chunk_steps < 1):
+        raise InvalidOptionError(f"chunk_steps must be an integer >= 1, got {chunk_steps!r}")
+
+
+def check_source_weights(weights: Sequence[float] | None, sources: int) -> None:
+    """Raise :class:`InvalidOptionError` unless ``weights`` (when given) are one finite,
+    non-negative number per source with a positive sum."""
+    if weights is not None and (len(weights) != sources or any(
+            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
+        raise InvalidOptionError(
+            f"weights must be {sources} finite non-negative numbers with a positive sum, "
+            f"got {list(weights)}")

@@ -1,0 +1,326 @@
+"""``MultiAgentDataset``: a multi-agent dataset on disk, with Minari's names and semantics.
+
+A :class:`MultiAgentDataset` is a view over a ``minari.MinariDataset`` in the layout of
+``docs/format.md``: per-agent episodes (``dataset[i]``, ``iterate_episodes``), bulk arrays
+(``to_arrays``), and Minari's selection API (``sample_episodes``, ``filter_episodes``,
+:func:`split_dataset`) on multi-agent episodes. A selection is a dataset over some stored
+episodes (its ``episode_indices``), reading the same files. Opening a dataset by whatever a
+user names is :func:`marl_minari.load_dataset`'s job (the one door, :mod:`marl_minari.sources`);
+this module opens a ``data/`` folder it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from minari.dataset.minari_dataset import MinariDataset
+
+from marl_minari.envs.descriptor import recreate_env
+from marl_minari.errors import (
+    CorruptedDataError,
+    EnvDescriptorError,
+    EpisodeIndexError,
+    InvalidOptionError,
+    MarlMinariError,
+)
+from marl_minari.format import layout
+from marl_minari.format.env_descriptor import Api
+from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.minari_compat import storage_class
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.datafile import (
+    cross_check,
+    episode_attributes,
+    hdf5_errors,
+    open_data_file,
+)
+from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode_reader import EpisodeReader, IndexCache
+
+
+class MultiAgentDataset:
+    """A multi-agent view over a :class:`minari.MinariDataset` in the marl-minari layout.
+
+    Args:
+        dataset: the Minari dataset (``minari.load_dataset(...)``), possibly a filtered or
+            split one (only its ``episode_indices`` are seen).
+
+    Raises:
+        LayoutError: the dataset is not in the multi-agent layout.
+        CorruptedDataError: its metadata and file disagree.
+    """
+
+    def __init__(self, dataset: MinariDataset) -> None:
+        self._minari = dataset
+        self._data_path = Path(dataset.storage.data_path)
+        # Read once: the metadata of image datasets holds megabytes of space bounds.
+        self._metadata = read_metadata(self._data_path)
+        self._stored_episodes = metadata_count(self._metadata, "total_episodes",
+                                               self._data_path)
+        metadata_count(self._metadata, "total_steps", self._data_path)
+        self._spec = MultiAgentSpec.from_metadata(self._metadata, dataset.observation_space,
+                                                  dataset.action_space)
+        h5_path = self._data_path / layout.MAIN_FILE_NAME
+        with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+            cross_check(file, self._metadata, self._spec, h5_path)
+        self._ids = np.asarray(dataset.episode_indices, dtype=np.int64)
+        # The offset index is read and checked once, not on every to_arrays() call.
+        self._index_cache = IndexCache()
+        self._generator = np.random.default_rng()
+
+    @property
+    def minari(self) -> MinariDataset:
+        """The underlying Minari dataset (everything Minari offers works on it)."""
+        return self._minari
+
+    @property
+    def spec(self) -> MultiAgentSpec:
+        """Agents, per-agent spaces and env descriptor."""
+        return self._spec
+
+    @property
+    def possible_agents(self) -> tuple[str, ...]:
+        """Agent names in the environment's order."""
+        return self._spec.possible_agents
+
+    @property
+    def data_path(self) -> Path:
+        """The dataset's ``data/`` folder."""
+        return self._data_path
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The dataset's ``metadata.json`` (read again: it changes when episodes are added)."""
+        return read_metadata(self._data_path)
+
+    @property
+    def total_episodes(self) -> int:
+        """Number of episodes."""
+        return int(self._minari.total_episodes)
+
+    @property
+    def total_steps(self) -> int:
+        """Number of environment steps over all episodes."""
+        return int(self._minari.total_steps)
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The stored episode ids this dataset holds, in order (Minari's name)."""
+        return self._ids.copy()
+
+    def __len__(self) -> int:
+        return self.total_episodes
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentDataset({self._metadata.get('dataset_id')!r}, "
+                f"{self.total_episodes} episodes, {self.total_steps} steps, "
+                f"{self._spec.api}, agents={list(self.possible_agents)})")
+
+    # ------------------------------------------------------------------ episodes
+
+    def __getitem__(self, index: int) -> MultiAgentEpisode:
+        return self.episode(index)
+
+    def __iter__(self) -> Iterator[MultiAgentEpisode]:
+        return self.iterate_episodes()
+
+    def episode(self, index: int, *, with_seed: bool = True) -> MultiAgentEpisode:
+        """The ``index``-th episode of this dataset with per-agent arrays, seed and options.
+
+        As ``MinariDataset[index]``: of a filtered or split dataset, the ``index``-th episode
+        it holds (its ``id`` is the stored episode's); a negative index counts from the end.
+
+        Raises:
+            EpisodeIndexError: ``index`` is outside ``-len(dataset)..len(dataset) - 1``.
+        """
+        count = self.total_episodes
+        if not -count <= index < count:
+            raise EpisodeIndexError(
+                f"episode {index} out of range: the dataset holds {count} episodes "
+                f"(indices {-count}..{count - 1})")
+        episode_id = int(self._ids[index])
+        episode = self.to_arrays([episode_id]).episode(0)
+        if not with_seed:
+            return episode
+        seed, options = self.episode_attributes([episode_id])[0]
+        return replace(episode, seed=seed, options=options)
+
+    def iterate_episodes(self, episode_indices: Iterable[int] | None = None,
+                         *, batch_size: int = 256) -> Iterator[MultiAgentEpisode]:
+        """Yield episodes in order, reading ``batch_size`` episodes at a time.
+
+        ``episode_indices`` are stored episode ids, as for ``MinariDataset.iterate_episodes``;
+        by default every episode of this dataset.
+        """
+        indices = [int(i) for i in (self._ids if episode_indices is None else episode_indices)]
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start:start + batch_size]
+            arrays = self.to_arrays(chunk)
+            for position, (seed, options) in enumerate(self.episode_attributes(chunk)):
+                yield replace(arrays.episode(position), seed=seed, options=options)
+
+    def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
+        """Read episodes (stored ids; every episode of this dataset by default) into arrays.
+
+        Raises:
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        indices = self._ids if episode_indices is None else np.asarray(
+            episode_indices, dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
+            raise EpisodeIndexError(
+                f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
+                f"{sorted(set(indices.tolist()))[:5]}")
+        with EpisodeReader(self._data_path, self._spec, self._metadata,
+                           self._index_cache) as reader:
+            return reader.read(indices)
+
+    def episode_seeds(self) -> list[int | None]:
+        """The reset seed of every episode (``None`` where none was given)."""
+        return [seed for seed, _ in self.episode_attributes()]
+
+    def episode_attributes(self, episode_indices: Iterable[int] | None = None
+                           ) -> list[tuple[int | None, dict[str, Any] | None]]:
+        """``(seed, options)`` of episodes (stored ids; all episodes by default)."""
+        ids = self._ids.tolist() if episode_indices is None else list(episode_indices)
+        return episode_attributes(self._data_path / layout.MAIN_FILE_NAME, ids)
+
+    # ------------------------------------------------------------------ selection
+
+    def set_seed(self, seed: int) -> None:
+        """Seed :meth:`sample_episodes` (as ``MinariDataset.set_seed``)."""
+        self._generator = np.random.default_rng(seed)
+
+    def sample_episodes(self, n_episodes: int) -> list[MultiAgentEpisode]:
+        """``n_episodes`` distinct episodes drawn at random (as Minari's ``sample_episodes``).
+
+        Raises:
+            InvalidOptionError: more than the dataset holds.
+        """
+        if not 0 <= n_episodes <= self.total_episodes:
+            raise InvalidOptionError(
+                f"cannot sample {n_episodes} episodes from a dataset of {self.total_episodes}; "
+                "ask for at most that many")
+        ids = self._generator.choice(self._ids, size=n_episodes, replace=False)
+        return list(self.iterate_episodes(np.asarray(ids, dtype=np.int64)))
+
+    def filter_episodes(self, condition: Callable[[MultiAgentEpisode], bool]
+                        ) -> MultiAgentDataset:
+        """The dataset of the episodes for which ``condition(episode)`` is true (as Minari's
+        ``filter_episodes``, called on each :class:`MultiAgentEpisode`)."""
+        kept = [episode.id for episode in self.iterate_episodes() if condition(episode)]
+        return self.subset(np.asarray(kept, dtype=np.int64))
+
+    def subset(self, episode_ids: Sequence[int] | np.ndarray) -> MultiAgentDataset:
+        """The dataset over the stored episodes ``episode_ids`` of the same files."""
+        return MultiAgentDataset(MinariDataset(
+            self._minari.storage, episode_indices=np.asarray(episode_ids, np.int64)))
+
+    # ------------------------------------------------------------------ environment
+
+    def recover_environment(self, api: Api | None = None, *, trust_remote_code: bool = False,
+                            **overrides: Any) -> Any:
+        """Re-create the PettingZoo environment the data was recorded from.
+
+        Only environments of trusted packages are made (see
+        :func:`marl_minari.trusted_env_packages`) unless ``trust_remote_code`` is true.
+
+        Raises:
+            EnvDescriptorError: the dataset does not say how to make its environment, or names
+                one outside the trusted packages.
+        """
+        if self._spec.env is None:
+            raise EnvDescriptorError(
+                f"dataset {self._metadata.get('dataset_id')!r} records no environment "
+                "descriptor, so its environment cannot be re-created; make it yourself")
+        return recreate_env(self._spec.env, api, trust_remote_code=trust_remote_code,
+                            **overrides)
+
+
+def split_dataset(dataset: MultiAgentDataset, sizes: Sequence[int],
+                  seed: int | None = None) -> list[MultiAgentDataset]:
+    """Split ``dataset`` into datasets of ``sizes`` episodes with disjoint random episodes,
+    as ``minari.split_dataset`` does (the same ``seed`` gives the same split).
+
+    Raises:
+        InvalidOptionError: a negative size, or sizes summing to more than the dataset holds.
+    """
+    if any(size < 0 for size in sizes) or sum(sizes) > dataset.total_episodes:
+        raise InvalidOptionError(
+            f"split sizes {list(sizes)} must be non-negative and sum to at most the dataset's "
+            f"{dataset.total_episodes} episodes")
+    order = np.random.default_rng(seed).permutation(dataset.episode_indices)
+    ends = np.cumsum(sizes)
+    return [dataset.subset(order[end - size:end]) for size, end in zip(sizes, ends,
+                                                                       strict=True)]
+
+
+def minari_dataset_at(data_path: Path, metadata: dict[str, Any],
+                      joint_spaces: tuple[spaces.Space, spaces.Space] | None = None
+                      ) -> MinariDataset:
+    """``MinariDataset(data_path)``, its spaces parsed by this library's space reader.
+
+    Minari's own parser makes a Python object of every element-wise Box bound: seconds for an
+    image env's ``metadata.json`` (pistonball: 24 MB, 3 s), where ours reads them with numpy.
+    Datasets without both spaces in their metadata are left to Minari (it makes the env).
+
+    Args:
+        data_path: the dataset's ``data/`` folder.
+        metadata: its ``metadata.json``.
+        joint_spaces: the observation and action spaces of ``metadata``, if the caller has
+            parsed them already.
+
+    Raises:
+        CorruptedDataError: Minari cannot open it.
+    """
+    try:
+        if not {"observation_space", "action_space"} <= metadata.keys():
+            return MinariDataset(data_path)
+        observation_space, action_space = joint_spaces or (
+            metadata_space(metadata, "observation_space", data_path),
+            metadata_space(metadata, "action_space", data_path))
+        storage = storage_class(str(metadata.get("data_format", "hdf5")))(
+            Path(data_path), observation_space, action_space,
+            jpeg_encoding=bool(metadata.get("jpeg_encoding", True)))
+        return MinariDataset(storage)
+    except MarlMinariError:
+        raise
+    except Exception as exc:  # Minari raises whatever a damaged file makes its parser hit
+        raise CorruptedDataError(
+            f"Minari cannot open the dataset at {data_path}: {type(exc).__name__}: {exc}. "
+            "Run marl-minari check on it for details; restore it from a copy or download it "
+            "again.") from exc
+
+
+def open_dataset(data_path: Path) -> MultiAgentDataset:
+    """The multi-agent dataset whose ``data/`` folder is ``data_path``.
+
+    Raises:
+        DatasetNotFoundError: no metadata there.
+        LayoutError: not a multi-agent dataset.
+        CorruptedDataError: damaged.
+    """
+    return MultiAgentDataset(minari_dataset_at(data_path, read_metadata(data_path)))
+
+
+def open_written(data_path: Path, spec: MultiAgentSpec, *,
+                 jpeg_encoding: bool) -> MultiAgentDataset:
+    """The dataset just written from ``spec`` at ``data_path``, opened without parsing its
+    spaces back (the writer knows them; image envs' bounds take seconds to parse)."""
+    storage = storage_class("hdf5")(Path(data_path), spec.observation_space,
+                                    spec.action_space, jpeg_encoding=jpeg_encoding)
+    return MultiAgentDataset(MinariDataset(storage))
+
+
+def read_spec(data_path: Path) -> MultiAgentSpec:
+    """The :class:`MultiAgentSpec` of the dataset whose ``data/`` folder is ``data_path``."""
+    metadata = read_metadata(Path(data_path))
+    return MultiAgentSpec.from_metadata(
+        metadata, metadata_space(metadata, "observation_space", Path(data_path)),
+        metadata_space(metadata, "action_space", Path(data_path)))
