@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from marl_minari.describe._format import _action_text, _env_name, _num
+from marl_minari.describe._format import env_name, num
 from marl_minari.describe.plots import plot_descriptions
 from marl_minari.describe.results import DatasetDescription, Summary
 
@@ -107,7 +107,7 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         ("Kind", {"multi_agent": "multi-agent (marl-minari layout)",
                   "single_agent": "single-agent Minari dataset",
                   "vault": "Flashbax vault"}[d.kind]),
-        ("Environment", _env_name(meta)),
+        ("Environment", env_name(meta)),
         ("Agents", ", ".join(f"`{a}`" for a in d.possible_agents)),
         ("Episodes", f"{d.total_episodes:,}"),
         ("Steps", f"{d.total_steps:,}"),
@@ -179,7 +179,7 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
             body.append(f"- {where} ({action.kind}, {action.samples:,} actions"
                         + (f", {action.out_of_space:,} outside the space"
                            if action.out_of_space else "")
-                        + f"): {_action_text(action, top=12)}")
+                        + f"): {action.text(top=12)}")
     if image is not None:
         body += ["", "## Plots", "", f"![Statistics of {d.name}]({image})"]
     body.append("")
@@ -204,7 +204,7 @@ def _outcome_lines(d: DatasetDescription) -> list[str]:
 
 def _summary_row(label: str, s: Summary) -> str:
     cells = [s.mean, s.std, s.min, s.q25, s.median, s.q75, s.max]
-    return f"| {label} | {s.count:,} | " + " | ".join(_num(c) for c in cells) + " |"
+    return f"| {label} | {s.count:,} | " + " | ".join(num(c) for c in cells) + " |"
 
 
 def _yaml(value: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from marl_minari.describe._format import _action_text, _brief, _env_name, _num
+from marl_minari.describe._format import env_name, num
 from marl_minari.errors import UnknownAgentError
 
 SourceKind = Literal["multi_agent", "single_agent", "vault"]
@@ -48,6 +48,13 @@ class Summary:
         """A JSON-serialisable dict."""
         return {"count": self.count, "mean": self.mean, "std": self.std, "min": self.min,
                 "q25": self.q25, "median": self.median, "q75": self.q75, "max": self.max}
+
+    def brief(self) -> str:
+        """One line: mean, std, min, median and max (``no episodes`` when empty)."""
+        if self.count == 0:
+            return "no episodes"
+        return (f"mean {num(self.mean)}, std {num(self.std)}, min {num(self.min)}, "
+                f"median {num(self.median)}, max {num(self.max)}")
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,23 @@ class ActionSummary:
         else:
             out["counts"] = list(self.counts)
         return out
+
+    def text(self, top: int = 8) -> str:
+        """One line: ranges of continuous components, or the ``top`` most frequent actions."""
+        if self.kind == "continuous":
+            if not self.mean:
+                return "no actions"
+            return "; ".join(f"{label} [{lo:.3g}, {hi:.3g}] mean {m:.3g} std {s:.3g}"
+                             for label, lo, hi, m, s in zip(self.labels, self.minimum,
+                                                            self.maximum, self.mean,
+                                                            self.std, strict=True))
+        if self.kind == "text":
+            return f"{self.samples} text actions"
+        freq = self.frequencies
+        order = np.argsort(-freq, kind="stable")[:top]
+        shown = ", ".join(f"{self.labels[i]}: {freq[i]:.1%}" for i in order)
+        more = len(freq) - len(order)
+        return shown + (f" (+{more} more)" if more > 0 else "")
 
 
 @dataclass(frozen=True)
@@ -262,24 +286,24 @@ class DatasetDescription:
         """A short plain-text report (what ``marl-minari describe`` prints)."""
         lines = [
             f"{'dataset' if self.kind != 'vault' else 'vault'}        {self.name} ({self.kind})",
-            f"environment    {_env_name(self.metadata)}",
+            f"environment    {env_name(self.metadata)}",
             f"agents         {', '.join(self.possible_agents)}",
             f"episodes       {self.total_episodes}  (terminated {self.terminated_episodes}, "
             f"truncated {self.truncated_episodes}, unfinished {self.unfinished_episodes})",
-            f"steps          {self.total_steps}  (length {_brief(self.episode_lengths)})",
+            f"steps          {self.total_steps}  (length {self.episode_lengths.brief()})",
             f"team return    {self._team_return_text()}",
             f"inactive       {self.inactive_share:.2%} of agent-steps",
             "agent            return mean       std       min    median       max  inactive",
         ]
         for agent in self.agents:
             r = agent.returns
-            lines.append(f"{agent.name:<15} {_num(r.mean):>12} {_num(r.std):>9} "
-                         f"{_num(r.min):>9} {_num(r.median):>9} {_num(r.max):>9} "
+            lines.append(f"{agent.name:<15} {num(r.mean):>12} {num(r.std):>9} "
+                         f"{num(r.min):>9} {num(r.median):>9} {num(r.max):>9} "
                          f"{agent.inactive_share:>8.1%}")
         for agent in self.agents:
             for action in agent.actions:
                 lines.append(f"actions {agent.name}{'/' + action.path if action.path else ''}: "
-                             f"{_action_text(action)}")
+                             f"{action.text()}")
         if self.has_outcomes:
             games = max(a.outcome.games for a in self.agents if a.outcome is not None)
             lines.append(f"outcomes       of {games} terminated games (from the final rewards)")
@@ -299,4 +323,4 @@ class DatasetDescription:
     def _team_return_text(self) -> str:
         if self.team_return_always_zero:
             return "0 in every episode: the agents' returns add up to zero (zero-sum game)"
-        return _brief(self.team_returns)
+        return self.team_returns.brief()
