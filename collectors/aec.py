@@ -1,7 +1,7 @@
 """``AECDataCollector``: record a turn-based PettingZoo ``AECEnv`` into a Minari dataset.
 
 One dataset step is one ``env.step(action)`` call, dead-agent ``None`` steps included. The
-layout of turns (``api: "aec"``) is described in ``docs/format-aec.md``; in short:
+layout of turns (``api: "aec"``) is in ``docs/format.md`` (*Turn-based episodes*); in short:
 
 * observation row ``k`` holds ``env.observe(agent)`` of every agent in ``env.agents`` after
   step ``k - 1`` (after reset for ``k = 0``), and ``extras/agent_selection`` the index into
@@ -64,7 +64,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     or truncated. ``create_dataset`` and ``add_to_dataset`` write the finished episodes only:
     an episode in progress goes on and is written whole, from its reset, by a later call.
     :meth:`create_dataset` turns the journal into a Minari dataset in the layout of
-    ``docs/format.md`` (AEC section: ``docs/format-aec.md``).
+    ``docs/format.md`` (*Turn-based episodes*).
 
     Args:
         env: the turn-based environment to record.

@@ -1,29 +1,24 @@
 """marl-minari: multi-agent reinforcement-learning datasets in the Minari standard.
 
-Record PettingZoo environments (:class:`ParallelDataCollector`), load the result with plain
-``minari.load_dataset`` or per agent with :func:`load_dataset`, convert to and from Flashbax
-(:mod:`marl_minari.adapters`) and publish to registries (:mod:`marl_minari.registry`).
+Record PettingZoo environments (:class:`ParallelDataCollector`, :class:`AECDataCollector`),
+load the result with plain ``minari.load_dataset`` or per agent with :func:`load_dataset`, read
+anything a user can name through one door (:func:`open_source`), convert to and from Flashbax
+(:mod:`marl_minari.adapters`) and publish to registries (:mod:`marl_minari.registry`). The
+map of the package is ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
-# The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
-# and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
-from marl_minari.registry import register_remote_kinds  # noqa: I001
-from marl_minari.storage.check import CheckReport
 from marl_minari.derive.combine import combine_datasets
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
-from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.envs.descriptor import (
     make_env,
     trust_env_package,
     trusted_env_packages,
 )
-from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.envs.joint import JointEnv
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
@@ -37,25 +32,35 @@ from marl_minari.errors import (
     InvalidOptionError,
     LayoutError,
     MarlMinariError,
+    MissingExtraError,
     RemoteError,
     StepDataError,
     UnsupportedSpaceError,
 )
-from marl_minari.envs.joint import JointEnv
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.layout import LAYOUT_VERSION
-from marl_minari.sources import check_dataset, load_dataset
-from marl_minari.storage.arrays import MultiAgentArrays
-from marl_minari.storage.dataset import MultiAgentDataset, split_dataset
-from marl_minari.storage.recording import discard_recording, list_recordings, recover_recording
 from marl_minari.format.spec import MultiAgentSpec
+
+# The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
+# and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
+from marl_minari.registry import register_remote_kinds  # noqa: I001
+from marl_minari.sources import DatasetSource, check_dataset, load_dataset, open_source
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.check import CheckReport
+from marl_minari.storage.dataset import MultiAgentDataset, split_dataset
+from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.recording import discard_recording, list_recordings, recover_recording
 from marl_minari.storage.writer import write_dataset
+from marl_minari.version import __version__  # noqa: I001
 
 __all__ = [
     "LAYOUT_VERSION",
+    "AECDataCollector",
     "CheckReport",
     "CorruptedDataError",
     "DatasetDescription",
     "DatasetExistsError",
+    "DatasetSource",
     "DatasetNotFoundError",
     "EnvDescriptor",
     "EnvDescriptorError",
@@ -68,6 +73,7 @@ __all__ = [
     "JointEnv",
     "LayoutError",
     "MarlMinariError",
+    "MissingExtraError",
     "MultiAgentArrays",
     "MultiAgentDataset",
     "MultiAgentEpisode",
@@ -85,6 +91,7 @@ __all__ = [
     "list_recordings",
     "load_dataset",
     "make_env",
+    "open_source",
     "recover_recording",
     "discard_recording",
     "trust_env_package",

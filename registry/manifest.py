@@ -27,6 +27,7 @@ from marl_minari.format.digests import (
     is_hex_digest,
     remembered_digests,
 )
+from marl_minari.version import __version__
 
 MANIFEST_FILE_NAME: Final = "manifest.json"
 """File next to ``data/`` on a remote: the manifest of that dataset version."""
@@ -240,8 +241,6 @@ def wrong_size(where: str, found: int, recorded: int) -> CorruptedDataError:
 
 def new_manifest(dataset_id: str, entries: Iterable[FileEntry]) -> Manifest:
     """A manifest stamped with the current UTC time and this library's version."""
-    from marl_minari import __version__
-
     files = tuple(sorted(entries, key=lambda e: e.path))
     _check_entries(files, dataset_id)
     return Manifest(dataset_id, files,

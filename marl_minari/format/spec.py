@@ -18,6 +18,7 @@ from marl_minari.format import layout
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.space_json import space_from_json, space_to_json
 from marl_minari.format.spaces import check_storable, is_image_space
+from marl_minari.version import __version__
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,6 @@ class MultiAgentSpec:
 
     def to_metadata(self) -> dict[str, Any]:
         """The ``metadata.json["marl_minari"]`` dict (spaces live in Minari's own keys)."""
-        from marl_minari import __version__
-
         return {
             layout.META_LAYOUT_VERSION: layout.LAYOUT_VERSION,
             layout.META_LIBRARY_VERSION: __version__,

@@ -35,6 +35,7 @@ from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.ray.data import SourceLike, open_sources, read_dataset, to_block
 from marl_minari.rows import patterns as P
 from marl_minari.sources import DatasetSource
+from marl_minari.version import __version__
 
 DEFAULT_MODULE_ID = "default_policy"
 """RLlib's default module id (``ray.rllib.core.DEFAULT_MODULE_ID``): all agents pooled."""
@@ -346,8 +347,6 @@ def _write_manifest(out_path: Path, sources: Sequence[DatasetSource],
                     exports: Mapping[str, ModuleExport]) -> None:
     from minari.serialization import serialize_space
 
-    from marl_minari import __version__
-
     manifest = {
         "format": "rllib-offline-parquet",
         "library_version": __version__,
@@ -432,8 +431,6 @@ def export_episodes(sources: SourceLike | Sequence[SourceLike],
         IncompatibleSourcesError: sources give different columns.
         DatasetExistsError: ``out`` is not empty (a ``FileExistsError``).
     """
-    from marl_minari import __version__
-
     opened = open_sources(sources)
     out_path = _clear_out(out, EPISODES_MANIFEST, overwrite)
     read_dataset(opened, "episodes", override_num_blocks=override_num_blocks).write_parquet(

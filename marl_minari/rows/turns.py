@@ -1,7 +1,8 @@
 """Per-agent transitions of turn-based (AEC) datasets, in the usual offline-RL form.
 
-In an AEC dataset (``docs/format-aec.md``) one step is one ``env.step`` call: agents take
-turns, so an agent's consecutive decisions are several dataset steps apart. For one agent,
+In an AEC dataset (``docs/format.md``, *Turn-based episodes*) one step is one ``env.step``
+call: agents take turns, so an agent's consecutive decisions are several dataset steps apart.
+For one agent,
 :func:`agent_transitions` returns one transition per action it took::
 
     observation  = its observation at the turn it acted on
