@@ -160,32 +160,32 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
 
     # The AEC attributes, read from the wrapper that holds them (see _owner).
     @property
-    def agents(self) -> list[Any]:  # type: ignore[override]
-        return self._attribute("agents")  # type: ignore[no-any-return]
+    def agents(self) -> list[Any]:
+        return self._attribute("agents")
 
     @property
-    def agent_selection(self) -> Any:  # type: ignore[override]
+    def agent_selection(self) -> Any:
         return self._attribute("agent_selection")
 
     @property
-    def rewards(self) -> dict[Any, float]:  # type: ignore[override]
-        return self._attribute("rewards")  # type: ignore[no-any-return]
+    def rewards(self) -> dict[Any, float]:
+        return self._attribute("rewards")
 
     @property
-    def terminations(self) -> dict[Any, bool]:  # type: ignore[override]
-        return self._attribute("terminations")  # type: ignore[no-any-return]
+    def terminations(self) -> dict[Any, bool]:
+        return self._attribute("terminations")
 
     @property
-    def truncations(self) -> dict[Any, bool]:  # type: ignore[override]
-        return self._attribute("truncations")  # type: ignore[no-any-return]
+    def truncations(self) -> dict[Any, bool]:
+        return self._attribute("truncations")
 
     @property
-    def infos(self) -> dict[Any, dict[str, Any]]:  # type: ignore[override]
-        return self._attribute("infos")  # type: ignore[no-any-return]
+    def infos(self) -> dict[Any, dict[str, Any]]:
+        return self._attribute("infos")
 
     @property
-    def _cumulative_rewards(self) -> dict[Any, float]:  # type: ignore[override]
-        return self._attribute("_cumulative_rewards")  # type: ignore[no-any-return]
+    def _cumulative_rewards(self) -> dict[Any, float]:
+        return self._attribute("_cumulative_rewards")
 
     def _attribute(self, name: str) -> Any:
         owner = self._owners.get(name)

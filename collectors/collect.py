@@ -145,10 +145,11 @@ def check_target(dataset_id: str | None, *, append: bool) -> str | None:
 
 
 def _make(env_id: str, api: str | None, env_kwargs: dict[str, Any]) -> tuple[Any, Api]:
+    apis: dict[str | None, Api] = {"parallel": "parallel", "aec": "aec"}
+    if api in apis:
+        return make_env(env_id, api=apis[api], **env_kwargs), apis[api]
     if api is not None:
-        if api not in ("parallel", "aec"):
-            raise InvalidOptionError(f"api must be 'parallel' or 'aec', got {api!r}")
-        return make_env(env_id, api=api, **env_kwargs), api  # type: ignore[arg-type,return-value]
+        raise InvalidOptionError(f"api must be 'parallel' or 'aec', got {api!r}")
     try:
         return make_env(env_id, api="parallel", **env_kwargs), "parallel"
     except EnvDescriptorError as exc:

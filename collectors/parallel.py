@@ -103,19 +103,19 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
 
     # Attributes the ParallelEnv base class defines at class level are forwarded explicitly.
     @property
-    def agents(self) -> list[Any]:  # type: ignore[override]
+    def agents(self) -> list[Any]:
         return self.env.agents
 
     @property
-    def possible_agents(self) -> list[Any]:  # type: ignore[override]
+    def possible_agents(self) -> list[Any]:
         return self.env.possible_agents
 
     @property
-    def metadata(self) -> dict[str, Any]:  # type: ignore[override]
+    def metadata(self) -> dict[str, Any]:
         return self.env.metadata
 
     @property
-    def render_mode(self) -> Any:  # type: ignore[override]
+    def render_mode(self) -> Any:
         return getattr(self.env, "render_mode", None)
 
     def reset(self, seed: int | None = None,

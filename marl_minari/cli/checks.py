@@ -29,8 +29,6 @@ def dataset_id(value: str | None) -> str | None:
 
 def json_object(text: str) -> dict[str, Any]:
     """Typer parser: a JSON object such as ``{"max_cycles": 50}``."""
-    if isinstance(text, dict):  # a default already parsed
-        return text
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -56,10 +56,10 @@ def collect(
     api: Annotated[ApiChoice | None, typer.Option(
         help="PettingZoo API to record through; default: parallel where the env supports "
              "it, else aec.")] = None,
-    env_kwargs: Annotated[dict[str, Any], typer.Option(
+    env_kwargs: Annotated[dict[str, Any] | None, typer.Option(
         parser=checks.json_object, metavar="JSON",
         help="""Keyword arguments for the env, as a JSON object: '{"max_cycles": 50}'.""")
-    ] = "{}",  # type: ignore[assignment]
+    ] = None,
     jpeg_encoding: Annotated[bool, typer.Option(
         help="JPEG-encode image observations, as Minari does (lossy).")] = True,
     record_infos: Annotated[bool, typer.Option(
@@ -96,7 +96,7 @@ def collect(
     dataset = run_collect(
         env_id, episodes=episodes, seed=seed, dataset_id=dataset_id,
         api=None if api is None else api.value, jpeg_encoding=jpeg_encoding,
-        record_infos=record_infos, record_state=record_state, env_kwargs=env_kwargs,
+        record_infos=record_infos, record_state=record_state, env_kwargs=env_kwargs or {},
         state_encoding=None if state_encoding is None else state_encoding.value,
         append=append, progress=True, background_writing=background_writing,
         **({} if append else {k: v for k, v in metadata.items() if v is not None}),

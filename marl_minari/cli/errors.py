@@ -46,7 +46,7 @@ click: Any = sys.modules[typer.BadParameter.__module__]
 _NO_ARGS_IS_HELP: Any = getattr(click, "NoArgsIsHelpError", ())  # click >= 8.2
 
 
-class CommandFailed(click.ClickException):  # type: ignore[misc]
+class CommandFailed(click.ClickException):
     """A failure of the work a command does, reported as one line (exit :data:`EXIT_FAILURE`)."""
 
     exit_code = EXIT_FAILURE
@@ -65,18 +65,20 @@ class CommandGroup(TyperGroup):
                 raise
             raise explain(exc) from exc
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        options = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **options)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **options)
         except _NO_ARGS_IS_HELP as exc:
             typer.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(EXIT_USAGE)
