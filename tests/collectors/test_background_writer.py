@@ -61,12 +61,26 @@ def _slow_appends(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     monkeypatch.setattr(recording.Recording, "append", append)
 
 
+def _gated_appends(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Journal appends wait until the returned event is set."""
+    real = recording.Recording.append
+    gate = threading.Event()
+
+    def append(self: Any, episode: Any, metadata: Any = None) -> None:
+        assert gate.wait(60), "the test never opened the gate"
+        real(self, episode, metadata)
+
+    monkeypatch.setattr(recording.Recording, "append", append)
+    return gate
+
+
 def test_flush_makes_every_finished_episode_durable(monkeypatch: pytest.MonkeyPatch) -> None:
-    _slow_appends(monkeypatch, 0.05)
-    collector = _spread()
+    gate = _gated_appends(monkeypatch)
+    collector = _spread(writer_queue=4)
     _play(collector, 4)
-    assert collector.pending_episodes > 0  # step returned before the episodes were written
-    assert collector.durable_episodes < 4
+    # step returned with every episode handed over and none written yet
+    assert collector.pending_episodes == 4 and collector.durable_episodes == 0
+    gate.set()
     collector.flush()
     assert collector.durable_episodes == 4 and collector.pending_episodes == 0
     assert len(list(read_journal(collector.recording_path / JOURNAL_NAME))) == 4
