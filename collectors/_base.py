@@ -9,7 +9,7 @@ from typing import Any
 
 from marl_minari.collectors.builder import EpisodeBuilder
 
-from marl_minari.envs.descriptor import describe_env
+from marl_minari.envs.make import describe_env
 from marl_minari.errors import EnvApiError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.spec import MultiAgentSpec, resolve_state_encoding

@@ -256,14 +256,14 @@ def stack_info(template: Any, rows: list[Any], where: str) -> Any:
                                          for i, r in enumerate(rows)], f"{where}[{key!r}]")
             for key, value in template.items()
         }
-    first = np.asarray(template)
+    first = _info_array(template, where, next((i for i, r in enumerate(rows) if r is not None), 0))
     if first.dtype.kind in "UO":
         return np.array(["" if r is None else str(r) for r in rows], dtype=object)
     fill = np.zeros_like(first)
     for index, value in enumerate(rows):
         if value is None:
             continue
-        value = np.asarray(value)
+        value = _info_array(value, where, index)
         if value.shape != first.shape or not np.can_cast(value.dtype, first.dtype, "same_kind"):
             raise InfoStructureError(
                 f"{where}, row {index}: {value.dtype}{list(value.shape)} value does not fit "
@@ -271,6 +271,18 @@ def stack_info(template: Any, rows: list[Any], where: str) -> Any:
                 "their dtype and shape through a dataset."
             )
     return np.asarray([fill if r is None else r for r in rows], dtype=first.dtype)
+
+
+def _info_array(value: Any, where: str, row: int) -> np.ndarray:
+    """``value`` as an array, or :class:`InfoStructureError` naming the info key and row (a
+    ragged list has no array form)."""
+    try:
+        return np.asarray(value)
+    except ValueError as exc:
+        raise InfoStructureError(
+            f"{where}, row {row}: {value!r} cannot be stored as an array ({exc}); info values "
+            "must be numbers, strings or rectangular arrays to be recorded (record_infos=True)."
+        ) from exc
 
 
 def _get(row: Any, key: Any, where: str, index: int) -> Any:

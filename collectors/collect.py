@@ -7,7 +7,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from marl_minari.envs.descriptor import make_env
+from marl_minari.envs.make import make_env
 from marl_minari.envs.policies import RandomPolicy
 from marl_minari.errors import (
     DatasetExistsError,

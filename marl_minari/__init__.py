@@ -13,12 +13,9 @@ from typing import Any
 
 from marl_minari.derive.combine import combine_datasets
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
-from marl_minari.envs.descriptor import (
-    make_env,
-    trust_env_package,
-    trusted_env_packages,
-)
 from marl_minari.envs.joint import JointEnv
+from marl_minari.envs.make import make_env
+from marl_minari.envs.resolve import trust_env_package, trusted_env_packages
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
@@ -31,10 +28,12 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     InvalidOptionError,
     LayoutError,
+    LockedError,
     MarlMinariError,
     MissingExtraError,
     RemoteError,
     StepDataError,
+    StorageFullError,
     UnsupportedSpaceError,
 )
 from marl_minari.format.env_descriptor import EnvDescriptor
@@ -72,6 +71,7 @@ __all__ = [
     "InvalidOptionError",
     "JointEnv",
     "LayoutError",
+    "LockedError",
     "MarlMinariError",
     "MissingExtraError",
     "MultiAgentArrays",
@@ -80,6 +80,7 @@ __all__ = [
     "MultiAgentSpec",
     "RemoteError",
     "StepDataError",
+    "StorageFullError",
     "UnsupportedSpaceError",
     "ParallelDataCollector",
     "__version__",

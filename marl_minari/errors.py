@@ -109,6 +109,11 @@ class MissingExtraError(MarlMinariError, ImportError):
     extra that brings it (``pip install "marl-minari[jax]"``)."""
 
 
+class StorageFullError(MarlMinariError, OSError):
+    """No room to write: the disk is full, a quota is spent, or a file would pass the
+    process's file-size limit. Nothing already durable is lost; the message says what to do."""
+
+
 class DependencyVersionError(MarlMinariError, RuntimeError):
     """An installed dependency has a version this library does not support; the message says
     which versions it supports."""

@@ -317,7 +317,7 @@ def _download_tree(storage: RegistryStorage, dataset_id: str, force: bool,
 
 
 def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: bool) -> None:
-    from marl_minari.envs.descriptor import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
+    from marl_minari.envs.resolve import TRUSTED_ENV_PACKAGES_VAR, untrusted_env_references
     from marl_minari.errors import EnvDescriptorError
 
     found = untrusted_env_references(metadata)

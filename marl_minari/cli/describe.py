@@ -60,7 +60,7 @@ def describe_command(
     written: list[tuple[str, Path]] = []
     # the card's plot shows its one dataset: when --plot draws exactly that, the card links
     # the --plot file instead of drawing the same figure again
-    card_plot: bool | Path = True
+    card_plot: bool | Path | None = None  # a figure where matplotlib is installed
     if plot is not None:
         if card is not None and len(descriptions) == 1:
             card_plot = plot
@@ -68,8 +68,8 @@ def describe_command(
             written.append(("plot", plot_descriptions(descriptions, plot)))
     if card is not None:
         image = card_plot_path(card, card_plot)
-        written.append(("dataset card", dataset_card(descriptions[0], card, plot=card_plot,
-                                                     license=license)))
+        written.append(("dataset card", dataset_card(descriptions[0], card,
+                                                     plot=image or False, license=license)))
         if image is not None:
             written.append(("plot", image))
     for what, path in written:

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from marl_minari.envs.descriptor import effective_kwargs
+from marl_minari.envs.make import effective_kwargs
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format import layout
 from marl_minari.sources import DatasetSource, load_dataset, open_source

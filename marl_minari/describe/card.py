@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -11,6 +12,8 @@ from typing import Any, Final
 from marl_minari.describe._format import env_name, num
 from marl_minari.describe.plots import plot_descriptions
 from marl_minari.describe.results import DatasetDescription, Summary
+from marl_minari.errors import MissingExtraError
+from marl_minari.extras import require
 
 CARD_PLOT_NAME: Final = "statistics.png"
 """File name of the plot :func:`dataset_card` writes next to the card by default."""
@@ -29,7 +32,7 @@ def size_category(steps: int) -> str:
 
 
 def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], *,
-                 plot: bool | str | os.PathLike[str] = True, license: str | None = None,
+                 plot: bool | str | os.PathLike[str] | None = None, license: str | None = None,
                  tags: Sequence[str] = ()) -> Path:
     """Write a Hugging Face style dataset card (Markdown with YAML front matter).
 
@@ -44,12 +47,17 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
         path: the Markdown file to write.
         plot: ``True`` writes ``statistics.png`` next to the card; a path writes the plot
             there; ``False`` writes no plot (:func:`card_plot_path` says where it goes).
+            ``None`` (default): ``True`` when matplotlib (the ``plot`` extra) is installed,
+            else ``False`` with a warning saying how to add the figure.
         license: the ``license`` front-matter value (default: the dataset metadata's
             ``license``, else ``unknown``).
         tags: extra tags.
 
     Returns:
         ``path``.
+
+    Raises:
+        MissingExtraError: ``plot`` asks for a figure and matplotlib is not installed.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,10 +70,20 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
     return target
 
 
-def card_plot_path(card: str | os.PathLike[str], plot: bool | str | os.PathLike[str] = True
-                   ) -> Path | None:
+def card_plot_path(card: str | os.PathLike[str],
+                   plot: bool | str | os.PathLike[str] | None = None) -> Path | None:
     """Where :func:`dataset_card` writes its plot: ``statistics.png`` next to the card for
-    ``plot=True``, the given path, or ``None`` for ``plot=False``."""
+    ``plot=True``, the given path, or ``None`` for ``plot=False``; ``plot=None`` is ``True``
+    where matplotlib is installed."""
+    if plot is None:
+        try:
+            require("matplotlib", "plot", "the dataset card's figure")
+            plot = True
+        except MissingExtraError:
+            plot = False
+            warnings.warn(
+                f"the dataset card {card} gets no statistics figure: figures need matplotlib, "
+                'pip install "marl-minari[plot]"', stacklevel=3)
     if plot is True:
         return Path(card).parent / CARD_PLOT_NAME
     if plot is False:

@@ -21,6 +21,7 @@ import numpy as np
 from marl_minari.describe import _draw
 from marl_minari.describe.results import ActionSummary, DatasetDescription
 from marl_minari.errors import InvalidOptionError
+from marl_minari.extras import require
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -120,9 +121,8 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
         InvalidOptionError: no descriptions, not one label per description, or ``bins`` is
             neither a positive number nor one of :data:`BIN_RULES`.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    backend = require("matplotlib.backends.backend_agg", "plot", "plot_descriptions")
+    figures = require("matplotlib.figure", "plot", "plot_descriptions")
     if not descriptions:
         raise InvalidOptionError("plot_descriptions needs at least one description")
     names = list(labels) if labels is not None else [d.label for d in descriptions]
@@ -139,9 +139,9 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
     compare = len(descriptions) > 1
     legend_rows = math.ceil(len(descriptions) / LEGEND_COLUMNS) if compare else 0
     header = HEADER_HEIGHT + LEGEND_ROW_HEIGHT * legend_rows
-    figure = Figure(figsize=(columns * width / 100, (rows * height + header) / 100), dpi=dpi,
-                    layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = figures.Figure(figsize=(columns * width / 100, (rows * height + header) / 100),
+                            dpi=dpi, layout="constrained")
+    backend.FigureCanvasAgg(figure)
     figure.suptitle(_title(descriptions, names), fontsize=11)
     colors = [f"C{i % 10}" for i in range(len(descriptions))]
     style = _draw.Style(names=tuple(names), colors=tuple(colors), bins=bins)
@@ -186,6 +186,7 @@ def plot_descriptions(descriptions: Sequence[DatasetDescription], path: str | os
 
     Raises:
         InvalidOptionError: no descriptions, or not one label per description.
+        MissingExtraError: matplotlib is not installed (``pip install "marl-minari[plot]"``).
     """
     figure = draw_descriptions(descriptions, labels=labels, bins=bins, dpi=dpi)
     target = Path(path)

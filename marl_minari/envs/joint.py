@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from marl_minari.envs.descriptor import recreate_env
+from marl_minari.envs.make import recreate_env
 from marl_minari.errors import EnvDescriptorError
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.returns import REWARD_AGGREGATIONS, team_rewards
@@ -40,7 +40,7 @@ class JointEnv(gym.Env):
         reward_aggregation: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
         trust_remote_code: make the env from ``descriptor`` even if it names a package outside
             the trusted environment packages (see
-            :func:`~marl_minari.envs.descriptor.recreate_env`).
+            :func:`~marl_minari.envs.make.recreate_env`).
 
     Raises:
         EnvDescriptorError: no env and no descriptor, or the descriptor's env cannot (or may

@@ -25,11 +25,9 @@ _IMPORTED_ID: Final = "vault/imported-v0"
 def is_vault(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a vault folder (``metadata.json`` with a ``structure_shape``)."""
     meta = Path(path) / VAULT_METADATA_FILE
-    if not meta.is_file():
-        return False
     try:
         document = json.loads(meta.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # none, or not readable
         return False
     return isinstance(document, dict) and "structure_shape" in document
 

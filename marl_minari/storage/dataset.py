@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 from minari.dataset.minari_dataset import MinariDataset
 
-from marl_minari.envs.descriptor import recreate_env
+from marl_minari.envs.make import recreate_env
 from marl_minari.errors import (
     CorruptedDataError,
     EnvDescriptorError,

@@ -188,3 +188,11 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+def record_leaves(path: Path) -> int:
+    """How many datasets the first record of a journal has (an episode's leaves, text leaves
+    included); 0 for an empty journal."""
+    for header in headers(path):
+        return len(header["leaves"]) + len(header["texts"])
+    return 0

@@ -31,6 +31,7 @@ from marl_minari.errors import (
     CorruptedDataError,
     DatasetNotFoundError,
     LockedError,
+    StorageFullError,
 )
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
@@ -45,12 +46,14 @@ from marl_minari.storage.journal import (
     journal_position,
     read_journal,
     record_id,
+    record_leaves,
     record_parts,
     records,
     trim_journal,
     write_all,
 )
 from marl_minari.storage.locking import claim_recording, recording_in_use, staging_root
+from marl_minari.storage.space import dataset_bytes, refusal
 from marl_minari.storage.writer import JournalMark, append_to_dataset
 from marl_minari.storage.writer import write_dataset as _write_dataset
 
@@ -150,6 +153,10 @@ class Recording:
 
         A failed append leaves no part of its record behind: records written after a torn one
         could not be read back.
+
+        Raises:
+            StorageFullError: the disk (or a quota, or the file-size limit) has no room for
+                the record; the episodes before it stay durable.
         """
         parts = record_parts(episode, self._journal_id, self._next_seq, metadata,
                              self.jpeg_paths)
@@ -158,6 +165,13 @@ class Recording:
             write_all(self._journal, parts)
             if self._fsync:
                 sync_handle(self._journal)
+        except OSError as exc:
+            os.ftruncate(self._journal.fileno(), start)
+            refused = refusal(exc, self.path, "an episode to the recording journal")
+            if refused is exc:
+                raise
+            raise type(refused)(f"{refused} The episode is not recorded; the {self.episodes} "
+                                f"before it stay in {self.path}.") from exc
         except BaseException:
             os.ftruncate(self._journal.fileno(), start)
             raise
@@ -174,8 +188,8 @@ class Recording:
         try:
             return _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
                                   jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
-                                  journal=mark, **metadata)
-        except LockedError as exc:
+                                  journal=mark, size_hint=self._dataset_bytes(), **metadata)
+        except (LockedError, StorageFullError) as exc:
             raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
@@ -185,8 +199,8 @@ class Recording:
         mark = self._mark(dataset_id)
         try:
             return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
-                                     journal=mark)
-        except LockedError as exc:
+                                     journal=mark, size_hint=self._dataset_bytes())
+        except (LockedError, StorageFullError) as exc:
             raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
@@ -213,10 +227,17 @@ class Recording:
             {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
         return mark
 
-    def _still_here(self, error: LockedError) -> LockedError:
-        return LockedError(
+    def _still_here(self, error: LockedError | StorageFullError
+                    ) -> LockedError | StorageFullError:
+        return type(error)(
             f"{error} The episodes stay in the recording {self.path}: call the same method "
             f"again, or later run: marl-minari recover {self.path} <dataset-id>")
+
+    def _dataset_bytes(self) -> int:
+        """An upper estimate of the size of the dataset file the journal's episodes make."""
+        journal = self.path / JOURNAL_NAME
+        payload = journal.stat().st_size if journal.exists() else 0
+        return dataset_bytes(payload, self.episodes, record_leaves(journal))
 
     def _drop_stored(self) -> None:
         """Drop the records the target dataset now holds (none if its write failed)."""

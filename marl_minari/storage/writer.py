@@ -49,6 +49,7 @@ from marl_minari.storage.locking import (
     staging_folder,
     staging_root,
 )
+from marl_minari.storage.space import claim
 
 JournalMark = tuple[str, int]
 """``(journal id, records)``: the first ``records`` records of a journal are being stored."""
@@ -64,6 +65,7 @@ def write_dataset(
     total: int | None = None,
     fsync: bool = True,
     journal: JournalMark | None = None,
+    size_hint: int | None = None,
     **metadata: Any,
 ) -> Path:
     """Write a new dataset from ``episodes`` and move it into place atomically.
@@ -78,6 +80,8 @@ def write_dataset(
         fsync: flush the dataset's files and folders to stable storage before returning.
         journal: the recording journal records the episodes come from (noted in the
             metadata so that recovering the journal never stores them twice).
+        size_hint: an upper estimate of the data file's size; that much room is claimed
+            before HDF5 writes anything (:mod:`marl_minari.storage.space`).
         **metadata: Minari metadata (``algorithm_name``, ``author``, ``author_email``,
             ``code_permalink``, ``description``, ``requirements``, ``ref_min_score``,
             ``ref_max_score``) and ``extra`` (more top-level keys).
@@ -89,6 +93,7 @@ def write_dataset(
         InvalidDatasetIdError: malformed id.
         DatasetExistsError: a dataset with this id exists.
         LockedError: another writer held the dataset's lock too long.
+        StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
     _check_new(dataset_id)
     lock_timeout()  # a bad setting is reported before the work, not after
@@ -97,6 +102,8 @@ def write_dataset(
     with staging_folder(root, "dataset") as work:
         data = work / "data"
         data.mkdir()
+        if size_hint is not None:
+            claim(data, size_hint, f"dataset {dataset_id!r}")
         steps = 0
         notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(data / layout.MAIN_FILE_NAME, spec,
@@ -137,6 +144,7 @@ def append_to_dataset(
     progress: bool = False,
     fsync: bool = True,
     journal: JournalMark | None = None,
+    size_hint: int | None = None,
 ) -> Path:
     """Append ``episodes`` to an existing dataset, all or nothing.
 
@@ -150,6 +158,7 @@ def append_to_dataset(
         DatasetNotFoundError: no dataset with this id.
         IncompatibleSourcesError: the dataset's agents or spaces differ from ``spec``.
         LockedError: another writer held the dataset's lock too long.
+        StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
     data = dataset_dir(dataset_id) / "data"
     root = staging_root()
@@ -164,6 +173,9 @@ def append_to_dataset(
         committed = metadata_count(metadata, "total_episodes", data)
         stored_steps = metadata_count(metadata, "total_steps", data)
         scratch = work / layout.MAIN_FILE_NAME
+        if size_hint is not None:  # the copy of the data file, then the new episodes
+            claim(work, (data / layout.MAIN_FILE_NAME).stat().st_size + size_hint,
+                  f"the episodes added to {dataset_id!r}")
         shutil.copyfile(data / layout.MAIN_FILE_NAME, scratch)
         _drop_uncommitted(scratch, committed)
         steps = 0

@@ -668,6 +668,22 @@ def test_info_keys_that_cannot_name_a_dataset_are_refused(key: str) -> None:
         collector.step({"a": 0})
 
 
+def test_a_ragged_info_value_is_refused_naming_the_key() -> None:
+    class RaggedInfos(RandomSpacesEnv):
+        def _infos(self, present: list[str]) -> dict[str, Any]:
+            return {a: {"fine": 1, "ragged": [[1, 2], [3]] if self._t else [[1], [2]]}
+                    for a in present}
+
+    collector = mm.ParallelDataCollector(
+        RaggedInfos(["a"], {"a": spaces.Discrete(2)}, {"a": spaces.Discrete(2)}, max_steps=2),
+        record_infos=True)
+    collector.reset(seed=0)
+    collector.step({"a": 0})
+    with pytest.raises(InfoStructureError, match=r"info of 'a'\['ragged'\], row 1: .*rectangular"):
+        collector.step({"a": 0})  # the episode ends: its infos are stacked
+    collector.close()
+
+
 def test_agent_joining_only_in_a_later_episode_keeps_its_infos() -> None:
     env = RandomSpacesEnv(["a", "b"], {a: spaces.Discrete(2) for a in "ab"},
                           {a: spaces.Discrete(2) for a in "ab"}, max_steps=3, joins={"b": 5})

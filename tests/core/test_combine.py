@@ -68,7 +68,7 @@ def test_default_and_explicit_env_arguments_combine(record_parallel: Any,
     arguments were completed) and one made with the default spelled out name the same env."""
     import dataclasses
 
-    from marl_minari.envs.descriptor import describe_env
+    from marl_minari.envs.make import describe_env
 
     made = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
     record_parallel("mpe2/simple_spread_v3", 1, dataset_id="tests/old-v0",

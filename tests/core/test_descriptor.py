@@ -9,7 +9,7 @@ from pettingzoo.utils.conversions import aec_to_parallel_wrapper
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 import marl_minari as mm
-from marl_minari.envs.descriptor import describe_env, recreate_env
+from marl_minari.envs.make import describe_env, recreate_env
 from marl_minari.errors import EnvDescriptorError
 from marl_minari.format.env_descriptor import EnvDescriptor
 
@@ -46,7 +46,7 @@ def test_make_env_and_json_round_trip(env_id: str, kwargs: dict, agents: list[st
 
 def test_recorded_kwargs_are_the_effective_ones() -> None:
     """``{}`` and ``{"max_cycles": 25}`` (the default) describe the same env, and say so."""
-    from marl_minari.envs.descriptor import effective_kwargs
+    from marl_minari.envs.make import effective_kwargs
 
     implicit = describe_env(mm.make_env("mpe2/simple_spread_v3"), "parallel")
     explicit = describe_env(mm.make_env("mpe2/simple_spread_v3", max_cycles=25), "parallel")
@@ -77,8 +77,8 @@ def test_turn_based_env_is_converted_or_refused() -> None:
 
 @pytest.mark.parametrize(
     ("env_id", "message"),
-    [("nope/foo_v1", "cannot find env 'nope/foo_v1'"), ("bad id", "is not an env id"),
-     ("no_such_module:f", "cannot import entry point")],
+    [("nope/foo_v1", "cannot import the env 'nope/foo_v1'"), ("bad id", "is not an env id"),
+     ("no_such_module:f", "cannot import the env 'no_such_module:f'")],
 )
 def test_unknown_envs_say_what_was_tried(env_id: str, message: str) -> None:
     with pytest.raises(EnvDescriptorError, match=message):

@@ -213,3 +213,54 @@ def test_bad_options_are_library_errors(record_parallel: Callable[..., Any]) -> 
     for call in calls:
         with pytest.raises(MarlMinariError):
             call()
+
+
+ENTRY_POINTS: dict[str, Callable[[Any, Path], int]] = {
+    "load_dataset": lambda ref, _: len(mm.load_dataset(ref)),
+    "check_dataset": lambda ref, _: mm.check_dataset(ref).total_episodes,
+    "describe": lambda ref, _: mm.describe(ref).total_episodes,
+    "combine_datasets": lambda ref, _: len(mm.combine_datasets([ref], "door/combined-v0")),
+    "to_vault": lambda ref, tmp: _vault_episodes(ref, tmp),
+    "make_buffer": lambda ref, _: _buffer_episodes(ref),
+    "open_source": lambda ref, _: open_source(ref).total_episodes,
+}
+
+
+def _vault_episodes(reference: Any, tmp: Path) -> int:
+    from marl_minari.adapters import to_vault
+
+    return open_source(to_vault(reference, tmp / "vaults")).total_episodes
+
+
+def _buffer_episodes(reference: Any) -> int:
+    from marl_minari.adapters import make_buffer
+
+    _, state = make_buffer([reference], sample_batch_size=2, sample_sequence_length=2)
+    return int(state.experience["terminals"].any(axis=-1).sum())
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("kind", ["folder", "data file", "file url", "data folder"])
+def test_every_entry_point_accepts_every_reference(
+        record_parallel: Callable[..., Any], tmp_path: Path, entry: str, kind: str) -> None:
+    _record_spread(record_parallel, "door/spread-v0", episodes=2)
+    folder = dataset_dir("door/spread-v0")
+    reference = {"folder": str(folder), "data file": folder / "data" / "main_data.hdf5",
+                 "file url": folder.as_uri(), "data folder": folder / "data"}[kind]
+    assert ENTRY_POINTS[entry](reference, tmp_path) == 2
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("kind", ["missing path", "missing id", "too long", "not a path"])
+def test_every_entry_point_gives_the_same_error_for_the_same_mistake(
+        tmp_path: Path, entry: str, kind: str) -> None:
+    reference = {"missing path": str(tmp_path / "nowhere" / "spread"),
+                 "missing id": "door/nowhere-v0", "too long": "a" * 300,
+                 "not a path": "no id here"}[kind]
+    with pytest.raises(DatasetNotFoundError) as caught:
+        ENTRY_POINTS[entry](reference, tmp_path)
+    expected = {"missing path": f"no dataset at {reference!r}",
+                "missing id": "'door/nowhere-v0' not found locally",
+                "too long": "no dataset at 'aaaa", "not a path": "no dataset at 'no id here'"}
+    assert expected[kind] in str(caught.value)
+    assert "malformed" not in str(caught.value).split(":")[0]
