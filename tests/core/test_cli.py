@@ -65,6 +65,16 @@ def test_info_prints_per_agent_return_statistics(datasets_root: Path) -> None:
         assert agent in result.output
 
 
+def test_info_on_an_empty_dataset_says_so(datasets_root: Path) -> None:
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3))
+    mm.write_dataset("cli/empty-v0", [], env.spec)
+    env.close()
+    result = CliRunner().invoke(app, ["info", "cli/empty-v0"])
+    assert result.exit_code == 0, result.output
+    assert "episodes       0" in result.output and "no episodes" in result.output
+    assert "agent_0" in result.output
+
+
 def test_info_on_missing_dataset_fails_with_clear_message(datasets_root: Path) -> None:
     result = CliRunner().invoke(app, ["info", "nope/missing-v0"])
     assert result.exit_code == 1

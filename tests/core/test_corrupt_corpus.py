@@ -128,6 +128,11 @@ CASES: dict[str, Callable[[Path], None]] = {
     "metadata-bad-json": _text("metadata.json", "{\"total_episodes\": 3,"),
     "metadata-a-list": _text("metadata.json", "[1, 2, 3]"),
     "index-garbage": _text("marl_minari_index.npz", "not a zip file"),
+    "data-file-missing": lambda data: _main(data).unlink(),
+    "minari-version-future": _metadata(_set("minari_version", value="9.9.9")),
+    "author-a-number": _metadata(_set("author", value=123)),
+    "author-email-a-number": _metadata(_set("author_email", value=123)),
+    "ragged-agent-infos": _h5(_replace("episode_1/infos/marl/active", lambda a: a[:, :1])),
 }
 
 
