@@ -214,7 +214,7 @@ def untrusted_env_references(metadata: dict[str, Any]) -> list[str]:
     if isinstance(env_spec, str):
         try:
             env_spec = json.loads(env_spec)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
             env_spec = None
     if isinstance(env_spec, dict):
         entry = env_spec.get("entry_point")
