@@ -61,15 +61,15 @@ def parse_index(raw: bytes | None, location: str) -> Index:
     if index.get("format") != INDEX_FORMAT:
         raise CorruptedDataError(f"{location}/{INDEX_FILE_NAME} is not a marl-minari registry "
                                  f"index ('format' is {index.get('format')!r}){_REBUILD}")
-    version = typed(index, "format_version", int, where)
+    version = typed(index, "format_version", int, where, fix=_REBUILD)
     if version > INDEX_FORMAT_VERSION:
         raise RemoteError(f"registry {location} has index format {version!r}; this "
                           f"marl-minari reads version {INDEX_FORMAT_VERSION}: upgrade it")
-    for name, value in typed(index, "namespaces", dict, where).items():
+    for name, value in typed(index, "namespaces", dict, where, fix=_REBUILD).items():
         if not isinstance(value, dict):
             raise CorruptedDataError(f"{where}: namespaces[{name!r}] must be an object, not "
                                      f"{type(value).__name__}{_REBUILD}")
-    for name, entry in typed(index, "datasets", dict, where).items():
+    for name, entry in typed(index, "datasets", dict, where, fix=_REBUILD).items():
         _check_entry(entry, f"datasets[{name!r}]", where)
     return index
 
@@ -79,11 +79,13 @@ def _check_entry(entry: Any, key: str, where: str) -> None:
     if not isinstance(entry, dict):
         raise CorruptedDataError(f"{where}: {key} must be an object, not "
                                  f"{type(entry).__name__}{_REBUILD}")
-    typed(entry, "metadata", dict, where, label=f"{key}.metadata")
-    size = typed(entry, "total_size", int, where, required=False, label=f"{key}.total_size")
+    typed(entry, "metadata", dict, where, label=f"{key}.metadata", fix=_REBUILD)
+    size = typed(entry, "total_size", int, where, required=False, label=f"{key}.total_size",
+                 fix=_REBUILD)
     if size is not None and size < 0:
         raise CorruptedDataError(f"{where}: {key}.total_size is negative{_REBUILD}")
-    typed(entry, "published", str, where, required=False, label=f"{key}.published")
+    typed(entry, "published", str, where, required=False, label=f"{key}.published",
+          fix=_REBUILD)
 
 
 def serialize_index(index: Index) -> bytes:
@@ -123,6 +125,15 @@ def update_index(backend: Backend, change: Callable[[Index], bool]) -> Index:
                 return index
         time.sleep(min(0.05 * (attempt + 1), 1.0))
     raise backend.fail(f"the index of {backend.location} kept changing under concurrent writers")
+
+
+def replace_index(backend: Backend, index: Index) -> Index:
+    """Write ``index`` whole, whatever the stored one holds (damaged or oversized included):
+    what rebuilding an index needs. Under the index lock; unconditional, since a rebuild
+    drops what it did not find anyway."""
+    with backend.index_lock():
+        backend.write(INDEX_FILE_NAME, serialize_index(index))
+    return index
 
 
 def listed_ids(index: Index, location: str, prefix: str | None = None) -> list[str]:

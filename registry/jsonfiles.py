@@ -40,7 +40,7 @@ def parse_json_object(raw: bytes, where: str, fix: str = "") -> dict[str, Any]:
 
 
 def typed(document: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, *,
-          required: bool = True, label: str | None = None) -> Any:
+          required: bool = True, label: str | None = None, fix: str = "") -> Any:
     """``document[key]`` if it has the JSON type ``kind`` (``bool`` never counts as ``int``).
 
     Args:
@@ -50,6 +50,7 @@ def typed(document: dict[str, Any], key: str, kind: type | tuple[type, ...], whe
         where: the file (and the path to ``document`` inside it), for the error.
         required: a missing key (or ``null``) is an error; otherwise it gives ``None``.
         label: how the key is named in the error (default ``key``).
+        fix: appended to the error: how to repair the file.
 
     Raises:
         CorruptedDataError: the key is missing (and ``required``) or holds another type.
@@ -58,13 +59,13 @@ def typed(document: dict[str, Any], key: str, kind: type | tuple[type, ...], whe
     value = document.get(key)
     if value is None:
         if required:
-            raise CorruptedDataError(f"{where}: {name} is missing")
+            raise CorruptedDataError(f"{where}: {name} is missing{fix}")
         return None
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
         wanted = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise CorruptedDataError(f"{where}: {name} must be {wanted}, not "
-                                 f"{type(value).__name__} {_short(value)}")
+                                 f"{type(value).__name__} {_short(value)}{fix}")
     return value
 
 

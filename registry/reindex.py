@@ -14,7 +14,7 @@ from typing import Any
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, InvalidDatasetIdError
 
 from .backend import Backend
-from .index import Index, index_entry, update_index
+from .index import Index, empty_index, index_entry, replace_index
 from .jsonfiles import parse_json_object
 from .kinds import open_backend
 from .manifest import MANIFEST_FILE_NAME
@@ -38,7 +38,8 @@ def reindex(remote: str | None = None, *, settings: RemoteSettings | None = None
 
 
 def rebuild_index(backend: Backend) -> Index:
-    """Rebuild the index of ``backend``'s registry; the index written.
+    """Rebuild the index of ``backend``'s registry, whatever the stored one holds; the index
+    written.
 
     A version whose files are not all there (a publish stopped right after its claim) is
     skipped with a warning: publishing the same files again completes it. Damaged manifests
@@ -80,11 +81,6 @@ def rebuild_index(backend: Backend) -> Index:
             except CorruptedDataError:
                 value = {}
             namespaces[parent] = value
-
-    def replace(index: Index) -> bool:
-        index["namespaces"] = namespaces
-        index["datasets"] = datasets
-        return True
-
     backend.deadline.restart()
-    return update_index(backend, replace)
+    return replace_index(backend, {**empty_index(), "namespaces": namespaces,
+                                   "datasets": datasets})

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from marl_minari.registry import RemoteSettings
 from registry_helpers import DrippingHandler, no_partial_dataset
 
 from marl_minari import registry
 from marl_minari.errors import RemoteError
-from marl_minari.registry import RemoteSettings
 from marl_minari.sources.remote import split_remote_source
 
 SETTINGS = RemoteSettings(http_timeout=2.0)
