@@ -77,7 +77,7 @@ _SMALL_CHUNK = 1 << 20
 
 def _boto() -> Any:
     """boto3, or :class:`~marl_minari.errors.MissingExtraError` naming the ``s3`` extra."""
-    return require("boto3", "s3", "s3:// remotes")
+    return require("boto3", "s3", "an s3:// remote")
 
 
 _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}

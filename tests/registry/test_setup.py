@@ -100,7 +100,7 @@ def test_s3_without_boto3_names_the_extra() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 4, done.stdout
-    assert all(line.startswith("s3:// remotes needs boto3") for line in lines), lines
+    assert all(line.startswith("an s3:// remote needs boto3") for line in lines), lines
     assert all('pip install "marl-minari[s3]"' in line for line in lines), lines
 
 
