@@ -39,10 +39,6 @@ from marl_minari.errors import (
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.layout import LAYOUT_VERSION
 from marl_minari.format.spec import MultiAgentSpec
-
-# The one side effect of importing marl_minari: Minari's functions learn the file://, s3://
-# and http(s):// remotes (see marl_minari.registry.register_remote_kinds, docs/registry.md).
-from marl_minari.registry import register_remote_kinds  # noqa: I001
 from marl_minari.sources import DatasetSource, check_dataset, load_dataset, open_source
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.check import CheckReport
@@ -113,6 +109,3 @@ def __getattr__(name: str) -> Any:
 
         return AECDataCollector
     raise AttributeError(f"module 'marl_minari' has no attribute {name!r}")
-
-
-register_remote_kinds()

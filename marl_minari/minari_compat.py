@@ -9,7 +9,6 @@ against the installed Minari, so a Minari release that moves them fails loudly, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 import minari
@@ -45,7 +44,7 @@ def storage_class(data_format: str) -> type[Any]:
     return get_minari_storage(data_format)
 
 
-def remote_kinds() -> dict[str, Callable[[], type[Any]]]:
+def remote_kinds() -> dict[str, Any]:
     """Minari's table of remote kinds (``{"hf": ..., "gcp": ...}``).
 
     Minari has no public way to add a remote kind; adding ``file``, ``s3`` and ``http(s)``
@@ -54,5 +53,5 @@ def remote_kinds() -> dict[str, Callable[[], type[Any]]]:
     check_minari()
     from minari.storage.remotes import _registry
 
-    registry: dict[str, Callable[[], type[Any]]] = _registry
+    registry: dict[str, Any] = _registry  # kind -> loader of its CloudStorage class
     return registry

@@ -1,59 +1,63 @@
-"""Publishing, listing and downloading datasets on remotes Minari can use.
+"""Registries: publishing, listing and downloading datasets, with manifests and verification.
 
-Importing this package (and so ``import marl_minari``) calls :func:`register_remote_kinds`,
-which adds the remote kinds ``file://``, ``s3://``, ``http://`` and ``https://`` to Minari's
-remote registry (the private ``minari.storage.remotes._registry``), next to Minari's own
-``hf://`` and ``gcp://``, so ``minari.list_remote_datasets``, ``minari.download_dataset``,
-``minari.upload_dataset`` and ``minari.load_dataset(..., download=True)`` work with them
-(``MINARI_REMOTE=<remote>``). That call is the only change this package makes to Minari.
-
-:func:`publish` and :func:`download` add what Minari's functions do not: validation before
+:func:`publish` and :func:`download` add what Minari's remotes do not have: validation before
 publishing, immutable versions, per-file SHA-256 and BLAKE3 manifests, verified atomic
-downloads. See ``docs/registry.md`` for the remote layout and the guarantees.
+downloads, and one deadline per operation. Remotes: ``file://`` (or a directory path),
+``s3://`` (extra ``s3``) and read-only ``http(s)://``.
+
+Importing this package changes nothing in Minari. To let Minari's own functions
+(``minari.download_dataset``, ``list_remote_datasets``, ``upload_dataset``,
+``load_dataset(..., download=True)``) use these remotes too, call
+:func:`register_remote_kinds` once. See ``docs/registry.md`` for the remote layout and the
+guarantees.
 """
 
 from __future__ import annotations
 
-from .api import (
+from .backend import Backend
+from .deadline import Deadline
+from .download import download
+from .index import INDEX_FILE_NAME
+from .kinds import (
     DEFAULT_REGISTRY_PATH,
     REGISTRY_ENV_VAR,
-    PublishResult,
-    RemoteDataset,
     default_registry,
-    download,
-    list_datasets,
-    open_remote,
-    publish,
-    register_remote_kinds,
-    reindex,
+    open_backend,
     resolve_remote,
-    validate_local_dataset,
+    serves_remote,
 )
-from .index import INDEX_FILE_NAME
-from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest
+from .lookup import RemoteDataset, find_published, list_datasets, published_manifest
+from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest, local_manifest
+from .minari_remote import MinariRemote, open_remote, register_remote_kinds
+from .publish import PublishResult, publish, validate_local_dataset
+from .reindex import reindex
 from .settings import RemoteSettings
-from .storage import RegistryStorage
-
-register_remote_kinds()
 
 __all__ = [
     "DEFAULT_REGISTRY_PATH",
     "INDEX_FILE_NAME",
     "MANIFEST_FILE_NAME",
     "REGISTRY_ENV_VAR",
+    "Backend",
+    "Deadline",
     "FileEntry",
     "Manifest",
+    "MinariRemote",
     "PublishResult",
-    "RegistryStorage",
     "RemoteDataset",
     "RemoteSettings",
     "default_registry",
     "download",
+    "find_published",
     "list_datasets",
+    "local_manifest",
+    "open_backend",
     "open_remote",
     "publish",
+    "published_manifest",
     "register_remote_kinds",
     "reindex",
     "resolve_remote",
+    "serves_remote",
     "validate_local_dataset",
 ]

@@ -11,6 +11,9 @@ for Minari's functions, skips the flushes, e.g. on scratch disks). The manifest 
 a hard link, which fails if another publisher created it first; a publish's files wait in a
 hidden ``.pending-*`` folder until then and are moved into place by ``rename``. Index updates
 hold an advisory ``flock`` on ``.index.lock``.
+
+There is no server to wait for, so the operation's deadline is not checked here: a hung
+network file system blocks these calls as it blocks any file access.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from urllib.parse import unquote
 from marl_minari.errors import RemoteError
 from marl_minari.format.digests import FileDigests, RememberedDigests
 
+from .backend import Backend, Staging
 from .credentials import url_secrets
-from .manifest import missing_remote_file
+from .deadline import Deadline
 from .settings import RemoteSettings
-from .storage import RegistryStorage
 from .transfer import (
     Progress,
     copy_file_and_hash,
+    missing_remote_file,
     too_large,
     upload_algorithms,
     uploaded_digests,
@@ -43,17 +47,18 @@ from .transfer import (
 LOCK_FILE_NAME = ".index.lock"
 
 
-class FileStorage(RegistryStorage):
+class FileBackend(Backend):
     """A registry in a directory. ``name`` is the path after ``file://``."""
 
     kind = "file"
     writable = True
 
     def __init__(self, name: str, token: str | None = None, *,
-                 settings: RemoteSettings | None = None) -> None:
-        super().__init__(name, token, settings=settings)
+                 settings: RemoteSettings | None = None,
+                 deadline: Deadline | None = None) -> None:
+        super().__init__(name, token, settings=settings, deadline=deadline)
         if url_secrets(f"file://{name}"):
-            raise self._fail(f"file://{name} carries credentials (user-info before '@'); "
+            raise self.fail(f"file://{name} carries credentials (user-info before '@'); "
                              "file:// remotes take none: remove the part before '@'")
         path = Path(unquote(name)).expanduser() if name else Path(".")
         self.root = path if path.is_absolute() else Path.cwd() / path
@@ -66,7 +71,7 @@ class FileStorage(RegistryStorage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def _read(self, key: str, limit: int) -> bytes | None:
+    def read(self, key: str, limit: int) -> bytes | None:
         try:
             with open(self._path(key), "rb") as handle:
                 if os.fstat(handle.fileno()).st_size > limit:
@@ -75,7 +80,7 @@ class FileStorage(RegistryStorage):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            raise self._fail(f"cannot read {key} from {self.location}", exc) from None
+            raise self.fail(f"cannot read {key} from {self.location}", exc) from None
         if len(data) > limit:
             raise too_large(f"{self.location}/{key}", limit)
         return data
@@ -85,7 +90,7 @@ class FileStorage(RegistryStorage):
             raise RemoteError(f"registry {self.location} does not exist (no such folder): "
                               "check the path, or publish to it to create it")
 
-    def _write(self, key: str, data: bytes) -> None:
+    def write(self, key: str, data: bytes) -> None:
         target = self._path(key)
         temporary = self._temporary(target)
         try:
@@ -95,15 +100,15 @@ class FileStorage(RegistryStorage):
             if self.settings.fsync:
                 self._sync_dir(target.parent)
         except OSError as exc:
-            raise self._fail(f"cannot write {key} to {self.location}", exc) from None
+            raise self.fail(f"cannot write {key} to {self.location}", exc) from None
         finally:
             temporary.unlink(missing_ok=True)
 
-    def _write_if(self, key: str, data: bytes, version: str | None) -> bool:
-        self._write(key, data)  # the index lock serialises writers
+    def write_if(self, key: str, data: bytes, version: str | None) -> bool:
+        self.write(key, data)  # the index lock serialises writers
         return True
 
-    def _write_new(self, key: str, data: bytes) -> bool:
+    def write_new(self, key: str, data: bytes) -> bool:
         target = self._path(key)
         temporary = self._temporary(target)
         try:
@@ -121,7 +126,7 @@ class FileStorage(RegistryStorage):
                 self._sync_dir(target.parent)
             return True
         except OSError as exc:
-            raise self._fail(f"cannot create {key} on {self.location}", exc) from None
+            raise self.fail(f"cannot create {key} on {self.location}", exc) from None
         finally:
             temporary.unlink(missing_ok=True)
 
@@ -138,8 +143,8 @@ class FileStorage(RegistryStorage):
                 os.fsync(handle.fileno())
         return True
 
-    def _put_file(self, key: str, source: Path, progress: Progress | None,
-                  known: RememberedDigests | None) -> FileDigests:
+    def put_file(self, key: str, source: Path, progress: Progress | None,
+                 known: RememberedDigests | None) -> FileDigests:
         target = self._path(key)
         temporary = self._temporary(target)
         try:
@@ -150,9 +155,22 @@ class FileStorage(RegistryStorage):
             os.replace(temporary, target)
             return uploaded_digests(source, size, computed, known)
         except OSError as exc:
-            raise self._fail(f"cannot upload {source} to {self.location}/{key}", exc) from None
+            raise self.fail(f"cannot upload {source} to {self.location}/{key}", exc) from None
         finally:
             temporary.unlink(missing_ok=True)
+
+    def stage(self, staging: Staging, relative: str, source: Path,
+              progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
+        # Below the hidden per-publish folder: renamed into place by commit.
+        return self.put_file(f"{staging.prefix}/{relative}", source, progress, known)
+
+    def commit(self, staging: Staging, files: list[str]) -> None:
+        for relative in files:
+            self._move(f"{staging.prefix}/{relative}", f"{staging.dataset_id}/{relative}")
+        self.flush(staging.dataset_id)
+
+    def discard(self, staging: Staging) -> None:
+        shutil.rmtree(self._path(staging.prefix), ignore_errors=True)
 
     def _move(self, source: str, target: str) -> None:
         destination = self._path(target)
@@ -160,10 +178,10 @@ class FileStorage(RegistryStorage):
             destination.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self._path(source), destination)
         except OSError as exc:
-            raise self._fail(f"cannot move {source} to {target} on {self.location}",
+            raise self.fail(f"cannot move {source} to {target} on {self.location}",
                              exc) from None
 
-    def _finish_moves(self, prefix: str) -> None:
+    def flush(self, prefix: str) -> None:
         # The renames are the published files: flush the folders that record them, and the
         # folders above, which may have been created by this publish.
         if self.settings.fsync:
@@ -172,11 +190,8 @@ class FileStorage(RegistryStorage):
             for parent in folder.relative_to(self.root).parents:
                 self._sync_dir(self.root / parent)
 
-    def _delete_tree(self, prefix: str) -> None:
-        shutil.rmtree(self._path(prefix), ignore_errors=True)
-
-    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
-                  progress: Progress | None) -> tuple[int, str]:
+    def get_file(self, key: str, target: Path, size: int, algorithm: str,
+                 progress: Progress | None) -> tuple[int, str]:
         source = self._path(key)
         if not source.is_file():
             raise missing_remote_file(f"{self.location}/{key}")
@@ -185,9 +200,9 @@ class FileStorage(RegistryStorage):
                                                  progress=progress)
             return copied, digests[algorithm]
         except OSError as exc:
-            raise self._fail(f"cannot copy {self.location}/{key}", exc) from None
+            raise self.fail(f"cannot copy {self.location}/{key}", exc) from None
 
-    def _list_keys(self, prefix: str) -> Iterator[str]:
+    def list_keys(self, prefix: str) -> Iterator[str]:
         for current, dirs, names in os.walk(self.root):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             base = Path(current).relative_to(self.root).as_posix()
@@ -199,12 +214,12 @@ class FileStorage(RegistryStorage):
                     yield key
 
     @contextlib.contextmanager
-    def _index_lock(self) -> Iterator[None]:  # type: ignore[override]
+    def index_lock(self) -> Iterator[None]:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             handle = open(self.root / LOCK_FILE_NAME, "a+b")  # noqa: SIM115
         except OSError as exc:
-            raise self._fail(f"cannot lock the index of {self.location}", exc) from None
+            raise self.fail(f"cannot lock the index of {self.location}", exc) from None
         with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:

@@ -8,16 +8,21 @@ makes listing one request; downloads check every file against the manifest.
 Credentials, if the server needs them, go in the URL's user-info (``https://user:pass@host``,
 sent as HTTP Basic auth) or in Minari's ``token`` (sent as a Bearer token). They never appear in
 errors or logs, and a redirect to another host is refused while credentials are attached.
-``RemoteSettings.http_timeout`` (default ``MARL_MINARI_HTTP_TIMEOUT``, else 60 s) bounds each wait
-for the server, and every file must arrive within ``RemoteSettings.download_deadline(size)``,
-so a server that trickles bytes is cut off.
+
+Every request spends from its operation's :class:`~.deadline.Deadline`: each wait for the
+server is bounded by ``http_timeout`` (or what is left of the deadline), the deadline is
+checked after every arrival of data, and each connection is watched from the moment its
+socket exists (before the TLS handshake), so a server that trickles its handshake, status
+line, headers or body is cut off at the deadline.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
-import time
+import socket
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,11 +31,22 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from marl_minari.errors import RemoteError
 
+from .backend import Backend
 from .credentials import scrub, split_userinfo
-from .manifest import missing_remote_file, wrong_size
+from .deadline import Deadline, DeadlineExceeded
 from .settings import RemoteSettings
-from .storage import RegistryStorage
-from .transfer import DeadlineExceeded, Progress, copy_and_hash, too_large
+from .transfer import (
+    Progress,
+    copy_and_hash,
+    missing_remote_file,
+    read_small,
+    too_large,
+    wrong_size,
+)
+
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, OSError)
+"""What a request can raise when the server or the network fails (``HTTPError`` is caught
+before these)."""
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
@@ -49,7 +65,53 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-class HttpStorage(RegistryStorage):
+class _WatchedConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket the deadline's watchdog shuts down at the deadline."""
+
+    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)
+
+
+class _WatchedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: Any) -> Any:
+        return self.do_open(functools.partial(_WatchedConnection, deadline=self._deadline), req)
+
+
+class _WatchedTLSContext(ssl.SSLContext):
+    """Python's default client TLS context, whose sockets are watched before the handshake."""
+
+    deadline: Deadline
+
+    def wrap_socket(self, sock: socket.socket, server_side: bool = False,
+                    do_handshake_on_connect: bool = True, suppress_ragged_eofs: bool = True,
+                    server_hostname: str | bytes | None = None,
+                    session: ssl.SSLSession | None = None) -> ssl.SSLSocket:
+        wrapped = super().wrap_socket(sock, server_side, False, suppress_ragged_eofs,
+                                      server_hostname, session)
+        self.deadline.watch(wrapped)
+        if do_handshake_on_connect:
+            wrapped.do_handshake()
+        return wrapped
+
+
+def _tls_context(deadline: Deadline) -> ssl.SSLContext:
+    """What ``ssl.create_default_context()`` makes (certificates and host names checked)."""
+    context = _WatchedTLSContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_default_certs()
+    context.deadline = deadline
+    return context
+
+
+class HttpBackend(Backend):
     """Read-only registry over HTTP. ``name`` is the URL after ``http://``."""
 
     kind = "http"
@@ -57,18 +119,19 @@ class HttpStorage(RegistryStorage):
     writable = False
 
     def __init__(self, name: str, token: str | None = None, *,
-                 settings: RemoteSettings | None = None) -> None:
-        super().__init__(name, token, settings=settings)
+                 settings: RemoteSettings | None = None,
+                 deadline: Deadline | None = None) -> None:
+        super().__init__(name, token, settings=settings, deadline=deadline)
         userinfo, address = split_userinfo(name)
         try:
             parts = urlsplit(f"{self.scheme}://{address}")
             hostname, port = parts.hostname, parts.port
         except ValueError:
             # The parser's message quotes the part it failed on, which may be a credential.
-            raise self._fail(f"malformed URL {self.scheme}://{name}: expected "
-                             f"{self.scheme}://[user:password@]host[:port]/path") from None
+            raise self.fail(f"malformed URL {self.scheme}://{name}: expected "
+                            f"{self.scheme}://[user:password@]host[:port]/path") from None
         if not hostname:
-            raise self._fail(f"no host in {self.scheme}://{name}")
+            raise self.fail(f"no host in {self.scheme}://{name}")
         netloc = hostname if ":" not in hostname else f"[{hostname}]"
         if port is not None:
             netloc = f"{netloc}:{port}"
@@ -78,11 +141,13 @@ class HttpStorage(RegistryStorage):
             user, _, password = (unquote(piece) for piece in userinfo.partition(":"))
             pair = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {pair}"
-            self._secrets.append(pair)
+            self.secrets.append(pair)
         elif token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._opener = urllib.request.build_opener(
-            _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers))
+            _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers),
+            _WatchedHTTPHandler(self.deadline),
+            urllib.request.HTTPSHandler(context=_tls_context(self.deadline)))
 
     @property
     def location(self) -> str:
@@ -91,40 +156,49 @@ class HttpStorage(RegistryStorage):
 
     def _open(self, key: str) -> Any:
         request = urllib.request.Request(f"{self._base}/{quote(key)}", headers=self._headers)
-        return self._opener.open(request, timeout=self.settings.http_timeout)
+        return self._opener.open(request, timeout=self.deadline.wait_limit())
 
-    def _read(self, key: str, limit: int) -> bytes | None:
+    def _failure(self, what: str, where: str, exc: BaseException) -> RemoteError:
+        """The error for a request (``what``: ``"read"``, ``"download"``) that failed: the
+        deadline's, if the deadline passed (its watchdog may be what cut the connection)."""
+        if isinstance(exc, DeadlineExceeded) or self.deadline.expired():
+            return self.deadline_passed(f"{'reading' if what == 'read' else 'download of'} "
+                                        f"{where}")
+        if isinstance(exc, urllib.error.HTTPError):
+            return self.fail(f"GET {where} answered HTTP {exc.code}")
+        return self.fail(f"cannot {what} {where}", exc)
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        where = f"{self.location}/{key}"
         try:
             with self._open(key) as response:
                 length = response.headers.get("Content-Length")
                 if length is not None and length.isdigit() and int(length) > limit:
-                    raise too_large(f"{self.location}/{key}", limit)
-                data: bytes = response.read(limit + 1)
+                    raise too_large(where, limit)
+                data = read_small(response, limit, self.deadline)
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
                 return None
-            raise self._fail(f"GET {self.location}/{key} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            raise self._fail(f"cannot read {self.location}/{key}", exc) from None
+            raise self._failure("read", where, exc) from None
+        except (DeadlineExceeded, *_NETWORK_ERRORS) as exc:
+            raise self._failure("read", where, exc) from None
         if len(data) > limit:
-            raise too_large(f"{self.location}/{key}", limit)
+            raise too_large(where, limit)
         if length is not None and length.isdigit() and len(data) != int(length):
-            raise self._fail(f"connection to {self.location} dropped while reading {key}")
+            raise self.fail(f"connection to {self.location} dropped while reading {key}")
         return data
 
-    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
-                  progress: Progress | None) -> tuple[int, str]:
+    def get_file(self, key: str, target: Path, size: int, algorithm: str,
+                 progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
-        seconds = self.settings.download_deadline(size)
-        deadline = time.monotonic() + seconds
         try:
             response = self._open(key)
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
                 raise missing_remote_file(where) from None
-            raise self._fail(f"GET {where} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            raise self._fail(f"cannot download {where}", exc) from None
+            raise self._failure("download", where, exc) from None
+        except (DeadlineExceeded, *_NETWORK_ERRORS) as exc:
+            raise self._failure("download", where, exc) from None
         with response:
             header = response.headers.get("Content-Length")
             announced = int(header) if header is not None and header.isdigit() else None
@@ -132,27 +206,25 @@ class HttpStorage(RegistryStorage):
                 raise wrong_size(where, announced, size)
             try:
                 received, digests = copy_and_hash(response, target, (algorithm,), limit=size,
-                                                  progress=progress, deadline=deadline)
+                                                  progress=progress, deadline=self.deadline)
             except DeadlineExceeded:
-                raise self._fail(
-                    f"download of {where} did not finish within {seconds:.1f} s, the deadline "
-                    f"for {size} bytes (http_timeout + size / min_download_rate of "
-                    "RemoteSettings): the server is stalled or too slow; try again later, or "
-                    "lower min_download_rate for a slow link") from None
+                raise self.deadline_passed(f"download of {where}") from None
             except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
-                raise self._fail(f"connection to {self.location} dropped while downloading "
-                                 f"{key}", exc) from None
+                if self.deadline.expired():
+                    raise self.deadline_passed(f"download of {where}") from None
+                raise self.fail(f"connection to {self.location} dropped while downloading "
+                                f"{key}", exc) from None
             except OSError as exc:  # the local side: disk full, permissions
-                raise self._fail(f"cannot write the download of {where} to {target}",
-                                 exc) from None
+                raise self.fail(f"cannot write the download of {where} to {target}",
+                                exc) from None
         if announced is not None and received < announced:
-            raise self._fail(f"connection to {self.location} dropped while downloading {key} "
-                             f"after {received} of {announced} bytes")
+            raise self.fail(f"connection to {self.location} dropped while downloading {key} "
+                            f"after {received} of {announced} bytes")
         return received, digests[algorithm]
 
 
-class HttpsStorage(HttpStorage):
-    """Read-only registry over HTTPS (certificates checked by Python's default context)."""
+class HttpsBackend(HttpBackend):
+    """Read-only registry over HTTPS (certificates checked as Python's default context does)."""
 
     kind = "https"
     scheme = "https"

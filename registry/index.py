@@ -1,29 +1,27 @@
-"""The registry index (``_index.json``) and the names a registry holds.
+"""The registry index (``_index.json``): every namespace and dataset a registry holds.
 
 The index lists every namespace and dataset of a registry, with the dataset's metadata, so
-listing a registry is one read. It is derived data: :meth:`RegistryStorage.reindex` rebuilds
-it from the manifests (:func:`rebuild_index`). The layout is described in ``docs/registry.md``.
+listing a registry is one read. It is derived data: :func:`~.reindex.reindex` rebuilds it from
+the manifests. It is checked strictly when read (a damaged one is a
+:class:`~marl_minari.errors.CorruptedDataError` naming the file and key, and asking for a
+rebuild), and changed only by read-modify-write under the backend's index lock or a
+conditional write. The layout is described in ``docs/registry.md``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import time
 import warnings
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
-from marl_minari.errors import (
-    CorruptedDataError,
-    DatasetNotFoundError,
-    InvalidDatasetIdError,
-    RemoteError,
-)
+from marl_minari.errors import CorruptedDataError, InvalidDatasetIdError, RemoteError
 from marl_minari.format.ids import parse_dataset_id
 
-from .manifest import MANIFEST_FILE_NAME, Manifest
-
-if TYPE_CHECKING:
-    from .storage import RegistryStorage
+from .backend import Backend
+from .jsonfiles import parse_json_object, typed
+from .manifest import Manifest
 
 INDEX_FILE_NAME: Final = "_index.json"
 """Root object of a registry: every namespace and dataset with its metadata."""
@@ -31,53 +29,66 @@ INDEX_FILE_NAME: Final = "_index.json"
 INDEX_FORMAT: Final = "marl-minari-registry"
 INDEX_FORMAT_VERSION: Final = 1
 
-NAMESPACE_METADATA_FILE_NAME: Final = "namespace_metadata.json"
-METADATA_PATH: Final = "data/metadata.json"
-
 MAX_INDEX_BYTES: Final = 64 << 20
 """Largest ``_index.json`` read: tens of thousands of datasets with typical metadata (2-5 kB
 each); a larger one is damaged or hostile, and would otherwise be read whole on every list."""
-MAX_METADATA_BYTES: Final = 16 << 20
-"""Largest ``metadata.json`` or ``namespace_metadata.json`` read from a remote."""
+
+_UPDATE_ATTEMPTS: Final = 50
+_REBUILD = "; rebuild it with marl_minari.registry.reindex"
+
+Index = dict[str, Any]
+"""A parsed index: ``{"format", "format_version", "namespaces": {...}, "datasets": {...}}``."""
 
 
-def empty_index() -> dict[str, Any]:
+def empty_index() -> Index:
     """An index with no namespaces and no datasets."""
     return {"format": INDEX_FORMAT, "format_version": INDEX_FORMAT_VERSION,
             "namespaces": {}, "datasets": {}}
 
 
-def parse_index(raw: bytes | None, location: str) -> dict[str, Any]:
+def parse_index(raw: bytes | None, location: str) -> Index:
     """The index stored at ``location`` (``raw`` ``None``: the registry has none yet).
 
     Raises:
-        CorruptedDataError: not JSON, or not a marl-minari index.
+        CorruptedDataError: not JSON, not a marl-minari index, or a key of the wrong type
+            (named in the message).
         RemoteError: written by a newer marl-minari.
     """
     if raw is None:
         return empty_index()
-    where = f"{location}/{INDEX_FILE_NAME}"
-    try:
-        index = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptedDataError(
-            f"registry index {where} is not valid JSON ({exc}); rebuild it with "
-            "marl_minari.registry.reindex"
-        ) from exc
-    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
-        raise CorruptedDataError(f"{where} is not a marl-minari registry index; rebuild it "
-                                 "with marl_minari.registry.reindex")
-    version = index.get("format_version")
-    if not isinstance(version, int) or version > INDEX_FORMAT_VERSION:
+    where = f"registry index {location}/{INDEX_FILE_NAME}"
+    index = parse_json_object(raw, where, _REBUILD)
+    if index.get("format") != INDEX_FORMAT:
+        raise CorruptedDataError(f"{location}/{INDEX_FILE_NAME} is not a marl-minari registry "
+                                 f"index ('format' is {index.get('format')!r}){_REBUILD}")
+    version = typed(index, "format_version", int, where, fix=_REBUILD)
+    if version > INDEX_FORMAT_VERSION:
         raise RemoteError(f"registry {location} has index format {version!r}; this "
                           f"marl-minari reads version {INDEX_FORMAT_VERSION}: upgrade it")
-    for key in ("namespaces", "datasets"):
-        if not isinstance(index.get(key), dict):
-            index[key] = {}
+    for name, value in typed(index, "namespaces", dict, where, fix=_REBUILD).items():
+        if not isinstance(value, dict):
+            raise CorruptedDataError(f"{where}: namespaces[{name!r}] must be an object, not "
+                                     f"{type(value).__name__}{_REBUILD}")
+    for name, entry in typed(index, "datasets", dict, where, fix=_REBUILD).items():
+        _check_entry(entry, f"datasets[{name!r}]", where)
     return index
 
 
-def serialize_index(index: dict[str, Any]) -> bytes:
+def _check_entry(entry: Any, key: str, where: str) -> None:
+    """Check one dataset entry (see :func:`index_entry`): the types a reader relies on."""
+    if not isinstance(entry, dict):
+        raise CorruptedDataError(f"{where}: {key} must be an object, not "
+                                 f"{type(entry).__name__}{_REBUILD}")
+    typed(entry, "metadata", dict, where, label=f"{key}.metadata", fix=_REBUILD)
+    size = typed(entry, "total_size", int, where, required=False, label=f"{key}.total_size",
+                 fix=_REBUILD)
+    if size is not None and size < 0:
+        raise CorruptedDataError(f"{where}: {key}.total_size is negative{_REBUILD}")
+    typed(entry, "published", str, where, required=False, label=f"{key}.published",
+          fix=_REBUILD)
+
+
+def serialize_index(index: Index) -> bytes:
     """The bytes stored for ``index``."""
     return (json.dumps(index, indent=1, sort_keys=True) + "\n").encode()
 
@@ -89,93 +100,54 @@ def index_entry(metadata: dict[str, Any], manifest: Manifest) -> dict[str, Any]:
             "published": manifest.created}
 
 
-def parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
-    """A JSON object read from a remote (metadata files).
+def read_index(backend: Backend) -> Index:
+    """The index of ``backend``'s registry (an empty one when it has none yet)."""
+    return parse_index(backend.read(INDEX_FILE_NAME, MAX_INDEX_BYTES), backend.location)
+
+
+def update_index(backend: Backend, change: Callable[[Index], bool]) -> Index:
+    """Apply ``change`` to the index and write it back (``change`` False: no write).
+
+    Read, changed and written under the backend's index lock, and written only if nobody
+    wrote it meanwhile (backends with conditional writes); retried otherwise. Returns the
+    index as written.
 
     Raises:
-        CorruptedDataError: not JSON, or not an object.
+        RemoteError: concurrent writers kept changing it (50 attempts).
     """
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptedDataError(f"{where} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise CorruptedDataError(f"{where} does not hold a JSON object")
-    return value
+    for attempt in range(_UPDATE_ATTEMPTS):
+        with backend.index_lock():
+            raw, version = backend.read_versioned(INDEX_FILE_NAME, MAX_INDEX_BYTES)
+            index = parse_index(raw, backend.location)
+            if not change(index):
+                return index
+            if backend.write_if(INDEX_FILE_NAME, serialize_index(index), version):
+                return index
+        time.sleep(min(0.05 * (attempt + 1), 1.0))
+    raise backend.fail(f"the index of {backend.location} kept changing under concurrent writers")
 
 
-def check_namespace(namespace: str) -> str:
-    """Validate a namespace with the same rules as dataset ids.
+def replace_index(backend: Backend, index: Index) -> Index:
+    """Write ``index`` whole, whatever the stored one holds (damaged or oversized included):
+    what rebuilding an index needs. Under the index lock; unconditional, since a rebuild
+    drops what it did not find anyway."""
+    with backend.index_lock():
+        backend.write(INDEX_FILE_NAME, serialize_index(index))
+    return index
 
-    Raises:
-        InvalidDatasetIdError: malformed namespace (``..``, absolute, too short parts, ...).
+
+def listed_ids(index: Index, location: str, prefix: str | None = None) -> list[str]:
+    """Dataset ids the index lists, sorted, optionally only those starting with ``prefix``.
+
+    Malformed ids are skipped with a warning: they never become keys or paths.
     """
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}")
-    try:
-        parsed = parse_dataset_id(f"{namespace}/x-v0")[0]
-    except InvalidDatasetIdError as exc:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}: {exc}") from None
-    if parsed != namespace:
-        raise InvalidDatasetIdError(f"malformed namespace {namespace!r}")
-    return namespace
-
-
-def namespace_levels(namespace: str | None) -> list[str]:
-    """``a/b/c`` -> ``["a", "a/b", "a/b/c"]``; ``None`` -> ``[]``."""
-    if not namespace:
-        return []
-    parts = namespace.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def rebuild_index(storage: RegistryStorage) -> dict[str, Any]:
-    """Rebuild the index of ``storage`` from the manifests and namespace files it holds.
-
-    Recovers entries lost to a publish interrupted after its files were in place but
-    before its index entry, or to concurrent writers on a backend without conditional
-    writes. A version whose files are not all there (a publish stopped right after its
-    claim) is skipped with a warning: publishing the same files again completes it.
-    """
-    storage._require_writable()
-    keys = list(storage._list_keys(""))
-    manifests = [key.rpartition("/")[0] for key in keys
-                 if key.rpartition("/")[2] == MANIFEST_FILE_NAME and "/" in key]
-    present = set(keys)
-    datasets: dict[str, Any] = {}
-    for dataset_id in manifests:
+    ids = []
+    for dataset_id in index["datasets"]:
         try:
-            manifest = storage.manifest(dataset_id)
-            missing = [e.path for e in manifest.files
-                       if f"{dataset_id}/{e.path}" not in present]
-            if missing:
-                raise DatasetNotFoundError(
-                    f"its publish stopped before {missing[0]} was in place; publish the "
-                    "same files again to complete it")
-            metadata = storage.get_dataset_metadata_file(dataset_id)
-        except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
-            warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=2)
+            parse_dataset_id(dataset_id)
+        except InvalidDatasetIdError:
+            warnings.warn(f"skipping malformed id {dataset_id!r} in {location}", stacklevel=3)
             continue
-        datasets[dataset_id] = index_entry(metadata, manifest)
-    namespaces: dict[str, Any] = {}
-    for key in keys:
-        parent, _, name = key.rpartition("/")
-        inside_dataset = any(parent == d or parent.startswith(f"{d}/") for d in manifests)
-        if name != NAMESPACE_METADATA_FILE_NAME or not parent or inside_dataset:
-            continue
-        with contextlib.suppress(InvalidDatasetIdError):
-            check_namespace(parent)
-            raw = storage._read(key, MAX_METADATA_BYTES)
-            try:
-                value = parse_json_object(raw, key) if raw is not None else {}
-            except CorruptedDataError:
-                value = {}
-            namespaces[parent] = value
-
-    def replace(index: dict[str, Any]) -> bool:
-        index["namespaces"] = namespaces
-        index["datasets"] = datasets
-        return True
-
-    storage._update_index(replace)
-    return storage.read_index()
+        if prefix is None or dataset_id.startswith(prefix):
+            ids.append(dataset_id)
+    return sorted(ids)

@@ -29,6 +29,9 @@ from marl_minari.format.digests import (
 )
 from marl_minari.version import __version__
 
+from .jsonfiles import parse_json_object, typed
+from .transfer import wrong_size
+
 MANIFEST_FILE_NAME: Final = "manifest.json"
 """File next to ``data/`` on a remote: the manifest of that dataset version."""
 
@@ -166,16 +169,15 @@ class Manifest:
 
         Raises:
             CorruptedDataError: not a manifest, a newer format, another dataset's, or any
-                entry with an unsafe path, a bad size or a bad digest.
+                entry with an unsafe path, a bad size or a bad digest; the message names the
+                manifest and the key.
         """
-        try:
-            document = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptedDataError(f"manifest {where} is not valid JSON: {exc}") from exc
-        if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
-            raise CorruptedDataError(f"{where} is not a marl-minari manifest")
-        version = document.get("format_version")
-        if not isinstance(version, int) or version > MANIFEST_FORMAT_VERSION:
+        document = parse_json_object(raw, f"manifest {where}")
+        if document.get("format") != MANIFEST_FORMAT:
+            raise CorruptedDataError(f"{where} is not a marl-minari manifest ('format' is "
+                                     f"{document.get('format')!r}, not {MANIFEST_FORMAT!r})")
+        version = typed(document, "format_version", int, f"manifest {where}")
+        if version > MANIFEST_FORMAT_VERSION:
             raise CorruptedDataError(
                 f"manifest {where} has format version {version!r}; this marl-minari reads "
                 f"version {MANIFEST_FORMAT_VERSION}: upgrade marl-minari"
@@ -184,35 +186,39 @@ class Manifest:
             raise CorruptedDataError(
                 f"manifest {where} describes {document.get('dataset_id')!r}, not {expected_id!r}"
             )
-        files = document.get("files")
-        if not isinstance(files, list) or not files or len(files) > MAX_FILES:
-            raise CorruptedDataError(f"manifest {where} has no valid 'files' list")
-        entries = []
-        for item in files:
-            entries.append(_entry(item, where))
+        files = typed(document, "files", list, f"manifest {where}")
+        if not files or len(files) > MAX_FILES:
+            raise CorruptedDataError(f"manifest {where}: 'files' must list 1 to {MAX_FILES} "
+                                     f"files, not {len(files)}")
+        entries = [_entry(item, f"manifest {where}", f"files[{number}]")
+                   for number, item in enumerate(files)]
         _check_entries(entries, where)
-        return cls(expected_id, tuple(entries), str(document.get("created", "")),
-                   str(document.get("tool", "")))
+        created = typed(document, "created", str, f"manifest {where}", required=False)
+        tool = typed(document, "tool", str, f"manifest {where}", required=False)
+        return cls(expected_id, tuple(entries), created or "", tool or "")
 
 
-def _entry(item: Any, where: str) -> FileEntry:
+def _entry(item: Any, where: str, key: str) -> FileEntry:
+    """The file entry ``item``, found at ``key`` (``files[3]``) of the manifest ``where``."""
     if not isinstance(item, dict):
-        raise CorruptedDataError(f"manifest {where}: a file entry is not an object")
-    path, size = item.get("path"), item.get("size")
-    sha, fast = item.get(SHA256), item.get(BLAKE3)
+        raise CorruptedDataError(f"{where}: {key} must be an object, not "
+                                 f"{type(item).__name__}")
+    path = typed(item, "path", str, where, label=f"{key}.path")
     try:
-        check_relative_path(path)  # type: ignore[arg-type]
+        check_relative_path(path)
     except LayoutError as exc:
         raise CorruptedDataError(
-            f"manifest {where} names an unsafe path: {exc}; refusing to download it"
+            f"{where}: {key}.path names an unsafe path: {exc}; refusing to download it"
         ) from exc
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
-        raise CorruptedDataError(f"manifest {where}: bad size {size!r} for {path!r}")
-    if not is_hex_digest(sha):
-        raise CorruptedDataError(f"manifest {where}: bad SHA-256 {sha!r} for {path!r}")
+    size = typed(item, "size", int, where, label=f"{key}.size")
+    if not 0 <= size <= MAX_FILE_SIZE:
+        raise CorruptedDataError(f"{where}: bad size {size!r} at {key}.size ({path!r})")
+    sha, fast = item.get(SHA256), item.get(BLAKE3)
+    if not isinstance(sha, str) or not is_hex_digest(sha):
+        raise CorruptedDataError(f"{where}: bad SHA-256 {sha!r} at {key}.{SHA256} ({path!r})")
     if fast is not None and not is_hex_digest(fast):
-        raise CorruptedDataError(f"manifest {where}: bad BLAKE3 {fast!r} for {path!r}")
-    return FileEntry(path, size, sha, fast)  # type: ignore[arg-type]
+        raise CorruptedDataError(f"{where}: bad BLAKE3 {fast!r} at {key}.{BLAKE3} ({path!r})")
+    return FileEntry(path, size, sha, fast)
 
 
 def _check_entries(entries: Iterable[FileEntry], where: str) -> None:
@@ -225,18 +231,6 @@ def _check_entries(entries: Iterable[FileEntry], where: str) -> None:
         raise CorruptedDataError(f"manifest {where}: {sorted(clash)[0]!r} is both file and folder")
     if "data/metadata.json" not in paths:
         raise CorruptedDataError(f"manifest {where} has no data/metadata.json")
-
-
-def missing_remote_file(where: str) -> CorruptedDataError:
-    """The error for a file the manifest lists but the remote does not have."""
-    return CorruptedDataError(f"{where} is missing although the manifest lists it: the remote "
-                              "dataset was damaged after publishing")
-
-
-def wrong_size(where: str, found: int, recorded: int) -> CorruptedDataError:
-    """The error for a remote file whose size differs from the manifest's."""
-    return CorruptedDataError(f"{where} has {found} bytes, the manifest records {recorded}: the "
-                              "remote file is truncated or was replaced after publishing")
 
 
 def new_manifest(dataset_id: str, entries: Iterable[FileEntry]) -> Manifest:

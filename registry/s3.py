@@ -14,17 +14,24 @@ and only then completes its uploads, a server-side step that moves no data; a pu
 lost the claim aborts its uploads. The index is replaced with ``If-Match: <etag>`` (retried on
 conflict). Stores without conditional writes get a check-then-write fallback.
 
-boto3 is imported only when an ``s3://`` remote is opened, so its absence is a
-:class:`~marl_minari.errors.RemoteError` with the install line, never an ``ImportError``.
+boto3 is imported only when an ``s3://`` remote is opened, and its absence is a
+:class:`~marl_minari.errors.MissingExtraError` naming the ``s3`` extra.
+
+Deadline: every request spends from its operation's :class:`~.deadline.Deadline`, checked
+before each request and after each piece of data boto3 hands over (up to 1 MiB per read of a
+small object, boto3's own chunks for data files and parts); boto3's sockets are its own, so
+waits inside one read are bounded by its timeouts (``AWS_*`` configuration), not cut by the
+deadline's watchdog.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.extras import require
 from marl_minari.format.digests import (
     ALGORITHMS,
     FileDigests,
@@ -41,17 +49,19 @@ from marl_minari.format.digests import (
     stat_key,
 )
 
+from .backend import Backend, Staging
 from .credentials import url_secrets
-from .manifest import missing_remote_file
+from .deadline import Deadline, DeadlineExceeded
 from .settings import RemoteSettings
-from .storage import RegistryStorage, Staging, logger
 from .transfer import (
-    DeadlineExceeded,
     Progress,
     changed_since_hashed,
+    missing_remote_file,
     too_large,
     uploaded_digests,
 )
+
+logger = logging.getLogger("marl_minari.registry")
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -61,16 +71,13 @@ _PART_SIZE = 8 << 20
 """Bytes per part of a staged upload (S3 wants at least 5 MiB for every part but the last)."""
 _MAX_PARTS = 10_000
 _PART_WORKERS = 8
+_SMALL_CHUNK = 1 << 20
+"""Bytes per read of a small object: the deadline is checked between them."""
 
 
 def _boto() -> Any:
-    try:
-        import boto3
-    except ImportError:
-        raise RemoteError(
-            's3:// remotes need boto3: pip install "marl-minari[s3]" (or pip install boto3)'
-        ) from None
-    return boto3
+    """boto3, or :class:`~marl_minari.errors.MissingExtraError` naming the ``s3`` extra."""
+    return require("boto3", "s3", "an s3:// remote")
 
 
 _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -101,25 +108,26 @@ def _shared_client() -> Any:
         return client
 
 
-class S3Storage(RegistryStorage):
+class S3Backend(Backend):
     """A registry in an S3 bucket, below an optional key prefix. ``name``: ``bucket[/prefix]``."""
 
     kind = "s3"
     writable = True
 
     def __init__(self, name: str, token: str | None = None, *,
-                 settings: RemoteSettings | None = None) -> None:
-        super().__init__(name, token, settings=settings)
+                 settings: RemoteSettings | None = None,
+                 deadline: Deadline | None = None) -> None:
+        super().__init__(name, token, settings=settings, deadline=deadline)
         _boto()
         if url_secrets(f"s3://{name}"):
-            raise self._fail(
+            raise self.fail(
                 f"s3://{name} carries credentials in the URL; s3:// remotes read them from "
                 "the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...): "
                 "remove the part before '@'"
             )
         bucket, _, prefix = unquote(name).partition("/")
         if not _BUCKET_RE.match(bucket):
-            raise self._fail(f"malformed S3 bucket name {bucket!r} in s3://{name}")
+            raise self.fail(f"malformed S3 bucket name {bucket!r} in s3://{name}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._client: Any = None
@@ -161,35 +169,61 @@ class S3Storage(RegistryStorage):
         from botocore.exceptions import NoCredentialsError
 
         if isinstance(exc, NoCredentialsError):
-            return self._fail(f"{message}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
+            return self.fail(f"{message}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
                               "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or another source boto3 reads")
         if self._code(exc) == "NoSuchBucket":
-            return self._fail(f"{message}: bucket {self.bucket!r} does not exist")
-        return self._fail(message, exc)
+            return self.fail(f"{message}: bucket {self.bucket!r} does not exist")
+        return self.fail(message, exc)
 
-    def _read_versioned(self, key: str, limit: int) -> tuple[bytes | None, str | None]:
+    @contextlib.contextmanager
+    def _request(self, what: str) -> Iterator[None]:
+        """Around one request or transfer (``what``, for the error): the operation's deadline
+        is checked first, and its expiry inside becomes :meth:`deadline_passed`."""
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-            with response["Body"] as body:
-                if int(response.get("ContentLength") or 0) > limit:
-                    raise too_large(f"{self.location}/{key}", limit)
-                data = body.read(limit + 1)
-        except self._errors() as exc:
-            if self._code(exc) in _MISSING:
-                return None, None
-            raise self._explain(f"cannot read {self.location}/{key}", exc) from None
+            self.deadline.check()
+            yield
+        except DeadlineExceeded:
+            raise self.deadline_passed(what) from None
+
+    def _spend(self, count: int) -> None:
+        """``count`` bytes moved: credit them to the deadline, then check it."""
+        self.deadline.credit(count)
+        self.deadline.check()
+
+    def read_versioned(self, key: str, limit: int) -> tuple[bytes | None, str | None]:
+        where = f"{self.location}/{key}"
+        with self._request(f"reading {where}"):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+                with response["Body"] as body:
+                    if int(response.get("ContentLength") or 0) > limit:
+                        raise too_large(where, limit)
+                    data = bytearray()
+                    while len(data) <= limit:
+                        chunk = body.read(min(_SMALL_CHUNK, limit + 1 - len(data)))
+                        self._spend(len(chunk))
+                        if not chunk:
+                            break
+                        data += chunk
+            except self._errors() as exc:
+                if self._code(exc) in _MISSING:
+                    return None, None
+                raise self._explain(f"cannot read {where}", exc) from None
         if len(data) > limit:
-            raise too_large(f"{self.location}/{key}", limit)
-        return data, response.get("ETag")
+            raise too_large(where, limit)
+        return bytes(data), response.get("ETag")
 
-    def _read(self, key: str, limit: int) -> bytes | None:
-        return self._read_versioned(key, limit)[0]
+    def read(self, key: str, limit: int) -> bytes | None:
+        return self.read_versioned(key, limit)[0]
 
-    def _write(self, key: str, data: bytes) -> None:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
-        except self._errors() as exc:
-            raise self._explain(f"cannot write {self.location}/{key}", exc) from None
+    def write(self, key: str, data: bytes) -> None:
+        where = f"{self.location}/{key}"
+        with self._request(f"writing {where}"):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+            except self._errors() as exc:
+                raise self._explain(f"cannot write {where}", exc) from None
+            self._spend(len(data))
 
     def _conditional_put(self, key: str, data: bytes, condition: dict[str, str]) -> bool | None:
         """True written, False condition failed, None: the store ignores conditions."""
@@ -197,78 +231,91 @@ class S3Storage(RegistryStorage):
 
         if not self._conditional:
             return None
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
-                                   **condition)
-            return True
-        except ParamValidationError:
-            # boto3 older than 1.36 does not know IfMatch/IfNoneMatch on PutObject.
-            logger.warning("boto3 is too old for conditional writes; upgrade it (>= 1.36) so "
-                           "concurrent publishers cannot overwrite each other's index entries")
-            self._conditional = False
-            return None
-        except self._errors() as exc:
-            code = self._code(exc)
-            if code in _CONFLICT:
-                return False
-            if code in _UNSUPPORTED:
+        where = f"{self.location}/{key}"
+        with self._request(f"writing {where}"):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                       **condition)
+            except ParamValidationError:
+                # boto3 older than 1.36 does not know IfMatch/IfNoneMatch on PutObject.
+                logger.warning("boto3 is too old for conditional writes; upgrade it (>= 1.36) "
+                               "so concurrent publishers cannot overwrite each other's index "
+                               "entries")
                 self._conditional = False
                 return None
-            raise self._explain(f"cannot write {self.location}/{key}", exc) from None
+            except self._errors() as exc:
+                code = self._code(exc)
+                if code in _CONFLICT:
+                    return False
+                if code in _UNSUPPORTED:
+                    self._conditional = False
+                    return None
+                raise self._explain(f"cannot write {where}", exc) from None
+            self._spend(len(data))
+            return True
 
-    def _write_if(self, key: str, data: bytes, version: str | None) -> bool:
+    def write_if(self, key: str, data: bytes, version: str | None) -> bool:
         condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
         done = self._conditional_put(key, data, condition)
         if done is None:
-            self._write(key, data)
+            self.write(key, data)
             return True
         return done
 
-    def _write_new(self, key: str, data: bytes) -> bool:
+    def write_new(self, key: str, data: bytes) -> bool:
         done = self._conditional_put(key, data, {"IfNoneMatch": "*"})
         if done is None:
             if self._exists(key):
                 return False
-            self._write(key, data)
+            self.write(key, data)
             return True
         return done
 
-    def _put_file(self, key: str, source: Path, progress: Progress | None,
-                  known: RememberedDigests | None) -> FileDigests:
+    def put_file(self, key: str, source: Path, progress: Progress | None,
+                 known: RememberedDigests | None) -> FileDigests:
         # Hash the file on a second thread while boto3 uploads it (both release the GIL),
         # unless its digests are remembered. boto3 also sends a CRC checksum per part,
         # which the store verifies on arrival.
         before = stat_key(os.stat(source))
         if known is not None and before != known.stat:
             raise changed_since_hashed(source)
-        try:
-            with ThreadPoolExecutor(max_workers=1) as hasher:
-                hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
-                self.client.upload_file(str(source), self.bucket, self._key(key),
-                                        Callback=progress)
-                size, computed = hashing.result() if hashing else (before[2], {})
-        except self._errors() as exc:
-            raise self._explain(f"cannot upload {source.name} to {self.location}/{key}",
-                                exc) from None
+
+        def sent(count: int) -> None:
+            self._spend(count)
+            if progress is not None:
+                progress(count)
+
+        where = f"{self.location}/{key}"
+        with self._request(f"upload of {source.name} to {where}"):
+            try:
+                with ThreadPoolExecutor(max_workers=1) as hasher:
+                    hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
+                    self.client.upload_file(str(source), self.bucket, self._key(key),
+                                            Callback=sent)
+                    size, computed = hashing.result() if hashing else (before[2], {})
+            except self._errors() as exc:
+                raise self._explain(f"cannot upload {source.name} to {where}", exc) from None
+            self.deadline.check()
         if stat_key(os.stat(source)) != before or size != before[2]:
             raise RemoteError(f"{source} changed while it was uploaded; publish again")
         return uploaded_digests(source, size, computed, known)
 
     def _exists(self, key: str) -> bool:
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
-            return True
-        except self._errors() as exc:
-            if self._code(exc) in _MISSING:
-                return False
-            raise self._explain(f"cannot read {self.location}/{key}", exc) from None
+        with self._request(f"reading {self.location}/{key}"):
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+                return True
+            except self._errors() as exc:
+                if self._code(exc) in _MISSING:
+                    return False
+                raise self._explain(f"cannot read {self.location}/{key}", exc) from None
 
     # A publish stages each file as a multipart upload to its published key, left open: its
     # parts are invisible (no reader or other publisher sees them, and another publisher's
     # parts for the same key are a different upload). Only the publish that claimed the
     # version completes its uploads, which is a server-side step; the loser aborts its own.
-    def _stage_file(self, staging: Staging, relative: str, source: Path,
-                    progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
+    def stage(self, staging: Staging, relative: str, source: Path,
+              progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
         key = self._key(f"{staging.dataset_id}/{relative}")
         where = f"{self.location}/{staging.dataset_id}/{relative}"
         before = stat_key(os.stat(source))
@@ -278,57 +325,65 @@ class S3Storage(RegistryStorage):
         if size == 0:
             staging.uploads[relative] = _StagedUpload(key, None)  # written at commit
             return uploaded_digests(source, 0, MultiHash(ALGORITHMS).hexdigests(), known)
-        try:
-            upload_id = self.client.create_multipart_upload(Bucket=self.bucket,
-                                                            Key=key)["UploadId"]
-        except self._errors() as exc:
-            raise self._explain(f"cannot start the upload of {where}", exc) from None
-        staged = staging.uploads[relative] = _StagedUpload(key, upload_id)
-        part_size = max(_PART_SIZE, -(-size // _MAX_PARTS))
-        offsets = range(0, size, part_size)
-        try:
-            with open(source, "rb", buffering=0) as handle, \
-                    ThreadPoolExecutor(max_workers=1) as hasher, \
-                    ThreadPoolExecutor(max_workers=_PART_WORKERS) as senders:
-                hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
+        with self._request(f"upload of {source.name} to {where}"):
+            try:
+                upload_id = self.client.create_multipart_upload(Bucket=self.bucket,
+                                                                Key=key)["UploadId"]
+            except self._errors() as exc:
+                raise self._explain(f"cannot start the upload of {where}", exc) from None
+            staged = staging.uploads[relative] = _StagedUpload(key, upload_id)
+            part_size = max(_PART_SIZE, -(-size // _MAX_PARTS))
+            offsets = range(0, size, part_size)
+            try:
+                with open(source, "rb", buffering=0) as handle, \
+                        ThreadPoolExecutor(max_workers=1) as hasher, \
+                        ThreadPoolExecutor(max_workers=_PART_WORKERS) as senders:
+                    hashing = None if known else hasher.submit(hash_file, source, ALGORITHMS)
 
-                def send(number: int, offset: int) -> dict[str, Any]:
-                    data = os.pread(handle.fileno(), part_size, offset)
-                    answer = self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id,
-                        PartNumber=number, Body=data)
-                    if progress is not None:
-                        progress(len(data))
-                    return {"PartNumber": number, "ETag": answer["ETag"],
-                            **{k: v for k, v in answer.items() if k.startswith("Checksum")
-                               and isinstance(v, str)}}
+                    def send(number: int, offset: int) -> dict[str, Any]:
+                        self.deadline.check()
+                        data = os.pread(handle.fileno(), part_size, offset)
+                        answer = self.client.upload_part(
+                            Bucket=self.bucket, Key=key, UploadId=upload_id,
+                            PartNumber=number, Body=data)
+                        self._spend(len(data))
+                        if progress is not None:
+                            progress(len(data))
+                        return {"PartNumber": number, "ETag": answer["ETag"],
+                                **{k: v for k, v in answer.items() if k.startswith("Checksum")
+                                   and isinstance(v, str)}}
 
-                staged.parts = list(senders.map(send, range(1, len(offsets) + 1), offsets))
-                hashed, computed = hashing.result() if hashing else (size, {})
-        except self._errors() as exc:
-            raise self._explain(f"cannot upload {source.name} to {where}", exc) from None
-        except OSError as exc:
-            raise self._fail(f"cannot read {source} to upload it", exc) from None
+                    staged.parts = list(senders.map(send, range(1, len(offsets) + 1), offsets))
+                    hashed, computed = hashing.result() if hashing else (size, {})
+            except self._errors() as exc:
+                raise self._explain(f"cannot upload {source.name} to {where}", exc) from None
+            except DeadlineExceeded:
+                raise
+            except OSError as exc:
+                raise self.fail(f"cannot read {source} to upload it", exc) from None
         if stat_key(os.stat(source)) != before or hashed != size:
             raise RemoteError(f"{source} changed while it was uploaded; publish again")
         return uploaded_digests(source, size, computed, known)
 
-    def _commit_staging(self, staging: Staging, files: list[str]) -> None:
+    def commit(self, staging: Staging, files: list[str]) -> None:
         for relative in files:
             staged = staging.uploads[relative]
-            try:
-                if staged.upload_id is None:
-                    self.client.put_object(Bucket=self.bucket, Key=staged.key, Body=b"")
-                else:
-                    self.client.complete_multipart_upload(
-                        Bucket=self.bucket, Key=staged.key, UploadId=staged.upload_id,
-                        MultipartUpload={"Parts": staged.parts})
-            except self._errors() as exc:
-                raise self._explain(f"cannot complete the upload of {self.location}/"
-                                    f"{staging.dataset_id}/{relative}", exc) from None
+            where = f"{self.location}/{staging.dataset_id}/{relative}"
+            with self._request(f"completing the upload of {where}"):
+                try:
+                    if staged.upload_id is None:
+                        self.client.put_object(Bucket=self.bucket, Key=staged.key, Body=b"")
+                    else:
+                        self.client.complete_multipart_upload(
+                            Bucket=self.bucket, Key=staged.key, UploadId=staged.upload_id,
+                            MultipartUpload={"Parts": staged.parts})
+                except self._errors() as exc:
+                    raise self._explain(f"cannot complete the upload of {where}",
+                                        exc) from None
             del staging.uploads[relative]
 
-    def _discard_staging(self, staging: Staging) -> None:
+    def discard(self, staging: Staging) -> None:
+        # Not bound by the deadline: aborting is cleanup, needed most when it has passed.
         for staged in staging.uploads.values():
             if staged.upload_id is None:
                 continue
@@ -338,45 +393,44 @@ class S3Storage(RegistryStorage):
             except self._errors() as exc:
                 # An open upload is invisible; it only holds storage until the bucket's
                 # lifecycle rule (AbortIncompleteMultipartUpload) removes it.
-                logger.warning("%s", self._fail(f"could not abort an upload to {self.location}",
-                                                exc))
+                logger.warning("%s", self.fail(f"could not abort an upload to {self.location}",
+                                               exc))
         staging.uploads.clear()
 
-    def _get_file(self, key: str, target: Path, size: int, algorithm: str,
-                  progress: Progress | None) -> tuple[int, str]:
+    def get_file(self, key: str, target: Path, size: int, algorithm: str,
+                 progress: Progress | None) -> tuple[int, str]:
         where = f"{self.location}/{key}"
-        seconds = self.settings.download_deadline(size)
-        try:
-            with open(target, "wb") as handle:
-                sink = _HashingSink(handle, size, algorithm, where,
-                                    time.monotonic() + seconds)
-                # A sink that cannot seek makes boto3 fetch ranges in parallel but hand them
-                # over in order, so every byte is hashed once, as it arrives.
-                self.client.download_fileobj(self.bucket, self._key(key), sink,
-                                             Callback=progress)
-        except self._errors() as exc:
-            if self._code(exc) in _MISSING:
-                raise missing_remote_file(where) from None
-            raise self._explain(f"download of {where} failed", exc) from None
-        except DeadlineExceeded:
-            raise self._fail(f"download of {where} did not finish within {seconds:.1f} s, the "
-                             f"deadline for {size} bytes (RemoteSettings.download_deadline); "
-                             "try again later") from None
-        except OSError as exc:
-            raise self._fail(f"download of {where} failed", exc) from None
+        with self._request(f"download of {where}"):
+            try:
+                with open(target, "wb") as handle:
+                    sink = _HashingSink(handle, size, algorithm, where, self._spend)
+                    # A sink that cannot seek makes boto3 fetch ranges in parallel but hand
+                    # them over in order, so every byte is hashed once, as it arrives.
+                    self.client.download_fileobj(self.bucket, self._key(key), sink,
+                                                 Callback=progress)
+            except self._errors() as exc:
+                if self._code(exc) in _MISSING:
+                    raise missing_remote_file(where) from None
+                raise self._explain(f"download of {where} failed", exc) from None
+            except DeadlineExceeded:
+                raise
+            except OSError as exc:
+                raise self.fail(f"download of {where} failed", exc) from None
         return sink.size, sink.digests.hexdigests()[algorithm]
 
-    def _list_keys(self, prefix: str) -> Iterator[str]:
+    def list_keys(self, prefix: str) -> Iterator[str]:
         start = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
-        try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=start)
-            for page in pages:
-                for item in page.get("Contents", []):
-                    key = item["Key"]
-                    yield key[len(self.prefix) + 1:] if self.prefix else key
-        except self._errors() as exc:
-            raise self._explain(f"cannot list {self.location}", exc) from None
+        with self._request(f"listing {self.location}"):
+            try:
+                pages = self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=start)
+                for page in pages:
+                    self.deadline.check()
+                    for item in page.get("Contents", []):
+                        key = item["Key"]
+                        yield key[len(self.prefix) + 1:] if self.prefix else key
+            except self._errors() as exc:
+                raise self._explain(f"cannot list {self.location}", exc) from None
 
 
 @dataclass
@@ -389,13 +443,14 @@ class _StagedUpload:
 
 
 class _HashingSink:
-    """Write-only, non-seekable file object that hashes, counts and limits what it writes."""
+    """Write-only, non-seekable file object that hashes, counts and limits what it writes,
+    and spends every write from the operation's deadline."""
 
     def __init__(self, handle: Any, limit: int, algorithm: str, where: str,
-                 deadline: float) -> None:
+                 spend: Callable[[int], None]) -> None:
         self._handle = handle
         self._limit = limit
-        self._deadline = deadline
+        self._spend = spend
         self._where = where
         self.size = 0
         self.digests = MultiHash((algorithm,))
@@ -405,8 +460,7 @@ class _HashingSink:
         if self.size > self._limit:
             raise CorruptedDataError(f"{self._where} has more than the {self._limit} bytes the "
                                      "manifest records")
-        if time.monotonic() > self._deadline:
-            raise DeadlineExceeded
+        self._spend(len(data))
         self.digests.update(data)
         self._handle.write(data)
         return len(data)

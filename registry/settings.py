@@ -1,4 +1,4 @@
-"""How this package talks to remotes: timeouts, download deadlines and flushing to disk.
+"""How this package talks to remotes: timeouts, operation deadlines and flushing to disk.
 
 Each is a parameter (:class:`RemoteSettings`, accepted by :func:`~marl_minari.registry.publish`,
 :func:`~marl_minari.registry.download`, :func:`~marl_minari.registry.list_datasets` and
@@ -27,10 +27,15 @@ class RemoteSettings:
 
     Attributes:
         http_timeout: seconds an ``http(s)://`` request may wait for the server (connecting,
-            or between two arrivals of data).
-        min_download_rate: bytes per second a download must keep on average: each file must
-            arrive within ``http_timeout + size / min_download_rate`` seconds, so a server
-            that sends a trickle is cut off instead of holding a download for days.
+            or between two arrivals of data), and the time every operation may take before
+            any byte has arrived.
+        min_download_rate: bytes per second an operation must keep on average: listing,
+            downloading, publishing or resolving a URL, with all its requests (index,
+            manifests, metadata, data files), must end within
+            ``http_timeout + bytes / min_download_rate`` seconds of its first request, where
+            ``bytes`` are those received (or sent) so far, so a server that trickles is cut
+            off about ``http_timeout`` seconds in instead of holding the operation for days
+            (see :mod:`marl_minari.registry.deadline`).
         fsync: ``file://`` publishes flush every file, the manifest and their folders to disk
             before the version is committed (off: faster on scratch disks, not crash-safe).
     """
@@ -71,7 +76,7 @@ class RemoteSettings:
         return cls(http_timeout=seconds, fsync=fsync != "0")
 
     def download_deadline(self, size: int) -> float:
-        """Seconds a file of ``size`` bytes may take to download in total."""
+        """Seconds an operation that has moved ``size`` bytes may take in total."""
         return self.http_timeout + size / self.min_download_rate
 
 

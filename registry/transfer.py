@@ -1,8 +1,8 @@
 """Moving bytes: copy a stream or a local file into a new file while hashing it.
 
 Every transfer of the registry goes through here, so the size limit (more bytes than the
-manifest records stop a transfer at once), the total deadline of a download and the hashing
-of exactly the bytes written are each implemented once.
+manifest records stop a transfer at once), the operation's deadline (checked after every
+arrival) and the hashing of exactly the bytes written are each implemented once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import errno
 import io
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,8 +29,12 @@ from marl_minari.format.digests import (
     stat_key,
 )
 
+from .deadline import Deadline
+
 CHUNK_SIZE: Final = 8 << 20
 """Bytes per read/hash/write step of a transfer."""
+SMALL_READ_SIZE: Final = 64 << 10
+"""Bytes asked for per read of a small object (index, manifest, metadata)."""
 
 
 Progress = Callable[[int], None]
@@ -49,7 +52,7 @@ Digests = dict[str, str]
 
 def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
                   limit: int | None = None, progress: Progress | None = None,
-                  deadline: float | None = None) -> tuple[int, Digests]:
+                  deadline: Deadline | None = None) -> tuple[int, Digests]:
     """Copy a binary stream into ``target`` while hashing it; ``(size, digests)``.
 
     For streams (HTTP responses, ...). Each chunk is read into a reusable buffer, then hashed
@@ -62,8 +65,8 @@ def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
         algorithms: digests to compute (see :mod:`marl_minari.format.digests`).
         limit: stop with :class:`CorruptedDataError` as soon as more bytes than this arrive.
         progress: called with each chunk's length.
-        deadline: ``time.monotonic()`` value by which the copy must be done;
-            :class:`DeadlineExceeded` once it has passed.
+        deadline: the operation's deadline, credited with every arrival and checked after
+            it (:class:`~marl_minari.registry.deadline.DeadlineExceeded` once it has passed).
     """
     digests = MultiHash(algorithms)
     size = 0
@@ -77,8 +80,9 @@ def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
             else:
                 data = source.read(CHUNK_SIZE)
                 count, chunk = len(data), memoryview(data)
-                if deadline is not None and time.monotonic() > deadline:
-                    raise DeadlineExceeded
+                if deadline is not None:
+                    deadline.credit(count)
+                    deadline.check()
             if not count:
                 break
             size += count
@@ -188,27 +192,59 @@ def _write_all(out: Any, chunk: memoryview) -> None:
         chunk = chunk[written:]
 
 
-class DeadlineExceeded(TimeoutError):
-    """A download ran past its total deadline (the caller turns it into a ``RemoteError``)."""
-
-
 def _fill(read: Callable[[memoryview], int | None], buffer: bytearray,
-          deadline: float | None) -> int:
+          deadline: Deadline | None) -> int:
     """Read into ``buffer`` until it is full or the stream ends; the bytes read.
 
     ``read`` returns after each arrival (``readinto1``), so the deadline is checked even
-    while a server sends one byte at a time, which a socket timeout never notices.
+    while a server sends one byte at a time, which a socket timeout never notices. It is
+    checked at the end of the stream too: a connection the deadline's watchdog cut reads as
+    an end, and must not pass for a complete file.
     """
     view = memoryview(buffer)
     filled = 0
     while filled < len(buffer):
         count = read(view[filled:]) or 0
+        if deadline is not None:
+            deadline.credit(count)
+            deadline.check()
         if not count:
             break
         filled += count
-        if deadline is not None and time.monotonic() > deadline:
-            raise DeadlineExceeded
     return filled
+
+
+def read_small(source: Any, limit: int, deadline: Deadline | None) -> bytes:
+    """Read a stream (``read1`` returns after each arrival) to its end, or to ``limit + 1``
+    bytes, whichever comes first; the deadline is credited and checked after each arrival.
+
+    For small objects: the caller refuses more than ``limit`` bytes (:func:`too_large`).
+    """
+    read = getattr(source, "read1", None) or source.read
+    data = bytearray()
+    while len(data) <= limit:
+        chunk = read(min(SMALL_READ_SIZE, limit + 1 - len(data)))
+        if deadline is not None:
+            deadline.credit(len(chunk))
+            deadline.check()
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+ProgressArg = bool | Callable[[int], None]
+"""``False``: silent; ``True``: tqdm bars; a callable: called with byte counts."""
+
+
+def progress_reporter(progress: ProgressArg, total: int,
+                      description: str) -> tuple[Progress | None, Callable[[], None]]:
+    """``(update, close)`` for a transfer of ``total`` bytes, as ``progress`` asks."""
+    if callable(progress):
+        return progress, lambda: None
+    if progress:
+        return tqdm_progress(total, description)
+    return None, lambda: None
 
 
 def tqdm_progress(total: int, description: str) -> tuple[Progress, Callable[[], None]]:
@@ -243,6 +279,18 @@ def uploaded_digests(source: Path, size: int, computed: Digests,
     if size != known.digests.size:
         raise changed_since_hashed(source)
     return known.digests
+
+
+def missing_remote_file(where: str) -> CorruptedDataError:
+    """The error for a file the manifest lists but the remote does not have."""
+    return CorruptedDataError(f"{where} is missing although the manifest lists it: the remote "
+                              "dataset was damaged after publishing")
+
+
+def wrong_size(where: str, found: int, recorded: int) -> CorruptedDataError:
+    """The error for a remote file whose size differs from the manifest's."""
+    return CorruptedDataError(f"{where} has {found} bytes, the manifest records {recorded}: the "
+                              "remote file is truncated or was replaced after publishing")
 
 
 def too_large(where: str, limit: int) -> CorruptedDataError:

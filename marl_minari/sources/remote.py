@@ -17,12 +17,12 @@ file beside it (:func:`origin_path`): the remote and the BLAKE3 of the dataset's
 network. A local dataset with that id that has no such record is used only if it holds the
 published files (the copy it was published from, say); one with other files (recorded here,
 downloaded from elsewhere, or changed since) is never used in its place: the error says how
-to name the one meant.
+to name the one meant. An origin file is checked like any file read from disk: a damaged one
+is a :class:`~marl_minari.errors.CorruptedDataError` naming it and its key, and the fix.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from marl_minari.errors import (
     RemoteError,
 )
 from marl_minari.format import layout
+from marl_minari.format.digests import is_hex_digest
 from marl_minari.format.ids import dataset_dir, parse_dataset_id
 
 ORIGINS_FOLDER: Final = "origins"
@@ -73,33 +74,23 @@ def candidate_splits(url: str) -> list[tuple[str, str]]:
 
 
 def split_remote_source(url: str) -> tuple[str, str]:
-    """The registry and dataset id ``url`` names (one index read per candidate).
+    """The registry and dataset id ``url`` names (one index read per candidate, all within
+    one deadline: see ``RemoteSettings``).
 
     Raises:
         InvalidDatasetIdError: ``url`` does not end in a dataset id.
         DatasetNotFoundError: no registry along ``url`` publishes the id at its end.
         CorruptedDataError: no index lists it, and its manifest is damaged.
-        RemoteError: a registry failed to answer.
+        RemoteError: a registry failed to answer, or the deadline passed.
     """
-    from marl_minari.registry.api import KINDS, _registry_storage
+    from marl_minari.registry import find_published, serves_remote
 
-    kind = url.partition("://")[0]
     splits = candidate_splits(url)
-    if kind not in KINDS:  # Minari's own kinds: its split, after the first component
+    if not serves_remote(url):  # Minari's own kinds: its split, after the first component
         return splits[-1]
-    storages = [(_registry_storage(r), r, d) for r, d in splits]
-    for storage, registry, dataset_id in storages:  # the index at a registry's root
-        if dataset_id in storage.read_index()["datasets"]:
-            return registry, dataset_id
-    damaged: CorruptedDataError | None = None
-    for storage, registry, dataset_id in storages:  # a registry whose index was lost
-        try:
-            if storage.find_manifest(dataset_id) is not None:
-                return registry, dataset_id
-        except CorruptedDataError as exc:  # at a wrong split: the manifest names its own id
-            damaged = damaged or exc
-    if damaged is not None:
-        raise damaged
+    found = find_published(splits)
+    if found is not None:
+        return found
     tried = ", ".join(shown_url(r) for r, _ in splits)
     raise DatasetNotFoundError(
         f"no registry along {shown_url(url)} publishes the dataset at its end (tried the "
@@ -133,9 +124,9 @@ def fetch_remote_source(url: str, *, progress: bool = False) -> Path:
 
 
 def _download(registry: str, dataset_id: str, progress: bool) -> None:
-    from marl_minari.registry.api import KINDS, download
+    from marl_minari.registry import download, serves_remote
 
-    if registry.partition("://")[0] in KINDS:
+    if serves_remote(registry):
         download(dataset_id, registry, progress=progress)
         return
     import minari
@@ -165,7 +156,7 @@ def _metadata_digest(dataset_id: str) -> str | None:
 
 
 def _record_origin(dataset_id: str, origin: str) -> None:
-    from marl_minari.registry.local import write_json_atomically
+    from marl_minari.registry.jsonfiles import write_json_atomically
 
     write_json_atomically(origin_path(dataset_id), {
         "dataset_id": dataset_id, "remote": origin,
@@ -173,11 +164,37 @@ def _record_origin(dataset_id: str, origin: str) -> None:
 
 
 def _recorded_origin(dataset_id: str) -> dict[str, Any]:
+    """The origin recorded for ``dataset_id``; ``{}`` when none is.
+
+    Raises:
+        CorruptedDataError: the origin file is not JSON, names another dataset (its path and
+            its content must agree: nothing in it is used as a path), or holds a key of the
+            wrong type; the message names the file and key, and says to delete it.
+    """
+    from marl_minari.registry.jsonfiles import parse_json_object, typed
+
+    path = origin_path(dataset_id)
     try:
-        recorded = json.loads(origin_path(dataset_id).read_text())
-    except (OSError, ValueError):
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return {}
-    return recorded if isinstance(recorded, dict) else {}
+    except OSError as exc:
+        raise CorruptedDataError(f"cannot read the origin file {path}: {exc}") from exc
+    fix = (f"; it only records where {dataset_id!r} was downloaded from: delete it, and the "
+           "dataset is compared with the published one on its next use")
+    recorded = parse_json_object(raw, f"origin file {path}", fix)
+    try:
+        if typed(recorded, "dataset_id", str, f"origin file {path}") != dataset_id:
+            raise CorruptedDataError(f"origin file {path}: 'dataset_id' is "
+                                     f"{recorded['dataset_id']!r}, not {dataset_id!r}")
+        typed(recorded, "remote", str, f"origin file {path}")
+        digest = recorded.get("metadata_blake3")
+        if digest is not None and not is_hex_digest(digest):
+            raise CorruptedDataError(f"origin file {path}: 'metadata_blake3' is not a BLAKE3 "
+                                     "digest (64 lowercase hex digits)")
+    except CorruptedDataError as exc:
+        raise CorruptedDataError(f"{exc}{fix}") from None
+    return recorded
 
 
 def _is_downloaded_copy(dataset_id: str, origin: str) -> bool:
@@ -189,15 +206,14 @@ def _is_downloaded_copy(dataset_id: str, origin: str) -> bool:
 
 def _check_origin(registry: str, dataset_id: str, url: str) -> None:
     """Accept the local ``dataset_id`` for ``url`` only if it holds the published files."""
-    from marl_minari.registry.api import KINDS, _registry_storage
-    from marl_minari.registry.manifest import local_manifest
+    from marl_minari.registry import local_manifest, published_manifest, serves_remote
 
     origin = _origin_name(registry)
     if _is_downloaded_copy(dataset_id, origin):
         return
     local = dataset_dir(dataset_id)
-    if registry.partition("://")[0] in KINDS and _registry_storage(registry).manifest(
-            dataset_id).same_content(local_manifest(dataset_id, local)):
+    if serves_remote(registry) and published_manifest(dataset_id, registry).same_content(
+            local_manifest(dataset_id, local)):
         _record_origin(dataset_id, origin)  # e.g. the copy it was published from
         return
     recorded = _recorded_origin(dataset_id).get("remote")

@@ -130,7 +130,9 @@ def _minari_download(dataset_id: str) -> Path:
     import minari
 
     from marl_minari.errors import MarlMinariError, RemoteError
+    from marl_minari.registry import register_remote_kinds
 
+    register_remote_kinds()  # $MINARI_REMOTE may name a file://, s3:// or http(s):// remote
     try:
         minari.download_dataset(dataset_id)
     except MarlMinariError:

@@ -38,6 +38,19 @@ from registry_helpers import (  # noqa: E402
 
 
 @pytest.fixture
+def minari_kinds() -> Iterator[None]:
+    """Minari's own functions know file://, s3:// and http(s):// (as after a user's
+    ``registry.register_remote_kinds()``); Minari's table is restored afterwards."""
+    from minari.storage.remotes import _registry
+
+    saved = dict(_registry)
+    registry.register_remote_kinds()
+    yield
+    _registry.clear()
+    _registry.update(saved)
+
+
+@pytest.fixture
 def registry_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty folder set as the default registry (``MARL_MINARI_REGISTRY``)."""
     path = tmp_path / "registry"

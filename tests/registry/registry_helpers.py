@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -81,23 +82,31 @@ class DroppingHandler(SimpleHTTPRequestHandler):
 
 class DrippingHandler(SimpleHTTPRequestHandler):
     """Serves files, but for names in ``drip`` announces the full length and then sends one
-    byte every ``interval`` seconds, for at most ``give_up`` seconds (then hangs up)."""
+    byte every ``interval`` seconds, for at most ``give_up`` seconds (then hangs up).
+
+    With ``headers_too`` the status line and the headers are sent a byte at a time as well
+    (a slow-loris server: each byte arrives well within any socket timeout)."""
 
     drip: tuple[str, ...] = ()
     interval = 0.5
     give_up = 20.0
+    headers_too = False
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
     def send_head(self) -> Any:
-        if not self.path.endswith(self.drip):
+        path = Path(self.translate_path(self.path))
+        if not self.path.endswith(self.drip) or not path.is_file():
             return super().send_head()
-        data = Path(self.translate_path(self.path)).read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
+        data = path.read_bytes()
+        head = (f"HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n").encode()
+        if self.headers_too:
+            data = head + data
+        else:
+            self.wfile.write(head)
+            self.wfile.flush()
         stop = time.monotonic() + self.give_up
         try:
             for byte in data:
@@ -185,6 +194,22 @@ def no_partial_dataset(dataset_id: str) -> None:
     leftovers = [p for p in staging.glob("download-*")] if staging.exists() else []
     assert leftovers == []
     assert dataset_id not in minari.list_local_datasets()
+
+
+def replace_published_file(registry_dir: Path, dataset_id: str, relative: str,
+                           data: bytes) -> None:
+    """Replace a file of a published dataset and re-sign its manifest entry, as a publisher
+    of that content would have: the download's checks all pass, so what it reads is ``data``."""
+    import blake3
+
+    (registry_dir / dataset_id / relative).write_bytes(data)
+    manifest_path = registry_dir / dataset_id / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == relative:
+            entry.update(size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                         blake3=blake3.blake3(data).hexdigest())
+    manifest_path.write_text(json.dumps(manifest))
 
 
 def as_older_manifest(raw: bytes) -> bytes:

@@ -125,18 +125,19 @@ def test_concurrent_publish_s3(two_versions: dict[str, Path], s3_remote: str,
 def test_crash_after_the_claim_is_completed_by_republishing(
         registry_dir: Path, small_dataset: Callable[..., str],
         record_parallel: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from marl_minari.registry.file import FileStorage
+    from marl_minari.registry.backend import Staging
+    from marl_minari.registry.file import FileBackend
 
     dataset_id = small_dataset()
 
     class Killed(Exception):
         """Stands in for a process killed between claiming the version and moving its files."""
 
-    def killed(self: FileStorage, source: str, target: str) -> None:
+    def killed(self: FileBackend, staging: Staging, files: list[str]) -> None:
         raise Killed
 
     with monkeypatch.context() as patch:
-        patch.setattr(FileStorage, "_move", killed)
+        patch.setattr(FileBackend, "commit", killed)
         with pytest.raises(Killed):
             registry.publish(dataset_id)
     assert (registry_dir / dataset_id / "manifest.json").exists()  # claimed, not listed

@@ -11,7 +11,6 @@ from pathlib import Path
 import minari
 import numpy as np
 import pytest
-from minari.storage.remotes import _registry
 
 import marl_minari as mm
 from marl_minari import registry
@@ -39,11 +38,14 @@ def _tree_digest(folder: Path) -> dict[str, str]:
             for p in _published_files(folder)}
 
 
-def test_import_registers_kinds_and_keeps_minari_kinds() -> None:
+def test_registering_adds_kinds_and_keeps_minari_kinds(minari_kinds: None) -> None:
+    from minari.storage.remotes import _registry
+
     for kind in ("file", "s3", "http", "https", "hf", "gcp"):
         assert kind in _registry
     assert _registry["hf"].__module__.startswith("minari")
-    assert registry.open_remote("file:///tmp/x").__class__.__name__ == "FileStorage"
+    remote = registry.open_remote("file:///tmp/x")
+    assert isinstance(remote, registry.MinariRemote) and remote.kind == "file"
 
 
 def test_publish_to_default_registry_and_download(registry_dir: Path,
@@ -78,7 +80,8 @@ def test_publish_to_default_registry_and_download(registry_dir: Path,
 
 def test_minari_functions_use_file_remote(datasets_root: Path, registry_dir: Path,
                                           small_dataset: Callable[..., str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          minari_kinds: None) -> None:
     minari.namespace.create_namespace("mpe2/spread", description="random play")
     dataset_id = small_dataset()
     remote = f"file://{registry_dir}"
@@ -104,7 +107,8 @@ def test_minari_functions_use_file_remote(datasets_root: Path, registry_dir: Pat
 
 
 def test_minari_full_remote_path_form(tmp_path: Path, small_dataset: Callable[..., str],
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      minari_kinds: None) -> None:
     # download_dataset("file://name/id") passes only "name": a folder relative to the cwd.
     dataset_id = small_dataset("flat-v0")
     monkeypatch.chdir(tmp_path)
@@ -115,8 +119,8 @@ def test_minari_full_remote_path_form(tmp_path: Path, small_dataset: Callable[..
     assert mm.load_dataset(dataset_id).total_episodes == 2
 
 
-def test_listing_reads_only_the_index(registry_dir: Path,
-                                      small_dataset: Callable[..., str]) -> None:
+def test_listing_reads_only_the_index(registry_dir: Path, small_dataset: Callable[..., str],
+                                      minari_kinds: None) -> None:
     ids = [small_dataset(f"tests/listing-v{v}") for v in range(3)]
     for dataset_id in ids:
         registry.publish(dataset_id)

@@ -54,7 +54,8 @@ def test_tampered_file_is_refused(published: str, registry_dir: Path,
 
 
 def test_tampered_file_is_refused_through_minari(published: str, registry_dir: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 minari_kinds: None) -> None:
     monkeypatch.setenv("MINARI_REMOTE", f"file://{registry_dir}")
     target = _remote_file(registry_dir, published, "metadata.json")
     target.write_text(target.read_text().replace('"total_episodes": 2', '"total_episodes": 1'))
@@ -157,8 +158,8 @@ def test_published_version_is_never_overwritten(registry_dir: Path,
     with pytest.raises(DatasetExistsError, match=r"different files.*-vN\+1"):
         registry.publish(dataset_id)
     assert _remote_file(registry_dir, dataset_id).read_bytes() == remote_bytes
+    assert registry.published_manifest(dataset_id).same_content(first)
     storage = registry.open_remote()
-    assert storage.manifest(dataset_id).same_content(first)  # type: ignore[attr-defined]
 
     with pytest.raises(DatasetExistsError):  # Minari's upload entry point refuses too
         storage.upload_dataset(dataset_id)
@@ -176,7 +177,7 @@ def test_concurrent_manifest_creation_loses_cleanly(registry_dir: Path,
     """Writers released together at one manifest key: exactly one wins, the file holds the
     winner's bytes whole, the losers leave nothing behind."""
     dataset_id = small_dataset()
-    storage = registry.open_remote()
+    backend = registry.open_backend()
     writers, rounds = 8, 25
     for round_ in range(rounds):
         key = f"race-{round_}/manifest.json"
@@ -185,7 +186,7 @@ def test_concurrent_manifest_creation_loses_cleanly(registry_dir: Path,
         def write(writer: int, key: str = key, start: threading.Barrier = start) -> bool:
             start.wait()
             payload = f"writer {writer} ".encode() * 4096  # several writes' worth per file
-            return storage._write_new(key, payload)  # type: ignore[attr-defined]
+            return backend.write_new(key, payload)
 
         with ThreadPoolExecutor(writers) as pool:
             won = list(pool.map(write, range(writers)))
@@ -198,7 +199,8 @@ def test_concurrent_manifest_creation_loses_cleanly(registry_dir: Path,
 
 
 def test_interrupted_publish_never_shows_up(registry_dir: Path,
-                                            small_dataset: Callable[..., str]) -> None:
+                                            small_dataset: Callable[..., str],
+                                            minari_kinds: None) -> None:
     dataset_id = small_dataset()
     remote = f"file://{registry_dir}"
     with pytest.raises(Interrupted):
@@ -207,7 +209,7 @@ def test_interrupted_publish_never_shows_up(registry_dir: Path,
     assert registry.list_datasets() == []
     assert minari.list_remote_datasets(remote_path=remote) == {}
     with pytest.raises(DatasetNotFoundError):
-        registry.open_remote().manifest(dataset_id)  # type: ignore[attr-defined]
+        registry.published_manifest(dataset_id)
     assert not list(registry_dir.rglob("*.part"))
 
     result = registry.publish(dataset_id)  # simply run it again
@@ -274,8 +276,7 @@ def test_credentials_never_appear(published: str, registry_dir: Path,
     with pytest.raises(RemoteError) as info:
         registry.list_datasets(closed)
     errors.append(str(info.value))
-    storage = registry.open_remote(secret_url, token=None)
-    errors.append(storage.location)  # type: ignore[attr-defined]
+    errors.append(registry.open_backend(secret_url, token=None).location)
     for text in [*errors, caplog.text]:
         assert "hunter2-secret" not in text
         assert "alice" not in text

@@ -39,7 +39,8 @@ def test_list_and_download_over_http(served: tuple[str, list[str]]) -> None:
 
 
 def test_minari_functions_over_http(served: tuple[str, list[str]],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    minari_kinds: None) -> None:
     url, ids = served
     assert set(minari.list_remote_datasets(remote_path=url)) == set(ids)
     minari.download_dataset(f"{url}/flat-v0")  # the full remote path form

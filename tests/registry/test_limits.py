@@ -74,11 +74,11 @@ def test_oversized_manifest_is_refused_by_name(published: str, registry_dir: Pat
 
 def test_oversized_index_on_s3_is_refused(s3_remote: str, s3_client: Any,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import marl_minari.registry.storage as storage
+    import marl_minari.registry.index as index
 
     bucket, _, prefix = s3_remote.removeprefix("s3://").partition("/")
     s3_client.put_object(Bucket=bucket, Key=f"{prefix}/_index.json", Body=b" " * 2048)
-    monkeypatch.setattr(storage, "MAX_INDEX_BYTES", 1024)  # moto holds nothing large
+    monkeypatch.setattr(index, "MAX_INDEX_BYTES", 1024)  # moto holds nothing large
     with pytest.raises(CorruptedDataError, match=r"_index\.json is larger than the 1024"):
         registry.list_datasets(s3_remote)
 
@@ -87,11 +87,10 @@ def test_settings_come_from_parameters_then_environment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MARL_MINARI_HTTP_TIMEOUT", "2.5")
     monkeypatch.setenv("MARL_MINARI_REGISTRY_FSYNC", "0")
-    from_env = registry.open_remote(str(tmp_path)).settings  # type: ignore[attr-defined]
+    from_env = registry.open_backend(str(tmp_path)).settings
     assert from_env == RemoteSettings(http_timeout=2.5, fsync=False)
     given = RemoteSettings(http_timeout=7.0)
-    assert registry.open_remote("http://127.0.0.1:9/x",  # type: ignore[attr-defined]
-                                settings=given).settings is given
+    assert registry.open_backend("http://127.0.0.1:9/x", settings=given).settings is given
 
     monkeypatch.setenv("MARL_MINARI_HTTP_TIMEOUT", "soon")
     with pytest.raises(RemoteError, match="MARL_MINARI_HTTP_TIMEOUT='soon'"):

@@ -81,7 +81,8 @@ def test_publish_list_download(s3_remote: str, s3_client: Any,
 
 
 def test_minari_functions_over_s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch,
-                                  small_dataset: Callable[..., str]) -> None:
+                                  small_dataset: Callable[..., str],
+                                  minari_kinds: None) -> None:
     use_s3_endpoint(monkeypatch, moto_endpoint)
     bucket = new_bucket()
     remote = f"s3://{bucket}"  # registry at the bucket root: the full-path form works too
@@ -152,14 +153,15 @@ def test_s3_overwrite_refused_and_conditional_create(s3_remote: str, s3_client: 
     record_parallel("mpe2/simple_spread_v3", 3, max_cycles=10, dataset_id=dataset_id)
     with pytest.raises(DatasetExistsError, match="different files"):
         registry.publish(dataset_id, s3_remote)
-    storage = registry.open_remote(s3_remote)
-    assert storage._write_new("probe/manifest.json", b"1")  # type: ignore[attr-defined]
-    assert not storage._write_new("probe/manifest.json", b"2")  # type: ignore[attr-defined]
-    assert storage._read("probe/manifest.json", 100) == b"1"  # type: ignore[attr-defined]
+    backend = registry.open_backend(s3_remote)
+    assert backend.write_new("probe/manifest.json", b"1")
+    assert not backend.write_new("probe/manifest.json", b"2")
+    assert backend.read("probe/manifest.json", 100) == b"1"
 
 
 def test_s3_interrupted_upload_never_shows_up(s3_remote: str, s3_client: Any,
-                                              small_dataset: Callable[..., str]) -> None:
+                                              small_dataset: Callable[..., str],
+                                              minari_kinds: None) -> None:
     dataset_id = small_dataset()
     with pytest.raises(Interrupted):
         registry.publish(dataset_id, s3_remote, progress=interrupt_after(2))
@@ -214,7 +216,8 @@ def test_s3_errors_carry_no_credentials(s3_remote: str, small_dataset: Callable[
         errors.append(str(info.value))
     assert "does not exist" in errors[1]
     bucket, prefix = _bucket_and_prefix(s3_remote)
-    stored = registry.open_remote(s3_remote)._read("_index.json", 1 << 20)  # type: ignore[attr-defined]
+    stored = registry.open_backend(s3_remote).read("_index.json", 1 << 20)
+    assert stored is not None
     for text in [*errors, caplog.text, stored.decode()]:
         assert S3_SECRET not in text
 
@@ -231,12 +234,15 @@ def test_s3_missing_credentials_is_explained(moto_endpoint: str, tmp_path: Path,
 
 def test_remotes_of_one_configuration_share_a_client(s3_remote: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    first, second = registry.open_remote(s3_remote), registry.open_remote(f"{s3_remote}/other")
-    assert first.client is second.client  # type: ignore[attr-defined]
+    from marl_minari.registry.s3 import S3Backend
+
+    first, second = (S3Backend(name) for name in (s3_remote.removeprefix("s3://"),
+                                                    f"{s3_remote.removeprefix('s3://')}/other"))
+    assert first.client is second.client
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
-    third = registry.open_remote(s3_remote)
-    assert third.client is not first.client  # type: ignore[attr-defined]
-    assert third.client.meta.config.retries["total_max_attempts"] == 3  # type: ignore[attr-defined]
+    third = S3Backend(s3_remote.removeprefix("s3://"))
+    assert third.client is not first.client
+    assert third.client.meta.config.retries["total_max_attempts"] == 3
 
 
 def test_s3_multipart_staging_of_large_and_empty_files(

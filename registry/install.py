@@ -8,17 +8,14 @@ with one ``rename``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from marl_minari.errors import DatasetExistsError, RemoteError
 from marl_minari.format.ids import parse_dataset_id
-
-from .index import parse_json_object
 
 STAGING_FOLDER: Final = ".marl_minari"
 
@@ -73,27 +70,3 @@ def install(staged: Path, root: Path, dataset_id: str, *, replace: bool, work: P
         raise RemoteError(f"cannot move the downloaded {dataset_id!r} to {target}: {exc}; "
                           "check the permissions and free space of the datasets root") from exc
     return target
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A local JSON object file (metadata).
-
-    Raises:
-        DatasetNotFoundError: no such file.
-        CorruptedDataError: not JSON, or not an object.
-    """
-    from marl_minari.errors import DatasetNotFoundError
-
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise DatasetNotFoundError(f"{path} does not exist") from exc
-    return parse_json_object(raw, str(path))
-
-
-def write_json_atomically(path: Path, value: dict[str, Any]) -> None:
-    """Write ``value`` to ``path`` under a temporary name, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    temporary.write_text(json.dumps(value))
-    os.replace(temporary, path)

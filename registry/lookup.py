@@ -1,0 +1,118 @@
+"""Read-only questions to registries: what one lists, a version's manifest, and which
+registry along a URL publishes the dataset at its end. Each question is one operation with
+one deadline for all its requests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from marl_minari.errors import CorruptedDataError, RemoteError
+
+from .credentials import scrub, url_secrets
+from .deadline import Deadline
+from .index import listed_ids, read_index
+from .kinds import minari_remote_kinds, open_backend, resolve_remote, serves_remote, unknown_kind
+from .manifest import Manifest
+from .published import find_manifest, read_manifest
+from .settings import RemoteSettings
+
+
+@dataclass(frozen=True)
+class RemoteDataset:
+    """One dataset listed on a remote."""
+
+    dataset_id: str
+    metadata: dict[str, Any]
+    total_size: int | None = None
+    """Bytes of all files (from the manifest), when the remote records it."""
+    published: str | None = None
+    """UTC time of publishing, when the remote records it."""
+
+
+def list_datasets(remote: str | None = None, prefix: str | None = None, *,
+                  settings: RemoteSettings | None = None) -> list[RemoteDataset]:
+    """Datasets published on a remote, sorted by id (one index read on marl-minari remotes).
+
+    Other kinds (``hf://``) are listed through ``minari.list_remote_datasets``.
+
+    Raises:
+        RemoteError: the remote failed, passed its deadline, or does not exist (a ``file://``
+            folder that is not there is an error, not an empty registry).
+        CorruptedDataError: its index is damaged (the message names the key) or larger than
+            the size cap.
+    """
+    if not serves_remote(remote):
+        return _list_with_minari(resolve_remote(remote), prefix)
+    backend = open_backend(remote, settings=settings)
+    backend.check_exists()
+    index = read_index(backend)
+    listed = []
+    for dataset_id in listed_ids(index, backend.location, prefix):
+        entry = index["datasets"][dataset_id]
+        listed.append(RemoteDataset(dataset_id, dict(entry["metadata"]),
+                                    entry.get("total_size"), entry.get("published")))
+    return listed
+
+
+def _list_with_minari(remote: str, prefix: str | None) -> list[RemoteDataset]:
+    """List a remote of Minari's own kinds (``hf://``) with Minari's function."""
+    import minari
+
+    if remote.partition("://")[0] not in minari_remote_kinds():
+        raise unknown_kind(remote)  # an error here, not a KeyError inside Minari
+    try:
+        found = minari.list_remote_datasets(remote_path=remote, prefix=prefix)
+    except ImportError as exc:
+        raise RemoteError(scrub(f"remote kind {remote.partition('://')[0]!r} is not "
+                                f"available: {exc}; install the package it names",
+                                url_secrets(remote))) from None
+    return [RemoteDataset(k, dict(v)) for k, v in sorted(found.items())]
+
+
+def published_manifest(dataset_id: str, remote: str | None = None, *,
+                       settings: RemoteSettings | None = None) -> Manifest:
+    """The manifest of a published version: its files with sizes and digests.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetNotFoundError: the version is not published on ``remote``.
+        CorruptedDataError: the manifest is damaged or unsafe (the message names the key).
+        RemoteError: the remote failed or passed its deadline; a kind without manifests.
+    """
+    return read_manifest(open_backend(remote, settings=settings), dataset_id)
+
+
+def find_published(candidates: Iterable[tuple[str, str]], *,
+                   settings: RemoteSettings | None = None) -> tuple[str, str] | None:
+    """The first ``(registry, dataset_id)`` of ``candidates`` whose registry publishes the id.
+
+    First the registry whose index (at its root) lists the id; for registries that lost
+    their index, the first whose manifest describes the id. All requests, to every
+    candidate, share one deadline. Every registry must be of a kind this package serves.
+
+    Returns:
+        The pair, or ``None`` when no candidate publishes its id.
+
+    Raises:
+        CorruptedDataError: no index lists the id, and a manifest at a candidate is damaged.
+        RemoteError: a registry failed to answer, or the deadline passed.
+    """
+    settings = settings if settings is not None else RemoteSettings.from_env()
+    deadline = Deadline(settings)
+    backends = [(open_backend(registry, settings=settings, deadline=deadline), registry,
+                 dataset_id) for registry, dataset_id in candidates]
+    for backend, registry, dataset_id in backends:
+        if dataset_id in read_index(backend)["datasets"]:
+            return registry, dataset_id
+    damaged: CorruptedDataError | None = None
+    for backend, registry, dataset_id in backends:
+        try:
+            if find_manifest(backend, dataset_id) is not None:
+                return registry, dataset_id
+        except CorruptedDataError as exc:  # at a wrong split: the manifest names its own id
+            damaged = damaged or exc
+    if damaged is not None:
+        raise damaged
+    return None
