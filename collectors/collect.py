@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from marl_minari.collectors.aec import AECDataCollector
+from marl_minari.collectors.parallel import ParallelDataCollector
 from tqdm.auto import tqdm
 
 from marl_minari.envs.make import make_env
@@ -159,11 +161,9 @@ def _make(env_id: str, api: str | None, env_kwargs: dict[str, Any]) -> tuple[Any
 
 
 def _collector(env: Any, api: str, **kwargs: Any) -> Any:
-    import marl_minari
-
     if api == "parallel":
-        return marl_minari.ParallelDataCollector(env, **kwargs)
-    return marl_minari.AECDataCollector(env, **kwargs)
+        return ParallelDataCollector(env, **kwargs)
+    return AECDataCollector(env, **kwargs)
 
 
 def _play_parallel(env: Any, policy: Policy, seed: int, on_step: Callable[[], Any]) -> None:
