@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+# Shared test helpers (strategies, the spec writer, durability children) live in tests/support.
+_SUPPORT = str(Path(__file__).resolve().parent / "support")
+if _SUPPORT not in sys.path:
+    sys.path.insert(0, _SUPPORT)
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -36,7 +36,7 @@ from marl_minari.format import layout
 
 
 def _load_strategies() -> Any:
-    path = Path(__file__).resolve().parents[1] / "core" / "marl_strategies.py"
+    path = Path(__file__).resolve().parents[1] / "support" / "marl_strategies.py"
     module_spec = importlib.util.spec_from_file_location("marl_strategies", path)
     assert module_spec is not None and module_spec.loader is not None
     module = sys.modules.get("marl_strategies")

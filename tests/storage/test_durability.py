@@ -32,7 +32,7 @@ from marl_minari.storage.recording import (
     recordings_root,
 )
 
-CHILD = Path(__file__).with_name("durability_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "support" / "durability_child.py"
 
 
 def _start(mode: str, dataset_id: str, path: Path, seed: int, kill_at: str = "",
