@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from marl_minari.extras import require
+
 if TYPE_CHECKING:
     from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT, is_vault, vault_path_parts
 
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
     from .vault_to_minari import from_vault
+
+_EXTRA_OF_PACKAGE = {"jax": "jax", "jaxlib": "jax", "flashbax": "jax", "tensorstore": "jax",
+                     "chex": "jax", "torch": "torch", "torchrl": "torch", "tensordict": "torch"}
+"""Packages these modules import, and the extra that brings each."""
 
 _EXPORTS = {
     "DEFAULT_CHUNK_STEPS": "marl_minari.sources",
@@ -65,7 +71,15 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'marl_minari.adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        home = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        extra = _EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        require(exc.name or extra, extra, f"marl_minari.adapters.{name}")
+        raise  # require raised unless the package appeared meanwhile
+    value = getattr(home, name)
     globals()[name] = value
     return value
 

@@ -113,7 +113,7 @@ def main() -> None:
     from ray.data import DataContext
 
     import marl_minari as mm
-    from marl_minari.ray import data as R
+    import marl_minari.ray as R
     from marl_minari.rows import patterns as P
     from marl_minari.storage.writer import write_dataset
 

@@ -76,7 +76,7 @@ def main() -> None:
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
-    from marl_minari.ray import data as R
+    import marl_minari.ray as R
     from marl_minari.storage.writer import write_dataset
 
     spec = spread_spec()

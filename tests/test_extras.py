@@ -88,3 +88,41 @@ def test_envs_name_the_envs_extra(tmp_path: Path, blocked: set[str], env_id: str
     """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert 'pip install "marl-minari[envs]"' in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(("blocked", "call", "extra"), [
+    ({"jax", "flashbax", "tensorstore", "chex"},
+     "from marl_minari.adapters import to_vault; to_vault('extras/base-v0', 'vaults')", "jax"),
+    ({"jax", "flashbax", "tensorstore", "chex"},
+     "import marl_minari.adapters as A; A.make_buffer(['extras/base-v0'])", "jax"),
+    ({"torch", "torchrl", "tensordict"},
+     "from marl_minari.adapters import make_torchrl_buffer; "
+     "make_torchrl_buffer('extras/base-v0', 4)",
+     "torch"),
+    ({"ray"}, "from marl_minari.ray import read_dataset; read_dataset('extras/base-v0')", "ray"),
+    ({"ray"}, "from marl_minari.ray import multi_agent_offline", "ray"),
+    ({"boto3", "botocore"},
+     "from marl_minari.registry import list_datasets; list_datasets('s3://bucket/prefix')",
+     "s3"),
+])
+def test_each_extra_is_named_when_missing(tmp_path: Path, blocked: set[str], call: str,
+                                          extra: str) -> None:
+    done = run_without(blocked, f"""
+        import marl_minari as mm
+        from marl_minari.errors import MissingExtraError
+
+        env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3))
+        env.reset(seed=0)
+        while env.agents:
+            env.step({{a: env.action_space(a).sample() for a in env.agents}})
+        env.create_dataset("extras/base-v0", algorithm_name="random", author="t",
+                           author_email="t@example.com", code_permalink="https://example.com",
+                           description="one episode")
+        env.close()
+        try:
+            {call}
+        except MissingExtraError as exc:
+            print("ERROR", exc)
+    """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f'pip install "marl-minari[{extra}]"' in done.stdout, done.stdout

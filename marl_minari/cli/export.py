@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.extras import require
+
 
 def export_rllib_command(
     dataset: Annotated[str, typer.Argument(
@@ -36,9 +38,11 @@ def export_rllib_command(
     overwrite: Annotated[bool, typer.Option(help="Replace a previous export in OUT.")] = False,
 ) -> None:
     """Export agent-steps as Parquet for RLlib's offline API (AlgorithmConfig.offline_data)."""
-    import ray  # a missing ray is reported with its install command (cli_errors)
+    require("ray", "ray", "export rllib")
+    import ray
 
-    from marl_minari.ray.data import episode_steps, export_rllib, open_source
+    from marl_minari.ray import episode_steps, export_rllib
+    from marl_minari.sources import open_source
 
     sources = [open_source(dataset)]
     mapping: dict[str, str] | None

@@ -12,15 +12,9 @@ made.
 * :func:`map_pattern` applies a pattern of :mod:`marl_minari.rows.patterns` (transitions, n-step,
   sequences) to such a dataset, one block (whole episodes) per batch, giving exactly the rows
   the same pattern gives on local arrays.
-* :func:`multi_agent_offline` and :class:`MultiAgentPreLearner` (from
-  :mod:`marl_minari.ray.rllib_offline`, importable from here too) train an RLlib ``MultiRLModule``
-  (BC, MARWIL) from multi-agent episodes, one module per agent or as mapped.
-* :func:`export_rllib` (from :mod:`marl_minari.ray.rllib_export`, importable from here too)
-  writes RLlib's offline schema as Parquet, one row per agent-step, one folder per RLlib
-  module, for ``AlgorithmConfig.offline_data(input_=...)``; :func:`export_episodes` writes
-  episode rows with their specs, which :func:`multi_agent_offline` trains from.
 
-See ``docs/ray.md``.
+The RLlib export and offline training build on this module; all three are imported through
+:mod:`marl_minari.ray`. See ``docs/ray.md``.
 """
 
 from __future__ import annotations
@@ -36,6 +30,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
+from marl_minari.extras import require
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.rows import patterns as P
 from marl_minari.sources import SINGLE_AGENT, DatasetSource, open_source
@@ -43,49 +38,10 @@ from marl_minari.sources import SINGLE_AGENT, DatasetSource, open_source
 if TYPE_CHECKING:
     import ray.data
 
-    from marl_minari.ray.rllib_export import (
-        DEFAULT_MODULE_ID,
-        EPISODES_MANIFEST,
-        RLLIB_MANIFEST,
-        EpisodesExport,
-        ModuleExport,
-        RLlibExport,
-        export_episodes,
-        export_rllib,
-        flatten_columns,
-        load_episodes_export,
-        load_rllib_export,
-    )
-    from marl_minari.ray.rllib_offline import (
-        MultiAgentOfflineData,
-        MultiAgentPreLearner,
-        multi_agent_offline,
-    )
-
 Source = DatasetSource
 """What Ray reads: :class:`marl_minari.sources.DatasetSource` (paths only, so it pickles)."""
 SourceLike = Any
 """Anything :func:`marl_minari.sources.open_source` opens (id, folder, dataset object)."""
-
-_RLLIB_NAMES = frozenset({"DEFAULT_MODULE_ID", "RLLIB_MANIFEST", "ModuleExport", "RLlibExport",
-                          "export_rllib", "flatten_columns", "load_rllib_export",
-                          "EPISODES_MANIFEST", "EpisodesExport", "export_episodes",
-                          "load_episodes_export"})
-_RLLIB_OFFLINE_NAMES = frozenset({"MultiAgentOfflineData", "MultiAgentPreLearner",
-                                  "multi_agent_offline"})
-
-
-def __getattr__(name: str) -> Any:
-    # The RLlib modules live apart and import this one; rllib_offline imports ray itself.
-    if name in _RLLIB_NAMES:
-        from marl_minari.ray import rllib_export
-
-        return getattr(rllib_export, name)
-    if name in _RLLIB_OFFLINE_NAMES:
-        from marl_minari.ray import rllib_offline
-
-        return getattr(rllib_offline, name)
-    raise AttributeError(f"module 'marl_minari.ray.data' has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- sources
@@ -257,6 +213,7 @@ def _read_chunks(chunks: Sequence[_Chunk], options: _ReadOptions) -> Iterator[An
 @functools.cache
 def _datasource_class() -> type:
     """The ``ray.data.Datasource`` subclass, defined on first use (ray imported here)."""
+    require("ray.data", "ray", "reading datasets with Ray Data")
     from ray.data import Datasource, ReadTask
     from ray.data.block import BlockMetadata
 
@@ -366,7 +323,9 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
     Raises:
         DatasetNotFoundError: a source does not exist.
         IncompatibleSourcesError: sources (or selected agents) give different columns.
+        MissingExtraError: Ray is not installed (``pip install "marl-minari[ray]"``).
     """
+    require("ray.data", "ray", "read_dataset")
     import ray.data
 
     datasource = make_datasource(sources, rows, agents=agents, only_acted=only_acted,
@@ -411,18 +370,4 @@ __all__ = [
     "open_sources",
     "read_dataset",
     "to_block",
-    "DEFAULT_MODULE_ID",
-    "RLLIB_MANIFEST",
-    "ModuleExport",
-    "RLlibExport",
-    "export_rllib",
-    "flatten_columns",
-    "load_rllib_export",
-    "EPISODES_MANIFEST",
-    "EpisodesExport",
-    "export_episodes",
-    "load_episodes_export",
-    "MultiAgentOfflineData",
-    "MultiAgentPreLearner",
-    "multi_agent_offline",
 ]

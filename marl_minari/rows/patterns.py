@@ -99,7 +99,7 @@ def _trajectories(batch: Mapping[str, np.ndarray]) -> tuple[Batch, np.ndarray, n
         raise IncompleteTrajectoryError(
             f"the batch holds part of a trajectory (episode {sorted_batch[EPISODE_ID][bad]}, "
             f"agent {sorted_batch[AGENT_INDEX][bad]}): patterns need whole trajectories. On "
-            "Ray Data, apply them with marl_minari.ray.data.map_pattern (whole blocks as "
+            "Ray Data, apply them with marl_minari.ray.map_pattern (whole blocks as "
             "batches); locally, pass whole episodes.")
     return sorted_batch, row_start, row_end
 

@@ -20,8 +20,8 @@ from pettingzoo.utils.env import ParallelEnv
 pytest.importorskip("ray")
 
 import marl_minari as mm  # noqa: E402
+import marl_minari.ray as R  # noqa: E402
 from marl_minari.errors import IncompatibleSourcesError  # noqa: E402
-from marl_minari.ray import data as R  # noqa: E402
 from marl_minari.rows import patterns as P  # noqa: E402
 
 META = {"algorithm_name": "random", "author": "tests", "author_email": "tests@example.com",
@@ -169,12 +169,14 @@ def test_agent_steps_are_the_local_readers_rows(ray_local: Any, spread: Any) -> 
 def test_blocks_are_what_ray_would_build(spread: Any) -> None:
     from ray.data.block import BlockAccessor
 
+    from marl_minari.ray.data import to_block
+
     coins = _record_coins("ray/coins-v0", 4)
     for source in (spread, coins):
         arrays = source.to_arrays()
         for kind in P.ROW_KINDS:
             batch = P.build_rows(kind, arrays, source.spec, dataset="d")
-            ours, theirs = R.to_block(batch), BlockAccessor.batch_to_block(batch)
+            ours, theirs = to_block(batch), BlockAccessor.batch_to_block(batch)
             assert ours.schema == theirs.schema, kind
             assert ours.equals(theirs), kind
 
@@ -335,3 +337,11 @@ def test_cli_export_rllib(ray_local: Any, spread: Any, tmp_path: Path) -> None:
     assert again.exit_code == 1 and "not empty" in again.output
     missing = runner.invoke(app, ["export", "rllib", "ray/missing-v0", str(tmp_path / "x")])
     assert missing.exit_code == 1 and "not found locally" in missing.output
+
+
+def test_every_public_ray_name_resolves_from_the_package() -> None:
+    missing = [name for name in R.__all__ if getattr(R, name, None) is None]
+    assert not missing
+    assert "read_dataset" in dir(R) and "multi_agent_offline" in dir(R)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        R.nope  # noqa: B018

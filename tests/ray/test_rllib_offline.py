@@ -16,13 +16,13 @@ pytest.importorskip("ray.rllib")
 pytest.importorskip("torch")
 
 import marl_minari as mm  # noqa: E402
+import marl_minari.ray as R  # noqa: E402
 from marl_minari.errors import (  # noqa: E402
     IncompatibleSourcesError,
     InvalidOptionError,
     MarlMinariError,
     RLlibOfflineError,
 )
-from marl_minari.ray import data as R  # noqa: E402
 from marl_minari.ray import rllib_offline as O  # noqa: E402
 from marl_minari.ray.rllib_export import observation_column  # noqa: E402
 from marl_minari.rows import patterns as P  # noqa: E402
@@ -33,7 +33,7 @@ KAZ = ("butterfly/knights_archers_zombies_v11",
 
 
 def _episodes(dataset_id: str, **kwargs: Any) -> list[Any]:
-    source = R.open_source(dataset_id)
+    source = mm.open_source(dataset_id)
     return O.episodes_from_rows(R.local_rows(dataset_id, "episodes"), source.spec,
                                 mapping_fn=kwargs.pop("mapping_fn", O.per_agent_module),
                                 **kwargs)
@@ -147,7 +147,7 @@ def test_agent_that_skips_a_step_is_refused(recorded_parallel: Any) -> None:
     rows["acted"] = rows["acted"].copy()
     rows["acted"][0] = acted
     with pytest.raises(RLlibOfflineError, match="did not act, and acted later"):
-        O.episodes_from_rows(rows, R.open_source("rl/sl-v0").spec,
+        O.episodes_from_rows(rows, mm.open_source("rl/sl-v0").spec,
                              mapping_fn=O.per_agent_module)
 
 
@@ -303,7 +303,7 @@ def test_bc_trains_from_a_parquet_episode_export(ray_local: Any, recorded_parall
     export = R.export_episodes("rl/sl-v0", tmp_path / "episodes")
     assert export.episodes == 3 and list(export.specs) == ["rl/sl-v0"]
     # The export stands alone: the dataset is gone and no spec is cached.
-    shutil.rmtree(R.open_source("rl/sl-v0").data_path.parent)
+    shutil.rmtree(mm.open_source("rl/sl-v0").data_path.parent)
     O._spec_of.cache_clear()
 
     config = _tiny(R.multi_agent_offline(BCConfig(), str(export.path)))

@@ -19,9 +19,10 @@ from marl_strategies import leaf_spaces, nested_spaces, random_episode, row
 import marl_minari as mm
 from marl_minari.errors import IncompatibleSourcesError
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.ray.data import flatten_columns, local_rows, open_source
+from marl_minari.ray import flatten_columns, local_rows
 from marl_minari.rows import patterns as P
 from marl_minari.rows.turns import agent_transitions
+from marl_minari.sources import open_source
 from marl_minari.storage.writer import write_dataset
 
 AGENTS = ["a", "b", "c"]

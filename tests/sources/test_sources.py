@@ -89,7 +89,7 @@ def test_a_plain_dataset_is_agent_0_in_describe_adapters_and_ray(
         record_cartpole: Callable[..., Any], tmp_path: Path) -> None:
     from marl_minari.adapters import to_vault
 
-    from marl_minari.ray.data import local_rows
+    from marl_minari.ray import local_rows
 
     plain = record_cartpole("plain/cartpole-v0", 3, record_infos=True)
     source = open_source("plain/cartpole-v0")
@@ -138,7 +138,7 @@ def test_a_missing_id_is_not_downloaded_and_names_the_closest_local_ids(
         record_parallel: Callable[..., Any]) -> None:
     from marl_minari.adapters import to_vault
 
-    from marl_minari.ray.data import local_rows
+    from marl_minari.ray import local_rows
 
     _record_spread(record_parallel, "tests/spread-v0")
     assert local_dataset_ids() == ["tests/spread-v0"]
@@ -192,7 +192,7 @@ def test_a_vault_folder_is_a_source(record_parallel: Callable[..., Any], tmp_pat
 
 
 def test_bad_options_are_library_errors(record_parallel: Callable[..., Any]) -> None:
-    from marl_minari.ray.data import local_rows, map_pattern
+    from marl_minari.ray import local_rows, map_pattern
     from marl_minari.rows import patterns as P
     from marl_minari.rows.turns import agent_transitions
 
