@@ -28,6 +28,7 @@ from marl_minari.errors import (
     DatasetNotFoundError,
     IncompatibleSourcesError,
     InvalidOptionError,
+    MarlMinariError,
     UnsupportedSpaceError,
 )
 from marl_minari.format.spaces import leaf_spaces
@@ -362,16 +363,60 @@ def _write_manifest(out_path: Path, sources: Sequence[DatasetSource],
 
 
 def load_rllib_export(path: str | os.PathLike[str]) -> RLlibExport:
-    """Read back what :func:`export_rllib` wrote (from its manifest)."""
-    from marl_minari.format.space_json import space_from_json
+    """Read back what :func:`export_rllib` wrote (from its manifest).
 
+    Every module folder the manifest names must lie inside ``path``: a manifest pointing
+    elsewhere (``../other``, ``/etc``) is refused, so RLlib never reads files outside the export.
+
+    Raises:
+        DatasetNotFoundError: the folder has no :data:`RLLIB_MANIFEST`.
+        CorruptedDataError: the manifest is malformed or names a folder outside ``path``.
+    """
     out_path = Path(path).resolve()
     manifest = _read_manifest(out_path, RLLIB_MANIFEST, "RLlib export", "export_rllib")
-    return RLlibExport(out_path, {
-        m: ModuleExport(module_id=m, path=out_path / e["path"], agents=tuple(e["agents"]),
-                        observation_space=space_from_json(e["observation_space"]),
-                        action_space=space_from_json(e["action_space"]), rows=int(e["rows"]))
-        for m, e in manifest["modules"].items()})
+    where = out_path / RLLIB_MANIFEST
+    if manifest.get("format") != "rllib-offline-parquet":
+        raise CorruptedDataError(f"{where}: 'format' is {manifest.get('format')!r}, not "
+                                 "'rllib-offline-parquet'; export again with export_rllib")
+    modules = manifest.get("modules")
+    if not isinstance(modules, dict):
+        raise CorruptedDataError(f"{where}: 'modules' must map module ids to their entries; "
+                                 "export again with export_rllib")
+    return RLlibExport(out_path, {str(module_id): _module_export(out_path, where, module_id, entry)
+                                  for module_id, entry in modules.items()})
+
+
+def _module_export(out_path: Path, where: Path, module_id: str, entry: Any) -> ModuleExport:
+    from marl_minari.format.space_json import space_from_json
+
+    key = f"modules.{module_id}"
+    if not isinstance(entry, dict):
+        raise CorruptedDataError(f"{where}: {key!r} is not an object; export again")
+    folder = entry.get("path")
+    if not isinstance(folder, str) or not folder or Path(folder).is_absolute():
+        raise CorruptedDataError(f"{where}: {key}.path must be a folder name inside the export, "
+                                 f"got {folder!r}; export again")
+    module_path = (out_path / folder).resolve()
+    if module_path == out_path or not module_path.is_relative_to(out_path):
+        raise CorruptedDataError(f"{where}: {key}.path {folder!r} leaves the export folder "
+                                 f"{out_path}; refusing to read it (export again)")
+    agents, rows = entry.get("agents"), entry.get("rows")
+    if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
+        raise CorruptedDataError(f"{where}: {key}.agents must be a list of agent names, got "
+                                 f"{agents!r}; export again")
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        raise CorruptedDataError(f"{where}: {key}.rows must be a count, got {rows!r}; "
+                                 "export again")
+    found_spaces = []
+    for name in ("observation_space", "action_space"):
+        try:
+            found_spaces.append(space_from_json(entry[name]))
+        except (MarlMinariError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptedDataError(f"{where}: {key}.{name} is missing or not a space "
+                                     f"({type(exc).__name__}: {exc}); export again") from exc
+    return ModuleExport(module_id=str(module_id), path=module_path, agents=tuple(agents),
+                        observation_space=found_spaces[0], action_space=found_spaces[1],
+                        rows=rows)
 
 
 def _read_manifest(out_path: Path, name: str, what: str, writer: str) -> dict[str, Any]:
@@ -470,6 +515,6 @@ def load_episodes_export(path: str | os.PathLike[str]) -> EpisodesExport:
         specs = {name: MultiAgentSpec.from_json(json.dumps(spec))
                  for name, spec in manifest["specs"].items()}
         return EpisodesExport(out_path, specs, int(manifest["episodes"]))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptedDataError(f"{out_path / EPISODES_MANIFEST} lacks or mangles "
                                  f"{exc}; export again with export_episodes") from exc

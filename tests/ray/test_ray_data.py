@@ -21,7 +21,7 @@ pytest.importorskip("ray")
 
 import marl_minari as mm  # noqa: E402
 import marl_minari.ray as R  # noqa: E402
-from marl_minari.errors import IncompatibleSourcesError  # noqa: E402
+from marl_minari.errors import CorruptedDataError, IncompatibleSourcesError  # noqa: E402
 from marl_minari.rows import patterns as P  # noqa: E402
 
 META = {"algorithm_name": "random", "author": "tests", "author_email": "tests@example.com",
@@ -345,3 +345,44 @@ def test_every_public_ray_name_resolves_from_the_package() -> None:
     assert "read_dataset" in dir(R) and "multi_agent_offline" in dir(R)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         R.nope  # noqa: B018
+
+
+def _valid_module(entry: dict[str, Any], **change: Any) -> dict[str, Any]:
+    return {**entry, **change}
+
+
+def test_a_crafted_rllib_manifest_never_points_rllib_outside_the_export(
+        ray_local: Any, spread: Any, tmp_path: Path) -> None:
+    out = tmp_path / "rllib"
+    R.export_rllib("ray/spread-v0", out, override_num_blocks=1)
+    manifest_file = out / R.RLLIB_MANIFEST
+    good = json.loads(manifest_file.read_text())
+    entry = good["modules"][R.DEFAULT_MODULE_ID]
+    (tmp_path / "outside").mkdir()
+    broken: dict[str, Any] = {
+        "parent path": _valid_module(entry, path="../outside"),
+        "deep parent path": _valid_module(entry, path="x/../../outside"),
+        "absolute path": _valid_module(entry, path="/etc"),
+        "the export itself": _valid_module(entry, path="."),
+        "path of a number": _valid_module(entry, path=7),
+        "agents not a list": _valid_module(entry, agents="agent_0"),
+        "rows not a count": _valid_module(entry, rows="many"),
+        "no observation space": {k: v for k, v in entry.items() if k != "observation_space"},
+        "action space garbage": _valid_module(entry, action_space={"type": "Nope"}),
+        "entry not an object": ["path", "default_policy"],
+    }
+    for case, module in broken.items():
+        manifest_file.write_text(json.dumps(good | {"modules": {R.DEFAULT_MODULE_ID: module}}))
+        with pytest.raises(CorruptedDataError, match=R.RLLIB_MANIFEST) as caught:
+            R.load_rllib_export(out)
+        assert "export again" in str(caught.value), case
+    for document in {"modules a list": good | {"modules": [entry]},
+                           "another format": good | {"format": "parquet"},
+                           "not an object": [good], "not JSON": "{"}.values():
+        manifest_file.write_text(document if isinstance(document, str)
+                                 else json.dumps(document))
+        with pytest.raises(CorruptedDataError, match=R.RLLIB_MANIFEST):
+            R.load_rllib_export(out)
+    manifest_file.write_text(json.dumps(good))
+    assert R.load_rllib_export(out).modules[R.DEFAULT_MODULE_ID].path == out.resolve() / entry[
+        "path"]

@@ -356,6 +356,10 @@ def test_parquet_export_guards(ray_local: Any, recorded_parallel: Any, tmp_path:
     manifest.write_text(json.dumps({k: v for k, v in content.items() if k != "specs"}))
     with pytest.raises(CorruptedDataError, match="'specs'.*export again"):
         R.multi_agent_offline(BCConfig(), str(folder))
+    for mangled in ({"specs": ["rl/sl-v0"]}, {"specs": {"rl/sl-v0": 3}}, {"episodes": "all"}):
+        manifest.write_text(json.dumps(content | mangled))
+        with pytest.raises(CorruptedDataError, match=R.EPISODES_MANIFEST):
+            R.load_episodes_export(folder)
     manifest.unlink()
     with pytest.raises(DatasetNotFoundError, match=R.EPISODES_MANIFEST):
         R.multi_agent_offline(BCConfig(), str(folder))
