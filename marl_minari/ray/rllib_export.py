@@ -143,7 +143,7 @@ def export_space(space: spaces.Space, obs_key: str | None, what: str,
     if (obs_dtype is not None and isinstance(exported, spaces.Box)
             and not np.issubdtype(exported.dtype, np.floating)):
         return spaces.Box(exported.low.astype(obs_dtype), exported.high.astype(obs_dtype),
-                          dtype=np.dtype(obs_dtype))  # type: ignore[arg-type]
+                          dtype=np.dtype(obs_dtype).type)
     return exported
 
 
@@ -195,7 +195,9 @@ def observation_column(batch: Mapping[str, np.ndarray], prefix: str, obs_space: 
     in :func:`export_space`'s space (key picked, Dict/Tuple flattened, integer Box cast)."""
     if obs_key is not None:
         prefix = P.column(prefix, obs_key)
-        space = obs_space.spaces[obs_key]  # type: ignore[attr-defined]
+        if not isinstance(obs_space, spaces.Dict) or obs_key not in obs_space.spaces:
+            raise UnsupportedSpaceError(f"observation space {obs_space} has no key {obs_key!r}")
+        space = obs_space.spaces[obs_key]
     else:
         space = obs_space
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
