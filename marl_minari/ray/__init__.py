@@ -5,8 +5,9 @@ are loaded on first use, so ``import marl_minari.ray`` imports neither Ray nor R
 
 * :mod:`marl_minari.ray.data`: :func:`read_dataset`, :func:`make_datasource`,
   :func:`map_pattern`, :func:`local_rows` (Ray Data reading, streaming over whole episodes).
-* :mod:`marl_minari.ray.rllib_export`: :func:`export_rllib`, :func:`export_episodes` and their
-  loaders (RLlib's offline schema as Parquet, with a manifest).
+* :mod:`marl_minari.ray.rllib_export`: :func:`export_rllib` and :func:`load_rllib_export`
+  (RLlib's offline schema as Parquet, with a manifest); :mod:`marl_minari.ray.episodes_export`:
+  :func:`export_episodes` and :func:`load_episodes_export` (one row per episode, with specs).
 * :mod:`marl_minari.ray.rllib_offline`: :func:`multi_agent_offline` and
   :class:`MultiAgentPreLearner` (train an RLlib ``MultiRLModule`` from multi-agent episodes).
 
@@ -28,17 +29,19 @@ if TYPE_CHECKING:
         map_pattern,
         read_dataset,
     )
+    from marl_minari.ray.episodes_export import (
+        EPISODES_MANIFEST,
+        EpisodesExport,
+        export_episodes,
+        load_episodes_export,
+    )
     from marl_minari.ray.rllib_export import (
         DEFAULT_MODULE_ID,
-        EPISODES_MANIFEST,
         RLLIB_MANIFEST,
-        EpisodesExport,
         ModuleExport,
         RLlibExport,
-        export_episodes,
         export_rllib,
         flatten_columns,
-        load_episodes_export,
         load_rllib_export,
     )
     from marl_minari.ray.rllib_offline import (
@@ -50,9 +53,10 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "data": ("episode_steps", "local_rows", "make_datasource", "map_pattern", "read_dataset"),
-    "rllib_export": ("DEFAULT_MODULE_ID", "EPISODES_MANIFEST", "RLLIB_MANIFEST", "EpisodesExport",
-                     "ModuleExport", "RLlibExport", "export_episodes", "export_rllib",
-                     "flatten_columns", "load_episodes_export", "load_rllib_export"),
+    "rllib_export": ("DEFAULT_MODULE_ID", "RLLIB_MANIFEST", "ModuleExport", "RLlibExport",
+                     "export_rllib", "flatten_columns", "load_rllib_export"),
+    "episodes_export": ("EPISODES_MANIFEST", "EpisodesExport", "export_episodes",
+                        "load_episodes_export"),
     "rllib_offline": ("MultiAgentOfflineData", "MultiAgentPreLearner", "multi_agent_offline",
                       "per_agent_module"),
 }

@@ -2,18 +2,14 @@
 
 :func:`export_rllib` reads agent-steps through :func:`marl_minari.ray.data.read_dataset` and
 writes the columns RLlib's ``OfflinePreLearner`` reads, one folder per RLlib module;
-:func:`load_rllib_export` reads the manifest back. :func:`export_episodes` writes episode rows
-(one row per episode) with the datasets' specs, for
-:func:`marl_minari.ray.rllib_offline.multi_agent_offline` without the original datasets;
-:func:`load_episodes_export` reads its manifest. Also importable from
-:mod:`marl_minari.ray.data`. See ``docs/ray.md``.
+:func:`load_rllib_export` reads the manifest back (episode rows for RLlib's multi-agent
+training are :mod:`marl_minari.ray.episodes_export`). See ``docs/ray.md``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +20,6 @@ from gymnasium import spaces
 
 from marl_minari.errors import (
     CorruptedDataError,
-    DatasetExistsError,
-    DatasetNotFoundError,
     IncompatibleSourcesError,
     InvalidOptionError,
     MarlMinariError,
@@ -34,6 +28,7 @@ from marl_minari.errors import (
 from marl_minari.format.spaces import leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.ray.data import SourceLike, open_sources, read_dataset, to_block
+from marl_minari.ray.export_files import clear_out, parquet_rows, read_manifest
 from marl_minari.rows import patterns as P
 from marl_minari.sources import DatasetSource
 from marl_minari.version import __version__
@@ -43,13 +38,6 @@ DEFAULT_MODULE_ID = "default_policy"
 
 RLLIB_MANIFEST = "marl_minari_rllib.json"
 """File written next to the module folders by :func:`export_rllib`."""
-
-EPISODES_MANIFEST = "marl_minari_episodes.json"
-"""File written next to the Parquet files by :func:`export_episodes`."""
-EPISODES_FORMAT = "marl-minari-episodes-parquet"
-EPISODES_FORMAT_VERSION = 1
-"""Version of the episode rows and manifest :func:`export_episodes` writes; a manifest of
-another version is refused rather than misread."""
 
 @dataclass(frozen=True)
 class ModuleExport:
@@ -254,17 +242,6 @@ def _rllib_batch(batch: dict[str, np.ndarray], modules: Mapping[str, str],
     return to_block(out)
 
 
-def _clear_out(out: str | os.PathLike[str], manifest: str, overwrite: bool) -> Path:
-    """The resolved output folder, emptied when it holds a previous export (its manifest)."""
-    out_path = Path(out).resolve()
-    if out_path.exists() and any(out_path.iterdir()):
-        if not (overwrite and (out_path / manifest).exists()):
-            raise DatasetExistsError(f"{out_path} is not empty (overwrite=True replaces a "
-                                     "previous export; or pick an empty folder)")
-        shutil.rmtree(out_path)
-    return out_path
-
-
 def export_rllib(sources: SourceLike | Sequence[SourceLike],
                  out: str | os.PathLike[str], *,
                  policy_mapping_fn: Callable[..., str] | Mapping[str, str] | None = None,
@@ -307,7 +284,7 @@ def export_rllib(sources: SourceLike | Sequence[SourceLike],
         DatasetExistsError: ``out`` is not empty (a ``FileExistsError``).
     """
     opened = open_sources(sources)
-    out_path = _clear_out(out, RLLIB_MANIFEST, overwrite)
+    out_path = clear_out(out, RLLIB_MANIFEST, overwrite)
     modules = plan_modules([s.spec for s in opened], policy_mapping_fn, agents)
     # Group agents by their spaces: one read (one row schema) per group.
     groups: dict[tuple[str, str], dict[str, Any]] = {}
@@ -333,17 +310,9 @@ def export_rllib(sources: SourceLike | Sequence[SourceLike],
         exports[module_id] = ModuleExport(
             module_id=module_id, path=folder, agents=tuple(entry["agents"]),
             observation_space=export_spaces[module_id],
-            action_space=entry["act"], rows=_parquet_rows(folder))
+            action_space=entry["act"], rows=parquet_rows(folder))
     _write_manifest(out_path, opened, exports)
     return RLlibExport(out_path, exports)
-
-
-def _parquet_rows(folder: Path) -> int:
-    if not folder.exists():
-        return 0
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(folder.rglob("*.parquet")))
 
 
 def _write_manifest(out_path: Path, sources: Sequence[DatasetSource],
@@ -375,7 +344,7 @@ def load_rllib_export(path: str | os.PathLike[str]) -> RLlibExport:
         CorruptedDataError: the manifest is malformed or names a folder outside ``path``.
     """
     out_path = Path(path).resolve()
-    manifest = _read_manifest(out_path, RLLIB_MANIFEST, "RLlib export", "export_rllib")
+    manifest = read_manifest(out_path, RLLIB_MANIFEST, "RLlib export", "export_rllib")
     where = out_path / RLLIB_MANIFEST
     if manifest.get("format") != "rllib-offline-parquet":
         raise CorruptedDataError(f"{where}: 'format' is {manifest.get('format')!r}, not "
@@ -419,104 +388,3 @@ def _module_export(out_path: Path, where: Path, module_id: str, entry: Any) -> M
     return ModuleExport(module_id=str(module_id), path=module_path, agents=tuple(agents),
                         observation_space=found_spaces[0], action_space=found_spaces[1],
                         rows=rows)
-
-
-def _read_manifest(out_path: Path, name: str, what: str, writer: str) -> dict[str, Any]:
-    try:
-        manifest = json.loads((out_path / name).read_text())
-    except FileNotFoundError as exc:
-        raise DatasetNotFoundError(f"no {what} at {out_path}: {name} is missing ({writer} "
-                                   "writes it)") from exc
-    except json.JSONDecodeError as exc:
-        raise CorruptedDataError(f"{out_path / name} is not valid JSON ({exc}); "
-                                 "export again") from exc
-    if not isinstance(manifest, dict):
-        raise CorruptedDataError(f"{out_path / name} holds no manifest object; export again")
-    return manifest
-
-
-# --------------------------------------------------------------------------- episode rows
-
-
-@dataclass(frozen=True)
-class EpisodesExport:
-    """Result of :func:`export_episodes` (and :func:`load_episodes_export`).
-
-    Attributes:
-        path: folder of the Parquet files: ``ray.data.read_parquet(str(path))``.
-        specs: each source's spec, by the name its rows carry in the ``dataset`` column.
-        episodes: episode rows written.
-    """
-
-    path: Path
-    specs: dict[str, MultiAgentSpec]
-    episodes: int
-
-
-def export_episodes(sources: SourceLike | Sequence[SourceLike],
-                    out: str | os.PathLike[str], *,
-                    override_num_blocks: int | None = None,
-                    overwrite: bool = False) -> EpisodesExport:
-    """Write episode rows (``read_dataset(sources, rows="episodes")``) as Parquet.
-
-    One row per recorded episode, columns as :func:`marl_minari.rows.patterns.episode_rows`
-    (whole episodes as Arrow tensors, variable-shaped where episode lengths differ), written
-    with ``Dataset.write_parquet(out)``. A manifest (:data:`EPISODES_MANIFEST`) holds each
-    source's spec (agents, spaces, api), so that ``multi_agent_offline(config, out)`` trains
-    from the folder through RLlib's own ``read_parquet`` without the original datasets.
-    Unlike :func:`export_rllib`'s agent-step rows, a row never splits an episode, which RLlib's
-    batching would do.
-
-    Args:
-        sources: as for :func:`marl_minari.ray.data.read_dataset` (whole datasets).
-        out: output folder (must not exist or be empty, unless ``overwrite`` and it holds a
-            previous episode export).
-        override_num_blocks: read tasks (see :func:`marl_minari.ray.data.read_dataset`).
-        overwrite: replace a previous episode export in ``out``.
-
-    Raises:
-        IncompatibleSourcesError: sources give different columns.
-        DatasetExistsError: ``out`` is not empty (a ``FileExistsError``).
-    """
-    opened = open_sources(sources)
-    out_path = _clear_out(out, EPISODES_MANIFEST, overwrite)
-    read_dataset(opened, "episodes", override_num_blocks=override_num_blocks).write_parquet(
-        str(out_path))
-    export = EpisodesExport(out_path, {s.name: s.spec for s in opened},
-                            _parquet_rows(out_path))
-    manifest = {
-        "format": EPISODES_FORMAT,
-        "format_version": EPISODES_FORMAT_VERSION,
-        "library_version": __version__,
-        "episodes": export.episodes,
-        "specs": {name: json.loads(spec.to_json()) for name, spec in export.specs.items()},
-    }
-    out_path.mkdir(parents=True, exist_ok=True)
-    (out_path / EPISODES_MANIFEST).write_text(json.dumps(manifest, indent=2))
-    return export
-
-
-def load_episodes_export(path: str | os.PathLike[str]) -> EpisodesExport:
-    """Read back what :func:`export_episodes` wrote (from its manifest).
-
-    Raises:
-        DatasetNotFoundError: the folder has no :data:`EPISODES_MANIFEST`.
-        CorruptedDataError: the manifest is not one :func:`export_episodes` of this format
-            version writes.
-    """
-    out_path = Path(path).resolve()
-    manifest = _read_manifest(out_path, EPISODES_MANIFEST, "episode export", "export_episodes")
-    found = (manifest.get("format"), manifest.get("format_version"))
-    if found != (EPISODES_FORMAT, EPISODES_FORMAT_VERSION):
-        raise CorruptedDataError(
-            f"{out_path / EPISODES_MANIFEST} is format {found[0]!r} version {found[1]!r} "
-            f"(marl-minari {manifest.get('library_version')!r}); this marl-minari reads "
-            f"{EPISODES_FORMAT!r} version {EPISODES_FORMAT_VERSION}: export the datasets "
-            "again with export_episodes")
-    try:
-        specs = {name: MultiAgentSpec.from_json(json.dumps(spec))
-                 for name, spec in manifest["specs"].items()}
-        return EpisodesExport(out_path, specs, int(manifest["episodes"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CorruptedDataError(f"{out_path / EPISODES_MANIFEST} lacks or mangles "
-                                 f"{exc}; export again with export_episodes") from exc

@@ -42,12 +42,10 @@ from marl_minari.errors import InvalidOptionError, RLlibOfflineError
 from marl_minari.format import layout
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.ray.data import SourceLike, make_datasource, open_sources
+from marl_minari.ray.episodes_export import EPISODES_MANIFEST, EpisodesExport, load_episodes_export
 from marl_minari.ray.rllib_export import (
-    EPISODES_MANIFEST,
     RLLIB_MANIFEST,
-    EpisodesExport,
     export_space,
-    load_episodes_export,
     observation_column,
     plan_modules,
 )
