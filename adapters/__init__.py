@@ -15,10 +15,9 @@ does not import JAX. See ``docs/adapters.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from marl_minari.extras import require
+from marl_minari.extras import lazy_exports
 
 if TYPE_CHECKING:
     from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT, is_vault, vault_path_parts
@@ -29,10 +28,6 @@ if TYPE_CHECKING:
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
     from .vault_to_minari import from_vault
-
-_EXTRA_OF_PACKAGE = {"jax": "jax", "jaxlib": "jax", "flashbax": "jax", "tensorstore": "jax",
-                     "chex": "jax", "torch": "torch", "torchrl": "torch", "tensordict": "torch"}
-"""Packages these modules import, and the extra that brings each."""
 
 _EXPORTS = {
     "DEFAULT_CHUNK_STEPS": "marl_minari.sources",
@@ -67,21 +62,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'marl_minari.adapters' has no attribute {name!r}")
-    try:
-        home = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        extra = _EXTRA_OF_PACKAGE.get((exc.name or "").split(".")[0])
-        if extra is None:
-            raise
-        require(exc.name or extra, extra, f"marl_minari.adapters.{name}")
-        raise  # require raised unless the package appeared meanwhile
-    value = getattr(home, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

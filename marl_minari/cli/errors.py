@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from marl_minari.errors import InvalidDatasetIdError, InvalidOptionError, MarlMinariError
+from marl_minari.extras import EXTRA_OF_PACKAGE
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -31,14 +32,8 @@ DEBUG_ENV_VAR: Final = "MARL_MINARI_DEBUG"
 USAGE_ERRORS: Final = (InvalidDatasetIdError, InvalidOptionError)
 """Library errors that mean the user typed something malformed (exit :data:`EXIT_USAGE`)."""
 
-OPTIONAL_EXTRAS: Final = {
-    "boto3": "marl-minari[s3]", "botocore": "marl-minari[s3]",
-    "ray": "marl-minari[ray]", "torch": "marl-minari[ray]",
-    "mpe2": "marl-minari[envs]", "pygame": "marl-minari[envs]", "pymunk": "marl-minari[envs]",
-    "chess": "marl-minari[envs]", "rlcard": "marl-minari[envs]",
-    "huggingface_hub": "minari[hf]", "google": "minari[gcs]",
-}
-"""Optional packages and the install that brings them."""
+MINARI_EXTRAS: Final = {"huggingface_hub": "minari[hf]", "google": "minari[gcs]"}
+"""Packages of Minari's own extras that its remotes need."""
 
 # Recent typer releases run on their own copy of click: take the exceptions from whichever
 # click typer raises, not from the click package.
@@ -137,5 +132,6 @@ def _missing_package(exc: ImportError) -> str:
     name = (exc.name or "").split(".")[0]
     if not name:
         return f"an optional package is missing: {one_line(str(exc))}"
-    install = OPTIONAL_EXTRAS.get(name, name)
+    extra = EXTRA_OF_PACKAGE.get(name)
+    install = f"marl-minari[{extra}]" if extra else MINARI_EXTRAS.get(name, name)
     return f"this needs the package {name!r}, which is not installed: pip install '{install}'"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from marl_minari.errors import EnvDescriptorError
-from marl_minari.extras import require
+from marl_minari.extras import EXTRA_OF_PACKAGE, require
 from marl_minari.format.env_descriptor import Api
 
 TRUSTED_ENV_PACKAGES_VAR: Final = "MARL_MINARI_TRUSTED_ENV_PACKAGES"
@@ -33,8 +33,8 @@ TRUSTED_ENV_PACKAGES_VAR: Final = "MARL_MINARI_TRUSTED_ENV_PACKAGES"
 DEFAULT_TRUSTED_ENV_PACKAGES: Final = ("pettingzoo", "mpe2")
 JOINT_ENV_ENTRY_POINT: Final = "marl_minari.joint:JointEnv"
 """The only ``env_spec`` entry point a multi-agent dataset's metadata may name."""
-ENVS_EXTRA_MODULES: Final = frozenset({"mpe2", "pygame", "pymunk", "chess", "rlcard",
-                                       "pyspiel", "shimmy", "scipy"})
+ENVS_EXTRA_MODULES: Final = frozenset(
+    name for name, extra in EXTRA_OF_PACKAGE.items() if extra == "envs")
 """Modules the ``envs`` extra installs: a missing one is a missing extra, not a bad id."""
 
 _TRUSTED_BY_CALL: set[str] = set()

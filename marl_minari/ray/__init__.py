@@ -16,10 +16,9 @@ See ``docs/ray.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from marl_minari.extras import require
+from marl_minari.extras import lazy_exports
 
 if TYPE_CHECKING:
     from marl_minari.ray.data import (
@@ -60,9 +59,7 @@ _HOMES = {
     "rllib_offline": ("MultiAgentOfflineData", "MultiAgentPreLearner", "multi_agent_offline",
                       "per_agent_module"),
 }
-_RAY_EXTRA = frozenset({"ray", "pyarrow", "pandas", "torch"})
-"""Top-level packages of the ``ray`` extra that these modules import."""
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_HOME_OF = {name: f"{__name__}.{module}" for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "DEFAULT_MODULE_ID",
@@ -88,19 +85,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Loaded on first use: rllib_offline imports RLlib at module level.
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'marl_minari.ray' has no attribute {name!r}")
-    try:
-        home = importlib.import_module(f"marl_minari.ray.{module}")
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in _RAY_EXTRA:
-            raise
-        require(exc.name or "ray", "ray", f"marl_minari.ray.{name}")
-        raise  # require raised unless the package appeared meanwhile
-    return getattr(home, name)
+__getattr__ = lazy_exports(__name__, _HOME_OF, "ray")
 
 
 def __dir__() -> list[str]:

@@ -138,7 +138,7 @@ def test_missing_optional_package_names_the_extra(cli: Callable, workdir: Path,
     (hidden / "ray.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", "
                                    "name='ray')\n")
     cli("export", "rllib", taken, "out", env={"PYTHONPATH": str(hidden)}).assert_one_error(
-        EXIT_FAILURE, "'ray'", "pip install 'marl-minari[ray]'")
+        EXIT_FAILURE, "'ray'", 'pip install "marl-minari[ray]"')
 
 
 def test_debug_shows_the_traceback(cli: Callable) -> None:
