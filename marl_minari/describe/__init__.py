@@ -3,7 +3,8 @@
 :func:`describe` streams over a source in chunks of whole episodes and returns a
 :class:`DatasetDescription`: episode counts and lengths, per-agent and team returns, per-agent
 action frequencies (discrete) or ranges (continuous), the share of inactive agent-steps and how
-episodes ended. Sources: a dataset id, a ``minari.MinariDataset``, a
+episodes ended; with ``coverage=True`` also OG-MARL's SACo and OACo (:class:`Coverage`,
+:mod:`marl_minari.describe.coverage`). Sources: a dataset id, a ``minari.MinariDataset``, a
 :class:`~marl_minari.MultiAgentDataset` (multi-agent layout or plain single-agent Minari
 datasets, the latter seen as one agent ``agent_0``) or a Flashbax vault folder (read through
 :mod:`marl_minari.adapters`).
@@ -34,6 +35,7 @@ from marl_minari.describe.results import (
     ActionKind,
     ActionSummary,
     AgentDescription,
+    Coverage,
     DatasetDescription,
     Outcome,
     SourceKind,
@@ -43,7 +45,7 @@ from marl_minari.describe.results import (
 __all__ = [
     "CARD_PLOT_NAME", "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "MANY_AGENTS", "PANEL_SIZE",
     "PLOT_COLUMNS", "SINGLE_AGENT", "ActionKind", "ActionSummary", "AgentDescription",
-    "DatasetDescription", "Outcome", "Panel", "SourceKind", "Summary", "card_plot_path",
+    "Coverage", "DatasetDescription", "Outcome", "Panel", "SourceKind", "Summary", "card_plot_path",
     "dataset_card", "describe", "draw_descriptions", "plot_descriptions", "plot_layout",
     "plot_panels", "size_category",
 ]
