@@ -14,9 +14,14 @@ from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.episode import MultiAgentEpisode
 
 AGENTS = ("a", "b")
-SPEC = MultiAgentSpec(api="parallel", possible_agents=AGENTS,
-                      observation_spaces={a: spaces.Box(-1, 1, (2,), np.float32) for a in AGENTS},
-                      action_spaces={a: spaces.Discrete(3) for a in AGENTS})
+
+
+def spec_of(agents: tuple[str, ...]) -> MultiAgentSpec:
+    """Agents seeing two floats in [-1, 1] and choosing one of 3 actions."""
+    return MultiAgentSpec(
+        api="parallel", possible_agents=agents,
+        observation_spaces={a: spaces.Box(-1, 1, (2,), np.float32) for a in agents},
+        action_spaces={a: spaces.Discrete(3) for a in agents})
 
 
 def write_known_vault(rel_dir: Path, name: str, uid: str) -> dict[str, np.ndarray]:
@@ -62,19 +67,20 @@ def write_known_vault(rel_dir: Path, name: str, uid: str) -> dict[str, np.ndarra
     return {"observations": observations[0], "actions": actions[0], "state": state[0]}
 
 
-def episode_with(length: int, team_return: float, seed: int) -> MultiAgentEpisode:
+def episode_with(length: int, team_return: float, seed: int,
+                 agents: tuple[str, ...] = AGENTS) -> MultiAgentEpisode:
     """An episode of ``length`` steps whose team rewards add up to ``team_return`` (the return
     is paid at the last step), reset with ``seed``."""
     rng = np.random.default_rng(seed)
-    n = len(AGENTS)
+    n = len(agents)
     team = np.zeros(length)
     team[-1] = team_return
     ends = np.zeros(length, dtype=bool)
     ends[-1] = True
     return MultiAgentEpisode(
-        possible_agents=AGENTS,
-        observations={a: rng.uniform(-1, 1, (length + 1, 2)).astype(np.float32) for a in AGENTS},
-        actions={a: rng.integers(0, 3, length) for a in AGENTS},
+        possible_agents=agents,
+        observations={a: rng.uniform(-1, 1, (length + 1, 2)).astype(np.float32) for a in agents},
+        actions={a: rng.integers(0, 3, length) for a in agents},
         rewards=np.repeat(team[:, None] / n, n, axis=1),
         terminations=np.repeat(ends[:, None], n, axis=1),
         truncations=np.zeros((length, n), dtype=bool),
@@ -83,10 +89,11 @@ def episode_with(length: int, team_return: float, seed: int) -> MultiAgentEpisod
         episode_truncations=np.zeros(length, dtype=bool), seed=seed)
 
 
-def write_episodes(dataset_id: str, lengths: list[int], returns: list[float]) -> Any:
+def write_episodes(dataset_id: str, lengths: list[int], returns: list[float],
+                   agents: tuple[str, ...] = AGENTS) -> Any:
     """A dataset whose episode ``i`` has ``lengths[i]`` steps and team return ``returns[i]``
     (reset seed ``100 + i``)."""
-    episodes = [episode_with(length, value, 100 + i)
+    episodes = [episode_with(length, value, 100 + i, agents)
                 for i, (length, value) in enumerate(zip(lengths, returns, strict=True))]
-    mm.write_dataset(dataset_id, episodes, SPEC, fsync=False)
+    mm.write_dataset(dataset_id, episodes, spec_of(agents), fsync=False)
     return mm.load_dataset(dataset_id)
