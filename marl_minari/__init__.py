@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from marl_minari.derive.combine import combine_datasets
+from marl_minari.derive.subsets import subsample
 from marl_minari.describe import DatasetDescription, dataset_card, describe, plot_descriptions
 from marl_minari.envs.joint import JointEnv
 from marl_minari.envs.make import make_env
@@ -94,6 +95,7 @@ __all__ = [
     "trust_env_package",
     "trusted_env_packages",
     "split_dataset",
+    "subsample",
     "write_dataset",
 ]
 

@@ -36,11 +36,15 @@ def describe_command(
              "dataset metadata's license, else unknown).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the statistics as JSON (a list with --compare).")] = False,
+    coverage: Annotated[bool, typer.Option(
+        "--coverage", help="Also measure SACo and OACo, OG-MARL's coverage (reads the "
+                           "observations too).")] = False,
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps read at a time (memory is proportional to it; default "
              "marl_minari.sources.DEFAULT_CHUNK_STEPS, 65,536).", min=1)] = None,
 ) -> None:
-    """Statistics of a dataset or vault: episodes, returns, actions, inactive agents."""
+    """Statistics of a dataset or vault: episodes, returns, actions, inactive agents, and
+    with --coverage its state-action coverage."""
     import warnings
 
     from marl_minari.describe import card_plot_path, dataset_card, describe, plot_descriptions
@@ -50,7 +54,7 @@ def describe_command(
         warnings.simplefilter("ignore", UserWarning)
         # The library's one default applies unless the option is given.
         options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
-        descriptions = [describe(item, progress=not as_json, **options)
+        descriptions = [describe(item, coverage=coverage, progress=not as_json, **options)
                         for item in sources]
     if as_json:
         payload = [d.to_dict() for d in descriptions]

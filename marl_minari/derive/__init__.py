@@ -1,1 +1,2 @@
-"""New datasets made from others: combining them (and subsets of them)."""
+"""New datasets made from others: combining them (:mod:`~marl_minari.derive.combine`) and
+subsets of them (:mod:`~marl_minari.derive.subsets`)."""

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from marl_minari.describe._sources import _open_source, _Source
+from marl_minari.describe.coverage import CoverageAccumulator
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.describe.stats import _Accumulator
 from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
+from marl_minari.storage.arrays import MultiAgentArrays
 
 
-def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: bool = False,
-             vault_options: dict[str, Any] | None = None) -> DatasetDescription:
+def describe(source: Any, *, coverage: bool = False, chunk_steps: int = DEFAULT_CHUNK_STEPS,
+             progress: bool = False, vault_options: dict[str, Any] | None = None
+             ) -> DatasetDescription:
     """Describe a dataset or vault, reading it in chunks of whole episodes.
 
     Args:
@@ -21,6 +26,9 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
             single-agent Minari, seen as one agent ``agent_0``), or the folder of a Flashbax
             vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions). Nothing is
             downloaded.
+        coverage: also measure SACo and OACo (:class:`~marl_minari.describe.Coverage`, as
+            OG-MARL defines them); reads the observations too, and keeps 16 bytes per
+            distinct pair.
         chunk_steps: about how many steps are read at a time (at least one episode); memory
             is proportional to it, plus a few numbers per episode.
         progress: show a progress bar.
@@ -37,21 +45,36 @@ def describe(source: Any, *, chunk_steps: int = DEFAULT_CHUNK_STEPS, progress: b
         InvalidOptionError: ``chunk_steps`` < 1 (a ``ValueError``).
     """
     check_chunk_steps(chunk_steps)
-    with _open_source(source, chunk_steps, progress, dict(vault_options or {})) as resolved:
+    with _open_source(source, chunk_steps, progress, dict(vault_options or {}),
+                      observations=coverage) as resolved:
         stats = _Accumulator(resolved.possible_agents, resolved.action_spaces)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
+        if not coverage:
+            _stream(resolved, [stats.add], progress)
+            return stats.result(resolved.name, resolved.kind, _provenance(resolved))
+        with CoverageAccumulator(resolved.possible_agents) as pairs:
+            # the next chunk is read while threads hash this one (see CoverageAccumulator)
+            _stream(resolved, [pairs.add, stats.add], progress)
+            measured = pairs.result()
+        description = stats.result(resolved.name, resolved.kind, _provenance(resolved))
+        return replace(description, coverage=measured)
 
-            bar = tqdm(total=resolved.metadata.get("total_steps"), unit="step",
-                       desc=f"describe {resolved.name}")
-        for arrays in resolved.chunks():
-            stats.add(arrays)
-            if bar is not None:
-                bar.update(int(arrays.episode_lengths.sum()))
+
+def _stream(source: _Source, consumers: list[Callable[[MultiAgentArrays], None]],
+            progress: bool) -> None:
+    """Hand every chunk of ``source`` to ``consumers``, in order."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=source.metadata.get("total_steps"), unit="step",
+                   desc=f"describe {source.name}")
+    for arrays in source.chunks():
+        for consume in consumers:
+            consume(arrays)
         if bar is not None:
-            bar.close()
-        return stats.result(resolved.name, resolved.kind, _provenance(resolved))
+            bar.update(int(arrays.episode_lengths.sum()))
+    if bar is not None:
+        bar.close()
 
 
 def _provenance(source: _Source) -> dict[str, Any]:

@@ -36,20 +36,23 @@ class _Source:
 
 @contextmanager
 def _open_source(source: Any, chunk_steps: int, progress: bool,
-                 vault_options: dict[str, Any]) -> Iterator[_Source]:
-    """Open ``source`` (never downloading) for the ``with`` block."""
+                 vault_options: dict[str, Any], observations: bool = False
+                 ) -> Iterator[_Source]:
+    """Open ``source`` (never downloading) for the ``with`` block; ``observations``: its
+    chunks hold the observations (coverage needs them)."""
     opened = open_source(source, vault_options=vault_options)
     try:
-        yield _described(opened, chunk_steps)
+        yield _described(opened, chunk_steps, observations)
     finally:
         if opened is not source:
             opened.close()
 
 
-def _described(source: DatasetSource, chunk_steps: int) -> _Source:
+def _described(source: DatasetSource, chunk_steps: int, observations: bool) -> _Source:
     spec = source.spec
-    # Statistics need actions and rewards only: a plain dataset's observations stay unread.
-    chunks = partial(source.chunks, chunk_steps, observations=False)
+    # Statistics need actions and rewards only: without coverage, a plain dataset's
+    # observations stay unread.
+    chunks = partial(source.chunks, chunk_steps, observations=observations)
     if isinstance(source, VaultSource):
         return _Source(name=str(source.vault_path), kind="vault",
                        possible_agents=spec.possible_agents,

@@ -190,6 +190,7 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
     body += [f"| `{a.name}` | {a.active_steps:,} | {a.acted_steps:,} | "
              f"{a.inactive_share:.2%} | {a.terminations:,} | {a.truncations:,} |"
              for a in d.agents]
+    body += _coverage_lines(d)
     body += ["", "### Actions", ""]
     for agent in d.agents:
         for action in agent.actions:
@@ -202,6 +203,23 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         body += ["", "## Plots", "", f"![Statistics of {d.name}]({image})"]
     body.append("")
     return "\n".join(front) + "\n\n" + "\n".join(body)
+
+
+def _coverage_lines(d: DatasetDescription) -> list[str]:
+    """The *Coverage* section (nothing unless described with ``coverage=True``)."""
+    c = d.coverage
+    if c is None:
+        return []
+    state = ("the global state" if c.state_source == "state" else
+             "the joint observation (the dataset records no global state)")
+    lines = ["", "### Coverage", "",
+             f"As OG-MARL measures it, over {c.transitions:,} transitions: SACo "
+             f"{c.saco:.4f} ({c.state_pairs:,} distinct pairs of {state} rounded to "
+             f"{c.decimals} decimals and the joint action); average OACo {c.oaco:.4f}.", "",
+             "| agent | distinct (observation, action) pairs | OACo |", "|---|---|---|"]
+    lines += [f"| `{name}` | {c.agent_pairs[name]:,} | {share:.4f} |"
+              for name, share in c.agents.items()]
+    return lines
 
 
 def _outcome_lines(d: DatasetDescription) -> list[str]:

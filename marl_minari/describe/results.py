@@ -188,6 +188,54 @@ class AgentDescription:
                 "outcome": None if self.outcome is None else self.outcome.to_dict()}
 
 
+StateSource = Literal["state", "joint_observation"]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the state-action space a dataset covers, as OG-MARL measures it.
+
+    Every step counts once (``transitions``), including steps at which an agent was absent
+    (its stored observation and action are one more pair, as in OG-MARL's vaults).
+
+    Attributes:
+        saco: joint state-action coverage: distinct (state, joint action) rows over
+            ``transitions``, the state and actions rounded to ``decimals`` decimals in their
+            common numpy type (integers are unchanged).
+        oaco: average observation-action coverage: the mean over agents of ``agents``.
+        agents: per agent, distinct (observation, action) rows over ``transitions``
+            (observations and actions as stored, not rounded), in ``possible_agents`` order.
+        transitions: steps counted.
+        state_pairs: distinct (state, joint action) rows.
+        agent_pairs: per agent, distinct (observation, action) rows.
+        state_source: ``"state"`` (the dataset's global state) or ``"joint_observation"``
+            (a dataset without a state: every agent's observation side by side stands for it).
+        decimals: the rounding of the state (and of float actions) for ``saco``.
+    """
+
+    saco: float
+    oaco: float
+    agents: dict[str, float]
+    transitions: int
+    state_pairs: int
+    agent_pairs: dict[str, int]
+    state_source: StateSource
+    decimals: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {"saco": self.saco, "oaco": self.oaco, "agents": dict(self.agents),
+                "transitions": self.transitions, "state_pairs": self.state_pairs,
+                "agent_pairs": dict(self.agent_pairs), "state_source": self.state_source,
+                "decimals": self.decimals}
+
+    def brief(self) -> str:
+        """One line: SACo (and what stood for the state) and average OACo."""
+        state = "state" if self.state_source == "state" else "joint observation, no state"
+        return (f"SACo {self.saco:.4f} ({self.state_pairs:,} distinct pairs, {state}), "
+                f"OACo {self.oaco:.4f} (mean of {len(self.agents)} agents)")
+
+
 @dataclass(frozen=True, eq=False)
 class DatasetDescription:
     """Everything :func:`describe` found out about a dataset or vault.
@@ -212,6 +260,8 @@ class DatasetDescription:
         episode_length_values: ``(E,)`` steps of every episode.
         zero_sum: the agents' returns add up to zero in every episode (and are not all zero):
             the team return is then 0 by construction and the outcomes say more.
+        coverage: SACo and OACo (:class:`Coverage`) when ``describe(..., coverage=True)``,
+            else ``None``.
     """
 
     name: str
@@ -232,6 +282,7 @@ class DatasetDescription:
     episode_length_values: np.ndarray = field(
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     zero_sum: bool = False
+    coverage: Coverage | None = None
 
     @property
     def label(self) -> str:
@@ -267,6 +318,7 @@ class DatasetDescription:
             "unfinished_episodes": self.unfinished_episodes,
             "inactive_share": self.inactive_share,
             "zero_sum": self.zero_sum,
+            "coverage": None if self.coverage is None else self.coverage.to_dict(),
             "agents": [a.to_dict() for a in self.agents],
             "metadata": self.metadata,
         }
@@ -293,13 +345,19 @@ class DatasetDescription:
             f"steps          {self.total_steps}  (length {self.episode_lengths.brief()})",
             f"team return    {self._team_return_text()}",
             f"inactive       {self.inactive_share:.2%} of agent-steps",
-            "agent            return mean       std       min    median       max  inactive",
         ]
+        coverage = self.coverage
+        if coverage is not None:
+            lines.append(f"coverage       {coverage.brief()}")
+        header = "agent            return mean       std       min    median       max  inactive"
+        lines.append(header + ("    OACo" if coverage is not None else ""))
         for agent in self.agents:
             r = agent.returns
             lines.append(f"{agent.name:<15} {num(r.mean):>12} {num(r.std):>9} "
                          f"{num(r.min):>9} {num(r.median):>9} {num(r.max):>9} "
-                         f"{agent.inactive_share:>8.1%}")
+                         f"{agent.inactive_share:>8.1%}"
+                         + (f" {coverage.agents[agent.name]:>7.4f}" if coverage is not None
+                            else ""))
         for agent in self.agents:
             for action in agent.actions:
                 lines.append(f"actions {agent.name}{'/' + action.path if action.path else ''}: "

@@ -1,0 +1,105 @@
+"""The ``marl-minari subset`` and ``marl-minari compare`` commands (registered by
+:func:`register`): dataset tools over :func:`marl_minari.subsample` and
+:func:`marl_minari.describe.compare`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from marl_minari.errors import InvalidOptionError
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``subset`` and ``compare`` commands to ``app``."""
+    app.command("subset")(subset_command)
+    app.command("compare")(compare_command)
+
+
+def subset_command(
+    source: Annotated[str, typer.Argument(
+        metavar="SOURCE", help="Dataset id, dataset folder, dataset URL or vault folder.")],
+    new_dataset_id: Annotated[str, typer.Argument(metavar="NEW_ID",
+                                                  help="Id of the subset to write.")],
+    max_steps: Annotated[int | None, typer.Option(
+        "--max-steps", metavar="N", min=1,
+        help="Whole episodes at random up to N steps (never over); with --bin-edges or "
+             "--like, a cap.")] = None,
+    bin_edges: Annotated[str | None, typer.Option(
+        "--bin-edges", metavar="E0,E1,...",
+        help="Return histogram bins (increasing); with --weights, the subset's returns "
+             "follow that histogram.")] = None,
+    weights: Annotated[str | None, typer.Option(
+        "--weights", metavar="W0,W1,...", help="Relative weight of each bin.")] = None,
+    like: Annotated[str | None, typer.Option(
+        "--like", metavar="OTHER",
+        help="Episodes whose returns match OTHER's, one to one within --tolerance.")] = None,
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", metavar="T", help="For --like: largest return difference.")] = 0.01,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random choices.")] = 0,
+    description: Annotated[str | None, typer.Option(
+        "--description", help="The subset's description (Minari metadata).")] = None,
+    author: Annotated[str | None, typer.Option(
+        "--author", help="The subset's author (Minari metadata).")] = None,
+) -> None:
+    """Write a subset of whole episodes as a new dataset (uniform, by return profile, or
+    matching another dataset's returns); its metadata records how it was chosen."""
+    from marl_minari.derive.subsets import subsample
+
+    if (bin_edges is None) != (weights is None):
+        raise InvalidOptionError("--bin-edges and --weights go together: give both")
+    profile = None
+    if bin_edges is not None and weights is not None:
+        profile = (_numbers(bin_edges, "--bin-edges"), _numbers(weights, "--weights"))
+    metadata: dict[str, Any] = {k: v for k, v in (("description", description),
+                                                  ("author", author)) if v is not None}
+    subset = subsample(source, new_dataset_id, max_steps=max_steps, profile=profile, like=like,
+                       seed=seed, tolerance=tolerance, progress=True, **metadata)
+    record = subset.metadata["subset"]
+    typer.echo(f"{new_dataset_id}: {subset.total_episodes:,} episodes, "
+               f"{subset.total_steps:,} steps ({record['rule']}, seed {seed}) from "
+               f"{record['source']}")
+
+
+def compare_command(
+    sources: Annotated[list[str], typer.Argument(
+        metavar="SOURCE...", help="Two or more dataset ids, folders, URLs or vault folders; "
+                                  "the first is the reference.")],
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="FILE", help="Write a PNG of the comparison.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")
+                       ] = False,
+    coverage: Annotated[bool, typer.Option(
+        "--coverage/--no-coverage", help="Measure SACo and OACo (reads the observations).")
+                        ] = True,
+    chunk_steps: Annotated[int | None, typer.Option(
+        help="Steps read at a time (default marl_minari.sources.DEFAULT_CHUNK_STEPS).",
+        min=1)] = None,
+) -> None:
+    """Compare datasets: team returns (two-sample Kolmogorov-Smirnov against the first, QQ
+    plot), episode lengths, coverage and spaces."""
+    import warnings
+
+    from marl_minari.describe import compare, plot_comparison
+
+    options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = compare(sources, coverage=coverage, **options)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        typer.echo(result.to_text())
+    if plot is not None:
+        typer.echo(f"plot written to {plot_comparison(result, plot)}", err=as_json)
+
+
+def _numbers(text: str, option: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidOptionError(
+            f"{option} takes numbers separated by commas, got {text!r}") from None

@@ -1,0 +1,82 @@
+"""The dataset-tool commands: ``describe --coverage``, ``subset`` and ``compare``, run as a
+user runs them, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic import write_episodes
+from typer.testing import CliRunner
+
+import marl_minari as mm
+from marl_minari.cli import app
+from marl_minari.cli.errors import EXIT_USAGE
+
+
+@pytest.fixture
+def ramp() -> None:
+    """40 episodes of 5 steps with team returns 0..39, and a second dataset of 5 episodes."""
+    write_episodes("cli/ramp-v0", [5] * 40, [float(r) for r in range(40)])
+    write_episodes("cli/few-v0", [4] * 5, [5.0, 6.0, 17.0, 17.0, 100.0])
+
+
+def test_describe_with_coverage(ramp: None) -> None:
+    result = CliRunner().invoke(app, ["describe", "cli/ramp-v0", "--coverage", "--json"])
+    assert result.exit_code == 0, result.output
+    coverage = json.loads(result.stdout)["coverage"]
+    # random float observations: every (observation, action) and joint row is distinct
+    assert coverage["saco"] == coverage["oaco"] == 1.0
+    assert coverage["state_source"] == "joint_observation" and coverage["transitions"] == 200
+    plain = CliRunner().invoke(app, ["describe", "cli/ramp-v0", "--json"])
+    assert json.loads(plain.stdout)["coverage"] is None
+
+
+def test_subset_commands(ramp: None) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["subset", "cli/ramp-v0", "cli/small-v0", "--max-steps", "52",
+                                 "--seed", "4", "--author", "me"])
+    assert result.exit_code == 0, result.output
+    assert "cli/small-v0: 10 episodes, 50 steps (uniform, seed 4)" in result.output
+    assert mm.load_dataset("cli/small-v0").metadata["subset"]["seed"] == 4
+    shaped = runner.invoke(app, ["subset", "cli/ramp-v0", "cli/shaped-v0", "--bin-edges",
+                                 "0,10,20,40", "--weights", "1,0,3"])
+    assert shaped.exit_code == 0, shaped.output
+    returns = [e.team_rewards.sum() for e in mm.load_dataset("cli/shaped-v0")
+               .iterate_episodes()]
+    assert np.histogram(returns, bins=[0, 10, 20, 40])[0].tolist() == [7, 0, 20]
+    alike = runner.invoke(app, ["subset", "cli/ramp-v0", "cli/alike-v0", "--like", "cli/few-v0"])
+    assert alike.exit_code == 0, alike.output
+    assert mm.load_dataset("cli/alike-v0").total_episodes == 3  # 5, 6 and 17
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--bin-edges", "0,1"], "--bin-edges and --weights go together"),
+    (["--bin-edges", "0,x", "--weights", "1"], "--bin-edges takes numbers"),
+    ([], "needs a rule"),
+    (["--max-steps", "2"], "max_steps chose no episode"),
+])
+def test_subset_mistakes_are_one_error_line(ramp: None, arguments: list[str],
+                                            message: str) -> None:
+    result = CliRunner().invoke(app, ["subset", "cli/ramp-v0", "cli/never-v0", *arguments])
+    assert result.exit_code == EXIT_USAGE, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+
+
+def test_compare_command(ramp: None, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "compare.png"
+    result = CliRunner().invoke(app, ["compare", "cli/ramp-v0", "cli/few-v0", "--plot",
+                                      str(plot)])
+    assert result.exit_code == 0, result.output
+    assert "cli/few-v0: KS" in result.stdout and "SACo" in result.stdout
+    assert plot.stat().st_size > 0
+    as_json = CliRunner().invoke(app, ["compare", "cli/ramp-v0", "cli/few-v0", "--json",
+                                       "--no-coverage"])
+    payload = json.loads(as_json.stdout)
+    assert payload["datasets"][0]["coverage"] is None
+    one = CliRunner().invoke(app, ["compare", "cli/ramp-v0"])
+    assert one.exit_code == EXIT_USAGE and "at least two" in one.stderr
