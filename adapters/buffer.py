@@ -38,9 +38,8 @@ from marl_minari.sources import (
     open_source,
     spec_of,
 )
-
-from ._store import VaultReader, leaf_name
-from ._view import (
+from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader, leaf_name
+from marl_minari.vaults.view import (
     TERMINALS,
     TRUNCATIONS,
     VAULT_SOURCE_KEY,
@@ -49,7 +48,7 @@ from ._view import (
     plan_from_vault_record,
     view_rows,
 )
-from .minari_to_vault import VAULT_METADATA_KEY
+
 from .sources import require_layout
 
 SOURCE_KEY = "source"
