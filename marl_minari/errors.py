@@ -104,6 +104,10 @@ class EmptyVaultError(MarlMinariError, ValueError):
     """A Flashbax vault that holds no time step (created, never written to)."""
 
 
+class BufferOverrunError(MarlMinariError, RuntimeError):
+    """A Flashbax buffer wrapped past timesteps not written yet: write more often."""
+
+
 class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
     """A change was asked of a buffer built from offline data, which is read-only."""
 
