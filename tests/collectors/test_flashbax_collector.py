@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gymnasium import spaces
-from mava_style import Rollouts, buffer_states, expected_episodes, flat_buffer
-
 from marl_minari.adapters import from_vault
 from marl_minari.collectors import FlashbaxDataCollector
+from mava_style import Rollouts, buffer_states, expected_episodes, flat_buffer
+
 from marl_minari.errors import BufferOverrunError, InvalidOptionError
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.recording import recover_recording
