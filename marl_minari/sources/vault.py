@@ -17,6 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from marl_minari.errors import InvalidOptionError, LayoutError
+from marl_minari.format.metadata import dataset_metadata
 from marl_minari.sources.base import DatasetSource, EpisodeAttributes
 from marl_minari.sources.plain import spec_of
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -27,6 +28,8 @@ from marl_minari.vaults.rows import concat_arrays
 from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader
 
 VAULT_METADATA_FILE: Final = "metadata.json"
+IMPORTED_ID: Final = "vault/imported-v0"
+"""The ``dataset_id`` in the metadata of a vault read as a dataset (it has none of its own)."""
 IMPORT_OPTIONS: Final = ("trailing", "final_observation", "cut_on", "infer_dead",
                          "reward_aggregation")
 READ_OPTIONS: Final = ("keys", "agents", "observation_spaces", "action_spaces")
@@ -98,8 +101,10 @@ class VaultSource(DatasetSource):
             self._imported = ImportedVault(reader, settings, **options)
             spec = self._imported.spec
             count = len(self._imported.episodes)
-            metadata = {"total_episodes": count,
-                        "total_steps": int(self._imported.episodes.lengths.sum())}
+            # What the dataset converted from it would hold (provenance in marl_minari.vault).
+            metadata = dataset_metadata(
+                IMPORTED_ID, spec, total_episodes=count,
+                total_steps=int(self._imported.episodes.lengths.sum()), jpeg_encoding=False)
         super().__init__(str(self.vault_path), "vault", spec, metadata,
                          np.arange(count, dtype=np.int64))
 
