@@ -21,9 +21,9 @@ from marl_minari.extras import lazy_exports
 
 if TYPE_CHECKING:
     from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT, is_vault, vault_path_parts
+    from marl_minari.vaults.layout import EXTRA_PREFIX
+    from marl_minari.vaults.view import PAD_VALUE
 
-    from ._import_layout import EXTRA_PREFIX
-    from ._view import PAD_VALUE
     from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "DEFAULT_CHUNK_STEPS": "marl_minari.sources",
-    "EXTRA_PREFIX": f"{__name__}._import_layout",
-    "PAD_VALUE": f"{__name__}._view",
+    "EXTRA_PREFIX": "marl_minari.vaults.layout",
+    "PAD_VALUE": "marl_minari.vaults.view",
     "SINGLE_AGENT": "marl_minari.sources",
     "SOURCE_KEY": f"{__name__}.buffer",
     "MultiSourceBufferState": f"{__name__}.buffer",

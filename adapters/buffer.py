@@ -38,18 +38,17 @@ from marl_minari.sources import (
     open_source,
     spec_of,
 )
-
-from ._store import VaultReader, leaf_name
-from ._view import (
-    TERMINALS,
-    TRUNCATIONS,
+from marl_minari.vaults.episodes import StreamCutter, done_steps
+from marl_minari.vaults.keys import resolve_keys
+from marl_minari.vaults.restore import checked_plan
+from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader, leaf_name
+from marl_minari.vaults.view import (
     VAULT_SOURCE_KEY,
-    ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
     view_rows,
 )
-from .minari_to_vault import VAULT_METADATA_KEY
+
 from .sources import require_layout
 
 SOURCE_KEY = "source"
@@ -260,8 +259,8 @@ def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
     agents = None
     spaces_ = None
     if isinstance(ours, dict) and "view" in ours:
-        agents = ViewPlan.from_dict(ours["view"]).agents
         spec = spec_of(ours["minari_metadata"], bool(ours["multi_agent"]))
+        agents = checked_plan(reader, ours, spec).agents
         spaces_ = (spec.observation_spaces, spec.action_spaces)
     streams, length = reader.num_streams, reader.length
     window = max(1, chunk_steps // max(1, streams))
@@ -276,23 +275,17 @@ def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
                 for stream in range(streams):
                     base = stream * length
                     out[path][base + t0:base + t1] = block[stream]
+        # Episodes are cut by the one cutting policy (marl_minari.vaults.episodes).
         lengths = []
         for stream in range(streams):
             rows = slice(stream * length, (stream + 1) * length)
-            done = out[TERMINALS][rows] != 0
-            if TRUNCATIONS in out:
-                done = done | (out[TRUNCATIONS][rows] != 0)
-            ends = np.flatnonzero(done.reshape(length, -1).any(axis=1))
-            stream_lengths = np.diff(np.concatenate([[0], ends + 1]))
-            if length - (ends[-1] + 1 if len(ends) else 0):
-                stream_lengths = np.append(stream_lengths, length - (ends[-1] + 1 if len(
-                    ends) else 0))
-            lengths.append(stream_lengths.astype(np.int64))
+            cutter = StreamCutter(1)
+            ended = cutter.push(done_steps([out[p][rows][None] for p in flags], "any"))
+            lengths.append(np.concatenate([ended.lengths, cutter.unfinished().lengths]))
         return lengths
 
-    if TERMINALS not in keys:
-        raise IncompatibleSourcesError(f"vault {reader.path} has no 'terminals' array: "
-                                       "episode boundaries cannot be found")
+    key_layout = resolve_keys(keys, None, f"vault {reader.path}")
+    flags = [key_layout.paths[role] for role in key_layout.flag_roles]
     return _Source(name=f"vault {str(reader.path)!r}", keys=keys, agents=agents,
                    spaces=spaces_, length=streams * length, fill=fill)
 

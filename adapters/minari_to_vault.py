@@ -13,11 +13,11 @@ from tqdm.auto import tqdm
 from marl_minari.errors import InvalidOptionError, LayoutError
 from marl_minari.format.spaces import leaves, nest
 from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, open_source
-
-from ._exact import ExactSink, columns
-from ._store import (
+from marl_minari.vaults.exact import ExactSink, columns
+from marl_minari.vaults.store import (
     DEFAULT_COMPRESSION,
     TIME_AXIS_LENGTH,
+    VAULT_METADATA_KEY,
     VAULT_VERSION,
     Appender,
     VaultWriter,
@@ -27,7 +27,7 @@ from ._store import (
     vault_dir,
     wait,
 )
-from ._view import (
+from marl_minari.vaults.view import (
     VAULT_SOURCE_KEY,
     Dones,
     StateMode,
@@ -37,13 +37,13 @@ from ._view import (
     plan_from_vault_record,
     view_rows,
 )
+from marl_minari.version import __version__
+
 from .sources import Chunk, require_layout
 from .sources import chunks as episode_chunks
 
 FORMAT: Final = "marl_minari/vault"
 FORMAT_VERSION: Final = 1
-VAULT_METADATA_KEY: Final = "marl_minari"
-"""Key of the vault's ``metadata.json`` holding what is needed to rebuild the dataset."""
 
 
 def to_vault(
@@ -292,8 +292,6 @@ class StreamAssembler:
 def _metadata(source: DatasetSource, plan: ViewPlan, sink: ExactSink,
               record: dict[str, Any] | None, streams: int, length: int,
               stream_lengths: list[int], episodes: int, steps: int) -> dict[str, Any]:
-    from marl_minari import __version__
-
     keys = plan.keys()
     if record is not None:
         shapes = {tuple(k.split(".")): v for k, v in record["shapes"].items()}

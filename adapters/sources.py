@@ -18,8 +18,7 @@ from marl_minari.errors import LayoutError
 from marl_minari.format import layout
 from marl_minari.sources import MOVED_KEYS, SINGLE_AGENT_KEY, DatasetSource
 from marl_minari.storage.arrays import MultiAgentArrays
-
-from ._exact import EpisodeInfo
+from marl_minari.vaults.exact import EpisodeInfo
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,14 @@ class VaultVersionError(MarlMinariError, ValueError):
     """A Flashbax vault written in a format version this library does not read."""
 
 
+class EmptyVaultError(MarlMinariError, ValueError):
+    """A Flashbax vault that holds no time step (created, never written to)."""
+
+
+class BufferOverrunError(MarlMinariError, RuntimeError):
+    """A Flashbax buffer wrapped past timesteps not written yet: write more often."""
+
+
 class ReadOnlyBufferError(MarlMinariError, NotImplementedError):
     """A change was asked of a buffer built from offline data, which is read-only."""
 

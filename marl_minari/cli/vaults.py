@@ -169,7 +169,7 @@ def vault_info(
     path: Annotated[str, typer.Argument(help="A vault folder (rel_dir/vault_name/vault_uid).")],
 ) -> None:
     """Arrays, streams, length and provenance of a Flashbax vault."""
-    from marl_minari.adapters._store import VaultReader
+    from marl_minari.vaults.store import VaultReader
 
     reader = VaultReader(path)
     typer.echo(f"vault          {reader.path}")

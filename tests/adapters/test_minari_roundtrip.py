@@ -307,7 +307,7 @@ def test_info_columns_that_appear_in_later_chunks(vaults: Path) -> None:
 
 
 def test_a_killed_conversions_staging_is_removed_by_the_next(recorded, vaults: Path) -> None:
-    from marl_minari.adapters._store import VAULT_STAGING_FOLDER
+    from marl_minari.vaults.store import VAULT_STAGING_FOLDER
 
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
     staging = vaults / "spread" / VAULT_STAGING_FOLDER

@@ -76,7 +76,7 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         yield json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# The vault reader's tensorstore cache pool (64 MiB, adapters/_store.py) keeps the chunks a
+# The vault reader's tensorstore cache pool (64 MiB, marl_minari/vaults/store.py) keeps the chunks a
 # sequential read has passed until it is full, so restoring a vault (which reads the
 # restoration arrays too) grows with it up to 64 MiB. An import stays below the limit in some runs
 # and not in others (19 to 60 MB seen), depending on how full the pool gets: not strict.

@@ -28,7 +28,7 @@ from marl_minari.format.spaces import build_tree, leaf_dtype, leaf_shape, leaves
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
-from ._store import (
+from .store import (
     RESTORATION_COMPRESSION,
     TIME_AXIS_LENGTH,
     Appender,
@@ -36,7 +36,7 @@ from ._store import (
     VaultWriter,
     time_chunk,
 )
-from ._view import ACTIONS, OBSERVATIONS, STATE, ViewPlan
+from .view import ACTIONS, OBSERVATIONS, STATE, ViewPlan
 
 RowKind = Literal["obs", "step", "episode"]
 PREFIX: Final = "marl_minari"
@@ -303,13 +303,16 @@ class ExactSource:
     def __init__(self, reader: VaultReader, fields: list[ExactField]) -> None:
         self._reader = reader
         self.fields = fields
-        self._byte_cursor: dict[str, int] = {f.field: 0 for f in fields if f.text}
+        # Where the last read of each text field ended: (row, byte); reading on from there
+        # needs no pass over the byte lengths before it.
+        self._byte_cursor: dict[str, tuple[int, int]] = {f.field: (0, 0) for f in fields
+                                                         if f.text}
 
     def read_fields(self, names: list[str], kind: RowKind, rows: tuple[int, int]
                     ) -> dict[str, np.ndarray]:
         """The fields ``names`` (all of row kind ``kind``) for rows ``[rows[0], rows[1])``.
 
-        Text fields must be read in row order (their byte offsets are tracked).
+        Text fields are fastest read in row order (their byte offsets are tracked).
         """
         wanted = set(names)
         return self._read([f for f in self.fields if f.field in wanted], {kind: rows})
@@ -327,18 +330,21 @@ class ExactSource:
         for spec in fields:
             values = np.asarray(futures[spec.field].result())
             if spec.text:
-                out[spec.field] = self._decode_text(spec, values)
+                out[spec.field] = self._decode_text(spec, values, ranges[spec.rows][0])
             else:
                 out[spec.field] = values
         return out
 
-    def _decode_text(self, spec: ExactField, lengths: np.ndarray) -> np.ndarray:
-        start = self._byte_cursor[spec.field]
+    def _decode_text(self, spec: ExactField, lengths: np.ndarray, row: int) -> np.ndarray:
+        cursor_row, start = self._byte_cursor[spec.field]
+        if cursor_row != row:  # not where the last read ended: count the bytes before it
+            start = int(np.asarray(self._reader.read_async(spec.name, (slice(0, row),))
+                                   .result(), dtype=np.int64).sum())
         total = int(lengths.sum())
         assert spec.bytes_name is not None
         data = np.asarray(self._reader.read_async(
             spec.bytes_name, (slice(start, start + total),)).result()).tobytes()
-        self._byte_cursor[spec.field] = start + total
+        self._byte_cursor[spec.field] = (row + len(lengths), start + total)
         ends = np.cumsum(lengths.ravel())
         starts = ends - lengths.ravel()
         texts = [data[s:e].decode("utf-8") for s, e in zip(starts.tolist(), ends.tolist(),

@@ -23,28 +23,42 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-import tensorstore as ts
 
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
     DatasetNotFoundError,
+    EmptyVaultError,
     InvalidDatasetIdError,
     VaultVersionError,
 )
+from marl_minari.extras import require
 from marl_minari.format.ids import parse_dataset_id
 from marl_minari.format.spaces import leaves
 from marl_minari.storage.durable import sync_folder, sync_tree
 from marl_minari.storage.locking import remove_stale_staging, staging_folder
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+
+
+def tensorstore() -> Any:
+    """The ``tensorstore`` module (the ``jax`` extra), imported on first use so that the base
+    install imports this package."""
+    return require("tensorstore", "jax", "reading and writing Flashbax vaults")
+
 
 VAULT_VERSION = 1.2
 """The Flashbax vault format version written (``flashbax.vault.vault.VERSION``)."""
 TIME_AXIS_LENGTH = 10**13
 """Flashbax's fixed length of the time axis of every vault array."""
 METADATA_FILE = "metadata.json"
+VAULT_METADATA_KEY: Final = "marl_minari"
+"""Key of this library's record in a vault's ``metadata.json`` (a vault written by
+``to_vault``)."""
 INDEX_NAME = "vault_index"
 DEFAULT_COMPRESSION: dict[str, Any] = {"id": "gzip", "level": 5}
 """Flashbax's default zarr compressor."""
@@ -197,7 +211,7 @@ class VaultReader:
         check_version(self.metadata.get("version"), meta_path)
         self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
                             for path in shapes)
-        self._context = ts.Context({"cache_pool": {"total_bytes_limit": 64 << 20}})
+        self._context = tensorstore().Context({"cache_pool": {"total_bytes_limit": 64 << 20}})
         self._stores: dict[str, ts.TensorStore] = {}
         self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]
@@ -210,6 +224,13 @@ class VaultReader:
             raise CorruptedDataError(f"vault {self.path}: {INDEX_NAME} is not one integer "
                                      f"(shape {index.shape}, dtype {index.dtype})")
         length = int(index[0])
+        if length == 0 and all(  # never written, not an index reset over written steps
+                store[:, 0].storage_statistics(query_not_stored=True).result().not_stored
+                for store in (self._open(leaf.name) for leaf in self.leaves)):
+            raise EmptyVaultError(
+                f"vault {self.path} holds no time steps ({INDEX_NAME} is 0): it was created but "
+                "nothing was written to it; call vault.write(buffer_state) after adding "
+                "timesteps to the buffer, then convert it")
         stores = [self._open(leaf.name) for leaf in self.leaves]
         stored = min(store.shape[1] for store in stores)
         # Flashbax preallocates a huge time axis, so also ask whether the last indexed step
@@ -222,8 +243,7 @@ class VaultReader:
         if not 0 < length <= stored:
             raise CorruptedDataError(
                 f"vault {self.path}: {INDEX_NAME} is {length}, but its arrays hold fewer steps "
-                f"(at most {stored}); it must count the written steps (the vault is damaged, or "
-                "empty).")
+                f"(at most {stored}); it must count the written steps: the vault is damaged.")
         # A vault written here records its streams' lengths: an index past them (even inside
         # the last written chunk, where zeros cannot be told from data) is caught.
         ours = self.metadata.get("marl_minari")
@@ -244,8 +264,8 @@ class VaultReader:
     def _open(self, name: str) -> ts.TensorStore:
         if name not in self._stores:
             try:
-                self._stores[name] = ts.open(_spec(self.path, name), open=True,
-                                             context=self._context).result()
+                self._stores[name] = tensorstore().open(_spec(self.path, name), open=True,
+                                                        context=self._context).result()
             except ValueError as exc:
                 raise CorruptedDataError(f"vault {self.path}: cannot open array {name!r}: {exc}") \
                     from exc
@@ -294,7 +314,7 @@ class VaultWriter:
         self.work = self._cleanup.enter_context(staging_folder(self._staging, "vault"))
         self._compression = compression
         # Files are synced once, in commit(), before the vault is moved into place.
-        self._context = ts.Context({"file_io_sync": False})
+        self._context = tensorstore().Context({"file_io_sync": False})
         self._stores: list[ts.TensorStore] = []
 
     def create(self, name: str, shape: tuple[int, ...], dtype: np.dtype | str,
@@ -305,22 +325,24 @@ class VaultWriter:
         spec = _spec(self.work, name)
         spec["metadata"] = {"compressor": self._compression if compression == "vault"
                             else compression, "chunks": list(chunks)}
-        store = ts.open(spec, shape=shape, dtype=ts.dtype(np.dtype(dtype).name), create=True,
-                        context=self._context).result()
+        module = tensorstore()
+        store = module.open(spec, shape=shape, dtype=module.dtype(np.dtype(dtype).name),
+                            create=True, context=self._context).result()
         self._stores.append(store)
         return store
 
     def commit(self, length: int, metadata: dict[str, Any]) -> Path:
         """Write ``vault_index`` and ``metadata.json``, close, and move the vault into place."""
-        index = ts.open(_spec(self.work, INDEX_NAME), dtype=ts.int32, shape=(1,), create=True,
-                        context=self._context).result()
+        module = tensorstore()
+        index = module.open(_spec(self.work, INDEX_NAME), dtype=module.int32, shape=(1,),
+                            create=True, context=self._context).result()
         index.write(np.asarray([length], dtype=np.int32)).result()
         del index
         self._stores.clear()
         temporary = self.work / (METADATA_FILE + ".tmp")
         temporary.write_text(json.dumps(metadata, default=_json_default))
         os.replace(temporary, self.work / METADATA_FILE)
-        self._context = ts.Context()
+        self._context = tensorstore().Context()
         sync_tree(self.work)  # tensorstore wrote the files unsynced
         try:
             os.rename(self.work, self.path)

@@ -1,0 +1,132 @@
+"""Benchmark of ``FlashbaxDataCollector.write`` against Mava's ``Vault.write``, same buffer states.
+
+Run by hand (not part of the test suite)::
+
+    python benchmarks/bench_flashbax_collector.py               # 8 envs x 12,800 steps
+    python benchmarks/bench_flashbax_collector.py --scale 0.1   # quick run
+
+A Mava-style loop (Flashbax flat buffer, ``add_sequences=True, add_batch_size=B``, timesteps
+``{done, action, reward, observation, legal_action_mask}``) is made first and every buffer
+state kept, so the clocks time only the writers. In the same run, on the same states:
+
+* ``Vault.write(state)`` after every update (what Mava does; gzip, Flashbax's default);
+* ``collector.write(state)`` after every update (episodes cut, every finished one durable in
+  the journal), then ``create_dataset`` (the Minari dataset, one HDF5 group per episode);
+* the floor of Minari's one-group-per-episode layout: a bare h5py loop creating the same
+  groups and datasets (names, shapes, dtypes, filters, attributes) of the dataset the
+  collector wrote, from arrays already in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+warnings.simplefilter("ignore")
+
+
+def _states(envs: int, steps: int, rollout: int) -> tuple[list[Any], int]:
+    import jax
+    from mava_style import Rollouts, buffer_states
+
+    rollouts = Rollouts(envs=envs, agents=3, obs_dim=30, actions=9, updates=steps // rollout,
+                        rollout=rollout, seed=0, min_episode=20, max_episode=60)
+    states = list(buffer_states(rollouts, time_axis=2 * rollout))
+    jax.block_until_ready(states[-1])
+    return states, rollouts.updates * rollout
+
+
+def _timed(run: Any) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _h5_contents(path: Path) -> list[tuple[str, dict[str, Any], list[tuple[str, Any, dict]]]]:
+    """Every episode group of a file: (name, attrs, [(dataset path, data, create kwargs)])."""
+    out = []
+    with h5py.File(path, "r") as file:
+        for name, group in file.items():
+            items: list[tuple[str, Any, dict]] = []
+
+            def visit(sub: str, obj: Any, items: list = items) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    items.append((sub, obj[()], {"compression": obj.compression,
+                                                 "compression_opts": obj.compression_opts,
+                                                 "chunks": obj.chunks}))
+
+            group.visititems(visit)
+            out.append((name, dict(group.attrs), items))
+    return out
+
+
+def _h5_floor(contents: list, target: Path) -> None:
+    with h5py.File(target, "w") as file:
+        for name, attrs, items in contents:
+            group = file.create_group(name)
+            for key, value in attrs.items():
+                group.attrs[key] = value
+            for sub, data, kwargs in items:
+                group.create_dataset(sub, data=data, **kwargs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--rollout", type=int, default=128)
+    args = parser.parse_args()
+    steps = max(args.rollout, int(12_800 * args.scale) // args.rollout * args.rollout)
+    work = Path(tempfile.mkdtemp(prefix="bench-fbx-"))
+    os.environ["MINARI_DATASETS_PATH"] = str(work / "datasets")
+    try:
+        from flashbax.vault import Vault
+        from marl_minari.collectors import FlashbaxDataCollector
+
+        states, per_stream = _states(args.envs, steps, args.rollout)
+        total = per_stream * args.envs
+        print(f"{args.envs} streams x {per_stream} timesteps = {total:,} timesteps, "
+              f"{len(states)} writes")
+
+        vault = Vault(vault_name="bench", experience_structure=states[0].experience,
+                      rel_dir=str(work / "vaults"), vault_uid="u")
+        vault_s = _timed(lambda: [vault.write(s) for s in states])
+        collector = FlashbaxDataCollector(experience_structure=states[0].experience,
+                                          recording_path=work / "recording")
+        write_s = _timed(lambda: [collector.write(s) for s in states])
+        create_s = _timed(lambda: collector.create_dataset("bench/collected-v0",
+                                                           description="bench"))
+        episodes = collector.durable_episodes
+        collector.close()
+        data = work / "datasets" / "bench" / "collected-v0" / "data" / "main_data.hdf5"
+        contents = _h5_contents(data)
+        episodes = len(contents)
+        floor_s = _timed(lambda: _h5_floor(contents, work / "floor.hdf5"))
+
+        def rate(seconds: float) -> str:
+            return f"{seconds:7.2f} s  {total / seconds:>11,.0f} timesteps/s"
+
+        print(f"{episodes:,} episodes")
+        print(f"Vault.write (gzip)               {rate(vault_s)}")
+        print(f"collector.write                  {rate(write_s)}")
+        print(f"collector.write + create_dataset {rate(write_s + create_s)}")
+        print(f"bare h5py floor (same objects)   {rate(floor_s)}")
+        print(f"collector.write vs Vault.write: {vault_s / write_s:.2f}x the throughput; "
+              f"with create_dataset {vault_s / (write_s + create_s):.2f}x; "
+              f"create_dataset vs the h5py floor: {floor_s / create_s:.2f}x")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""``FlashbaxDataCollector``: a drop-in for Mava's ``Vault`` that writes a Minari dataset.
+
+A JAX training loop adds experience to a Flashbax flat buffer and hands the buffer state to
+``vault.write(buffer_state)`` after every update. Handing it to :meth:`write` instead takes the
+timesteps added since the last write, cuts every stream into episodes on its done flags (the
+cutting of :mod:`marl_minari.vaults.episodes`, the one ``from_vault`` uses), and appends every
+finished episode to the recording journal, durable when ``write`` returns, as the PettingZoo
+recorders do: a killed process loses only unfinished episodes, and ``marl-minari recover``
+turns the journal into a dataset. The dataset holds what ``Vault.write`` + ``from_vault`` of
+the same buffer states hold, episode for episode.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from marl_minari.collectors._base import minari_metadata
+
+from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError
+from marl_minari.sources import load_dataset
+from marl_minari.storage.dataset import MultiAgentDataset, open_written
+from marl_minari.storage.durable import Durability
+from marl_minari.storage.recording import Recording
+from marl_minari.vaults.episodes import (
+    Episodes,
+    StreamCutter,
+    check_flags,
+    done_steps,
+    stream_rows,
+)
+from marl_minari.vaults.keys import leaf_text, resolve_keys
+from marl_minari.vaults.layout import CutOn, FinalObservation, import_layout, import_options
+from marl_minari.vaults.rows import arrays_from_rows
+from marl_minari.vaults.store import LeafInfo
+
+Path_ = tuple[str, ...]
+
+
+def structure_leaves(tree: Any, prefix: Path_ = ()) -> list[tuple[Path_, Any]]:
+    """``(path, leaf)`` of a buffer's experience tree (nested dicts, as Flashbax's vaults
+    need), in key order."""
+    if isinstance(tree, Mapping):
+        out = []
+        for key in tree:
+            out += structure_leaves(tree[key], (*prefix, str(key)))
+        return out
+    return [(prefix, tree)]
+
+
+class FlashbaxDataCollector:
+    """Records a Flashbax flat buffer's experience as a multi-agent Minari dataset.
+
+    Args:
+        experience_structure: ``buffer_state.experience`` (what Mava passes to ``Vault``):
+            leaves ``(B, T, ...)``; OG-MARL's or Mava's key names, or ``keys``.
+        keys: ``{role: key}`` for another naming (see
+            :func:`marl_minari.adapters.from_vault`).
+        agents: agent names, ``agent_0..N-1`` by default.
+        observation_spaces: ``{agent: space}`` instead of ``Box`` spaces from the structure.
+        action_spaces: ``{agent: space}``; needed for integer actions without legal masks
+            (with masks, ``Discrete(A)`` from their width).
+        cut_on: an episode ends where ``"any"`` agent's done flag is set (Mava and OG-MARL
+            copy the team's done to every agent) or ``"all"`` are.
+        final_observation: the final observation row of each episode (the buffer has none):
+            ``"zeros"`` or ``"repeat"``.
+        infer_dead: with legal masks, an all-zero observation whose only legal action is 0
+            marks the agent inactive (OG-MARL's dead agents).
+        reward_aggregation: how Minari's scalar ``rewards`` is made from the agents' rewards.
+        jpeg_encoding: JPEG-encode image observations in the dataset.
+        recording_path: folder of the episode journal (a new hidden one by default).
+        durability: ``"episode"`` flushes every write's episodes to stable storage.
+
+    Raises:
+        LayoutError: the structure's keys or shapes do not fit (named).
+        InvalidOptionError: an invalid option, or integer actions with neither legal masks
+            nor ``action_spaces``.
+    """
+
+    def __init__(self, experience_structure: Any, *, keys: Mapping[str, str] | None = None,
+                 agents: Sequence[str] | None = None,
+                 observation_spaces: Mapping[str, spaces.Space] | None = None,
+                 action_spaces: Mapping[str, spaces.Space] | None = None,
+                 cut_on: CutOn = "any", final_observation: FinalObservation = "zeros",
+                 infer_dead: bool = True, reward_aggregation: str = "mean",
+                 jpeg_encoding: bool = False, recording_path: str | Path | None = None,
+                 durability: Durability = "episode") -> None:
+        self._options = import_options("truncate", final_observation, cut_on, infer_dead,
+                                       reward_aggregation)
+        found = structure_leaves(experience_structure)
+        leaves = [LeafInfo(path, tuple(np.shape(leaf)), np.dtype(leaf.dtype).name)
+                  for path, leaf in found]
+        if not leaves or any(len(leaf.shape) < 2 for leaf in leaves):
+            raise LayoutError("experience_structure must be a Flashbax buffer state's "
+                              "experience: a dict of arrays shaped (B, T, ...)")
+        self._where = "the buffer's experience"
+        key_layout = resolve_keys((leaf.path for leaf in leaves), keys, self._where)
+        self.layout = import_layout(leaves, key_layout, 0, self._where, agents=agents,
+                                    observation_spaces=observation_spaces,
+                                    action_spaces=action_spaces,
+                                    max_action=self._no_max_action)
+        self.spec = replace(self.layout.spec, reward_aggregation=reward_aggregation)
+        self.streams = self.layout.streams
+        self.time_axis = leaves[0].shape[1]
+        self._paths = [leaf.path for leaf in leaves]
+        self._flags = [key_layout.paths[role] for role in key_layout.flag_roles]
+        self._cutter = StreamCutter(self.streams)
+        self._carry: dict[Path_, np.ndarray] | None = None  # rows from _carry_start on
+        self._carry_start = 0
+        self._index: int | None = None  # buffer index of the next timestep to take
+        self._last_rows: dict[Path_, np.ndarray] | None = None
+        self._next_id = 0
+        self.jpeg_encoding = jpeg_encoding
+        self._recording = Recording(self.spec, jpeg_encoding=jpeg_encoding,
+                                    path=None if recording_path is None else Path(recording_path),
+                                    durability=durability)
+        self.timesteps = 0
+        """Timesteps per stream consumed so far."""
+
+    @staticmethod
+    def _no_max_action() -> int:
+        raise InvalidOptionError(
+            "the buffer holds integer actions and no legal action mask: pass action_spaces="
+            "{agent: gymnasium.spaces.Discrete(n)} (the number of actions cannot be read from "
+            "a buffer that is still empty)")
+
+    # ------------------------------------------------------------------ recording
+
+    @property
+    def recording_path(self) -> Path:
+        """Folder of the durable episode journal."""
+        return self._recording.path
+
+    @property
+    def durable_episodes(self) -> int:
+        """Finished episodes in the journal, not yet in a dataset."""
+        return self._recording.episodes
+
+    def write(self, buffer_state: Any) -> int:
+        """Take the timesteps added to the buffer since the last write.
+
+        Every episode they finish is in the journal (durable) when this returns; steps after
+        a stream's last done wait for the next write.
+
+        Args:
+            buffer_state: the Flashbax buffer state (``experience``, ``current_index``,
+                ``is_full``), as ``Vault.write`` takes it.
+
+        Returns:
+            The number of new timesteps (per stream) consumed; 0 when nothing is new.
+
+        Raises:
+            BufferOverrunError: the buffer wrapped past timesteps not written yet (they are
+                lost): write at least every ``T - 1`` timesteps (``T`` the buffer's time axis).
+        """
+        experience = buffer_state.experience
+        current = int(buffer_state.current_index)
+        full = bool(buffer_state.is_full)
+        leaves = dict(structure_leaves(experience))
+        if self._index is None:
+            if full:
+                raise self._overrun("it is already full at the first write")
+            start, count = 0, current
+        else:
+            start = self._index
+            count = (current - start) % self.time_axis
+            self._check_not_overrun(leaves, start)
+        if count == 0:
+            return 0
+        positions = (start + np.arange(count)) % self.time_axis
+        if positions[0] + count <= self.time_axis:
+            block = {p: np.asarray(leaves[p][:, start:start + count]) for p in self._paths}
+        else:
+            block = {p: np.asarray(leaves[p][:, positions]) for p in self._paths}
+        self._last_rows = {p: v[:, -1].copy() for p, v in block.items()}
+        self._index = current
+        self._consume(block)
+        return count
+
+    def _check_not_overrun(self, leaves: dict[Path_, Any], start: int) -> None:
+        """The timestep taken last is still where it was: the buffer did not wrap past
+        unwritten timesteps (which would have overwritten it first)."""
+        assert self._last_rows is not None
+        last = (start - 1) % self.time_axis
+        for path in self._paths:
+            if not np.array_equal(np.asarray(leaves[path][:, last]), self._last_rows[path]):
+                raise self._overrun(
+                    f"{leaf_text(path)!r} at buffer index {last} (taken at the last write) was "
+                    "overwritten")
+
+    def _overrun(self, what: str) -> BufferOverrunError:
+        return BufferOverrunError(
+            f"the buffer wrapped past timesteps not written yet ({what}): they are lost. Its "
+            f"time axis holds {self.time_axis} timesteps: call write(buffer_state) at least "
+            f"every {self.time_axis - 1} timesteps added (e.g. after every update), or make "
+            "the buffer larger")
+
+    def _consume(self, block: dict[Path_, np.ndarray]) -> None:
+        for path in self._flags:
+            check_flags(block[path], leaf_text(path), self.timesteps, self._where)
+        legals = self.layout.keys.path("legals")
+        if legals is not None:
+            check_flags(block[legals], leaf_text(legals), self.timesteps, self._where)
+        if self._carry is None:
+            self._carry = block
+        else:
+            self._carry = {p: np.concatenate([self._carry[p], block[p]], axis=1)
+                           for p in self._paths}
+        self.timesteps += next(iter(block.values())).shape[1]
+        ended = self._cutter.push(done_steps([block[p] for p in self._flags],
+                                             self._options.cut_on))
+        self._store(ended)
+        keep_from = int(self._cutter.open_starts.min())
+        self._carry = {p: v[:, keep_from - self._carry_start:] for p, v in self._carry.items()}
+        self._carry_start = keep_from
+
+    def _store(self, episodes: Episodes) -> None:
+        if len(episodes) == 0:
+            return
+        assert self._carry is not None
+        rows = stream_rows(self._carry, episodes, self._carry_start)
+        arrays = arrays_from_rows(self.layout, self._options, self.spec, rows,
+                                  episodes.lengths.copy(), self._next_id, self._where)
+        for position in range(len(episodes)):
+            self._recording.append(arrays.episode(position))
+        self._next_id += len(episodes)
+
+    def _end_unfinished(self) -> None:
+        """Store each stream's steps after its last done as a truncated episode."""
+        rest = self._cutter.unfinished()
+        self._store(rest)
+        self._cutter.open_starts[:] = self._cutter.position
+        if self._carry is not None:
+            self._carry = {p: v[:, v.shape[1]:] for p, v in self._carry.items()}
+            self._carry_start = self._cutter.position
+
+    def create_dataset(
+        self,
+        dataset_id: str,
+        eval_env: Any = None,
+        algorithm_name: str | None = None,
+        author: str | Iterable[str] | None = None,
+        author_email: str | Iterable[str] | None = None,
+        code_permalink: str | None = None,
+        ref_min_score: float | None = None,
+        ref_max_score: float | None = None,
+        description: str | None = None,
+        requirements: list[str] | None = None,
+        extra_metadata: dict[str, Any] | None = None,
+    ) -> MultiAgentDataset:
+        """Create a Minari dataset from every episode so far (Minari's signature).
+
+        Each stream's steps after its last done end here as a truncated episode, as Minari's
+        ``DataCollector`` saves an unfinished episode; later writes start new episodes.
+
+        Raises:
+            InvalidDatasetIdError: malformed id.
+            DatasetExistsError: the id is taken.
+        """
+        del eval_env  # a JAX env is not re-created from the dataset
+        self._end_unfinished()
+        folder = self._recording.write_dataset(dataset_id, **minari_metadata(
+            algorithm_name, author, author_email, code_permalink, description, requirements,
+            ref_min_score, ref_max_score, extra_metadata))
+        return open_written(folder / "data", self.spec, jpeg_encoding=self.jpeg_encoding)
+
+    def add_to_dataset(self, dataset_id: str) -> MultiAgentDataset:
+        """Append every episode so far (unfinished ones end truncated) to ``dataset_id``."""
+        self._end_unfinished()
+        self._recording.add_to_dataset(dataset_id)
+        return load_dataset(dataset_id)
+
+    def close(self) -> None:
+        """Close the journal; episodes in no dataset yet stay recoverable (with a warning).
+        Steps of unfinished episodes are not kept."""
+        unsaved = self._recording.episodes
+        self._recording.close(keep=unsaved > 0)
+        if unsaved:
+            warnings.warn(
+                f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
+                f"{self._recording.path}. Recover them with: marl-minari recover "
+                f"{self._recording.path} <dataset-id>", stacklevel=2)
+
+    def __enter__(self) -> FlashbaxDataCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,170 @@
+"""Vaults written exactly as Mava's systems write them convert with no options; other namings
+with a key map; empty and inconsistent vaults get typed errors naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import minari
+import numpy as np
+import pytest
+from marl_minari.adapters import from_vault, make_buffer, to_vault
+from mava_style import Rollouts, expected_episodes, write_mava_vault
+
+from marl_minari.errors import EmptyVaultError, InvalidOptionError, LayoutError, MarlMinariError
+from marl_minari.sources import open_source
+from marl_minari.storage.dataset import MultiAgentDataset
+
+
+def _check_episodes(dataset: MultiAgentDataset, rollouts: Rollouts,
+                    state: bool = False) -> None:
+    data = rollouts.streams()
+    expected = expected_episodes(data["done"])
+    assert dataset.total_episodes == len(expected)
+    assert dataset.total_steps == data["done"].shape[0] * data["done"].shape[1]
+    agents = [f"agent_{i}" for i in range(rollouts.agents)]
+    for index, want in enumerate(expected):
+        episode = dataset[index]
+        rows = slice(want.start, want.start + want.length)
+        assert len(episode.team_rewards) == want.length
+        for i, agent in enumerate(agents):
+            np.testing.assert_array_equal(episode.observations[agent][:-1],
+                                          data["observation"][want.stream, rows, i])
+            np.testing.assert_array_equal(episode.actions[agent],
+                                          data["action"][want.stream, rows, i])
+            np.testing.assert_array_equal(
+                episode.agent_infos[agent]["action_mask"][:-1],
+                data["legal_action_mask"][want.stream, rows, i].astype(np.int8))
+        np.testing.assert_allclose(episode.rewards, data["reward"][want.stream, rows])
+        # done has no terminated/truncated split: an end on done is a termination, the
+        # unfinished tail of a stream a truncation.
+        assert bool(episode.episode_terminations[-1]) == want.finished
+        assert bool(episode.episode_truncations[-1]) == (not want.finished)
+        assert not episode.episode_terminations[:-1].any()
+        assert not episode.episode_truncations[:-1].any()
+        if state:
+            np.testing.assert_array_equal(episode.state[:-1], data["state"][want.stream, rows])
+
+
+def test_a_mava_vault_converts_with_no_options(vaults: Path, datasets_root: Path) -> None:
+    rollouts = Rollouts(envs=4, agents=3, updates=6, rollout=8, seed=1)
+    assert write_mava_vault(vaults, "ff_ippo", "run", rollouts) == 48
+    dataset = from_vault(vaults, "ff_ippo", "run", "mava/ippo-v0")
+    _check_episodes(dataset, rollouts)
+    plain = minari.load_dataset("mava/ippo-v0")
+    assert plain.total_episodes == dataset.total_episodes
+    ends = {e.start + e.length for e in expected_episodes(rollouts.streams()["done"])}
+    assert len(ends) > 3  # episodes end at different steps in different streams
+
+
+def test_a_mava_vault_with_a_global_state(vaults: Path, datasets_root: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=4, rollout=6, seed=2, state_dim=7)
+    write_mava_vault(vaults, "mat", "run", rollouts)
+    dataset = from_vault(vaults, "mat", "run", "mava/state-v0")
+    _check_episodes(dataset, rollouts, state=True)
+
+
+def test_a_mava_vault_is_read_in_place_through_the_door(vaults: Path) -> None:
+    rollouts = Rollouts(envs=3, agents=2, updates=3, rollout=7, seed=3)
+    write_mava_vault(vaults, "ff_ippo", "run", rollouts)
+    source = open_source(vaults / "ff_ippo" / "run")
+    expected = expected_episodes(rollouts.streams()["done"])
+    assert source.total_episodes == len(expected)
+    np.testing.assert_array_equal(source.episode_lengths(), [e.length for e in expected])
+    # Any episodes, in any order, read the same as in order.
+    picked = [5, 0, 3]
+    arrays = source.read(picked)
+    data = rollouts.streams()
+    offset = 0
+    for position, index in enumerate(picked):
+        want = expected[index]
+        got = arrays.actions["agent_1"][offset:offset + want.length]
+        np.testing.assert_array_equal(got, data["action"][want.stream, want.start:
+                                                          want.start + want.length, 1])
+        assert arrays.episode_ids[position] == index
+        offset += want.length
+    assert not list(vaults.parent.glob("**/*.hdf5"))  # no temporary copy was written
+
+
+def test_a_vault_converted_from_mava_goes_back_to_a_vault(vaults: Path,
+                                                          datasets_root: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=3, rollout=8, seed=4)
+    write_mava_vault(vaults, "ff_ippo", "run", rollouts)
+    dataset = from_vault(vaults, "ff_ippo", "run", "mava/back-v0")
+    path = to_vault(dataset, vaults, "again", "u")
+    source = open_source(path, vault_options={"restore": False})
+    assert source.total_episodes == dataset.total_episodes
+    np.testing.assert_array_equal(source.episode_lengths(),
+                                  [dataset[i].total_steps for i in range(len(dataset))])
+
+
+def _rename(vault: Path, names: dict[str, str]) -> None:
+    """Rename leaves of a vault written by Flashbax (its metadata and its stored arrays)."""
+    import tensorstore as ts
+
+    meta = json.loads((vault / "metadata.json").read_text())
+    for kind in ("structure_shape", "structure_dtype"):
+        meta[kind] = {names.get(k, k): v for k, v in meta[kind].items()}
+    (vault / "metadata.json").write_text(json.dumps(meta))
+    for old, new in names.items():
+        spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{vault}",
+                                              "path": f"{old}."}}
+        source = ts.open(spec, open=True).result()
+        values = source[:, :4096].read().result()
+        target = dict(spec, kvstore=dict(spec["kvstore"], path=f"{new}."))
+        store = ts.open(target, create=True, shape=source.shape, dtype=source.dtype,
+                        chunk_layout=source.chunk_layout).result()
+        store[:, :4096].write(values).result()
+
+
+def test_another_naming_errors_with_the_keys_found_then_converts_with_a_map(
+        vaults: Path, datasets_root: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=2, rollout=8, seed=5)
+    write_mava_vault(vaults, "own", "run", rollouts)
+    _rename(vaults / "own" / "run", {"observation": "obs", "action": "act", "reward": "rew",
+                                     "done": "finished"})
+    with pytest.raises(LayoutError) as error:
+        from_vault(vaults, "own", "run", "own/x-v0")
+    message = str(error.value)
+    assert "'act', 'finished', 'legal_action_mask', 'obs', 'rew'" in message
+    assert "keys={'observations': 'obs', 'actions': 'act', 'rewards': 'rew', " in message
+    dataset = from_vault(vaults, "own", "run", "own/x-v0", keys={
+        "observations": "obs", "actions": "act", "rewards": "rew", "dones": "finished",
+        "legals": "legal_action_mask"})
+    _check_episodes(dataset, rollouts)
+    with pytest.raises(InvalidOptionError, match="unknown roles"):
+        from_vault(vaults, "own", "run", "own/y-v0", keys={"obs": "obs"})
+    with pytest.raises(LayoutError, match="maps 'rewards' to 'reward', which is not"):
+        from_vault(vaults, "own", "run", "own/y-v0", keys={
+            "observations": "obs", "actions": "act", "rewards": "reward", "dones": "finished"})
+
+
+def test_an_empty_vault_says_so(vaults: Path, datasets_root: Path) -> None:
+    import jax
+    from flashbax.vault import Vault
+    from mava_style import flat_buffer
+
+    _, state = flat_buffer(Rollouts(), 20)
+    Vault(vault_name="empty", experience_structure=state.experience, rel_dir=str(vaults),
+          vault_uid="u")
+    del jax
+    with pytest.raises(EmptyVaultError) as error:
+        from_vault(vaults, "empty", "u", "mava/empty-v0")
+    assert "holds no time steps" in str(error.value)
+    assert "10000000000000" not in str(error.value)
+    assert "corrupt" not in str(error.value).lower()
+    with pytest.raises(EmptyVaultError):
+        make_buffer([vaults / "empty" / "u"], sample_batch_size=2, sample_sequence_length=2)
+
+
+def test_make_buffer_takes_a_mava_vault(vaults: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=3, rollout=8, seed=6)
+    write_mava_vault(vaults, "ff_ippo", "run", rollouts)
+    buffer, state = make_buffer([vaults / "ff_ippo" / "run"], sample_batch_size=2,
+                                sample_sequence_length=2)
+    assert state is not None and buffer is not None
+
+
+def test_every_error_here_is_typed() -> None:
+    assert issubclass(EmptyVaultError, MarlMinariError)

@@ -1,0 +1,166 @@
+"""FlashbaxDataCollector: Mava's training loop with the collector in place of ``Vault``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnasium import spaces
+from marl_minari.adapters import from_vault
+from marl_minari.collectors import FlashbaxDataCollector
+from mava_style import Rollouts, buffer_states, expected_episodes, flat_buffer
+
+from marl_minari.errors import BufferOverrunError, InvalidOptionError
+from marl_minari.storage.dataset import MultiAgentDataset
+from marl_minari.storage.recording import recover_recording
+
+FIELDS = ("rewards", "terminations", "truncations", "active", "acted", "team_rewards",
+          "episode_terminations", "episode_truncations")
+
+
+def assert_same_episodes(a: MultiAgentDataset, b: MultiAgentDataset) -> None:
+    assert a.total_episodes == b.total_episodes
+    for index in range(a.total_episodes):
+        x, y = a[index], b[index]
+        for agent in x.possible_agents:
+            np.testing.assert_array_equal(x.observations[agent], y.observations[agent])
+            np.testing.assert_array_equal(x.actions[agent], y.actions[agent])
+            np.testing.assert_array_equal(x.agent_infos[agent]["action_mask"],
+                                          y.agent_infos[agent]["action_mask"])
+        for name in FIELDS:
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+        if x.state is not None or y.state is not None:
+            np.testing.assert_array_equal(x.state, y.state)
+
+
+def _collector(state: Any, tmp_path: Path, **kwargs: Any) -> FlashbaxDataCollector:
+    return FlashbaxDataCollector(experience_structure=state.experience,
+                                 recording_path=tmp_path / "recording", **kwargs)
+
+
+def test_the_dataset_equals_vault_write_then_from_vault(tmp_path: Path) -> None:
+    from flashbax.vault import Vault
+
+    rollouts = Rollouts(envs=3, agents=2, updates=7, rollout=6, seed=11, state_dim=3)
+    vault = collector = None
+    consumed, written = [], []
+    for state in buffer_states(rollouts, time_axis=16):
+        if vault is None:
+            vault = Vault(vault_name="run", experience_structure=state.experience,
+                          rel_dir=str(tmp_path / "vaults"), vault_uid="u")
+            collector = _collector(state, tmp_path)
+        assert collector is not None
+        written.append(int(vault.write(state)))
+        consumed.append(collector.write(state))
+    assert consumed == written == [6] * 7
+    assert collector is not None
+    ours = collector.create_dataset("jax/collected-v0", algorithm_name="ippo", author="t",
+                                    author_email="t@example.com",
+                                    code_permalink="https://example.com", description="t")
+    theirs = from_vault(tmp_path / "vaults", "run", "u", "jax/vaulted-v0")
+    assert_same_episodes(ours, theirs)
+    assert ours.total_episodes == len(expected_episodes(rollouts.streams()["done"]))
+    collector.close()
+
+
+def test_write_takes_each_timestep_once(tmp_path: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=3, rollout=5, seed=12)
+    collector = None
+    for state in buffer_states(rollouts, time_axis=12):
+        collector = collector or _collector(state, tmp_path)
+        assert collector.write(state) == 5
+        assert collector.write(state) == 0  # nothing new: nothing written twice
+    assert collector is not None
+    dataset = collector.create_dataset("jax/once-v0", description="t")
+    assert dataset.total_steps == 2 * 15
+    assert dataset.total_episodes == len(expected_episodes(rollouts.streams()["done"]))
+    collector.close()
+
+
+def test_episodes_are_durable_as_soon_as_write_returns(tmp_path: Path) -> None:
+    """A killed training loop keeps every finished episode; recover makes the dataset."""
+    recording = tmp_path / "recording"
+    script = textwrap.dedent(f"""
+        import os, signal, sys, warnings
+        warnings.simplefilter("ignore")
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "support")!r})
+        from mava_style import Rollouts, buffer_states
+        from marl_minari.collectors import FlashbaxDataCollector
+        collector = None
+        for state in buffer_states(Rollouts(envs=3, agents=2, updates=4, rollout=6, seed=13),
+                                   time_axis=16):
+            collector = collector or FlashbaxDataCollector(
+                experience_structure=state.experience, recording_path={str(recording)!r})
+            collector.write(state)
+        print(collector.durable_episodes, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ}, timeout=300)
+    assert run.returncode == -9, run.stderr
+    durable = int(run.stdout.strip().splitlines()[-1])
+    assert durable > 0
+    recover_recording(recording, "jax/recovered-v0")
+    from marl_minari import load_dataset
+
+    recovered = load_dataset("jax/recovered-v0")
+    rollouts = Rollouts(envs=3, agents=2, updates=4, rollout=6, seed=13)
+    list(rollouts)  # the same updates the killed process made
+    finished = expected_episodes(rollouts.streams()["done"], trailing=False)
+    assert recovered.total_episodes == durable == len(finished)  # only unfinished ones lost
+    data = rollouts.streams()
+    for index, want in enumerate(finished):
+        np.testing.assert_array_equal(
+            recovered[index].actions["agent_0"],
+            data["action"][want.stream, want.start:want.start + want.length, 0])
+
+
+def test_a_buffer_that_wrapped_past_unwritten_timesteps_is_an_error(tmp_path: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=4, rollout=6, seed=14)
+    buffer, state = flat_buffer(rollouts, 10)
+    add = jax.jit(buffer.add)
+    updates = iter(rollouts)
+    collector = _collector(state, tmp_path)
+    state = add(state, jax.tree.map(jnp.asarray, next(updates)))
+    assert collector.write(state) == 6
+    state = add(state, jax.tree.map(jnp.asarray, next(updates)))
+    state = add(state, jax.tree.map(jnp.asarray, next(updates)))  # 12 > 9 steps unwritten
+    with pytest.raises(BufferOverrunError, match="at least every 9 timesteps"):
+        collector.write(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        collector.close()
+
+
+def test_a_buffer_full_before_the_first_write_is_an_error(tmp_path: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=2, rollout=6, seed=15)
+    buffer, state = flat_buffer(rollouts, 10)
+    collector = _collector(state, tmp_path)
+    for update in rollouts:
+        state = buffer.add(state, jax.tree.map(jnp.asarray, update))
+    with pytest.raises(BufferOverrunError, match="already full"):
+        collector.write(state)
+    collector.close()
+
+
+def test_integer_actions_without_masks_need_action_spaces(tmp_path: Path) -> None:
+    structure = {"observation": np.zeros((2, 8, 3, 4), np.float32),
+                 "action": np.zeros((2, 8, 3), np.int32),
+                 "reward": np.zeros((2, 8, 3), np.float32), "done": np.zeros((2, 8, 3), bool)}
+    with pytest.raises(InvalidOptionError, match="pass action_spaces="):
+        FlashbaxDataCollector(experience_structure=structure,
+                              recording_path=tmp_path / "r1").close()
+    collector = FlashbaxDataCollector(
+        experience_structure=structure, recording_path=tmp_path / "r2",
+        action_spaces={f"agent_{i}": spaces.Discrete(6) for i in range(3)})
+    assert collector.spec.action_spaces["agent_2"] == spaces.Discrete(6)
+    collector.close()
