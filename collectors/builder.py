@@ -21,6 +21,10 @@ from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.episode_writer import check_options
 
+_ATOMS = frozenset({int, float, bool, str, bytes, type(None), np.int64, np.int32, np.float64,
+                    np.float32, np.bool_})
+"""Leaf types that cannot change after they were handed out (kept as they are)."""
+
 
 def detached(value: Any) -> Any:
     """``value`` with every array in it copied, so that an env (or policy) writing into a
@@ -30,13 +34,25 @@ def detached(value: Any) -> Any:
     memory speed, not pixel by pixel, and its encoder reads it as before. Dicts, tuples and
     lists are rebuilt around the copies; other leaves are kept as they are.
     """
+    kind = type(value)  # exact types first: this runs for every value of every step
+    if kind is np.ndarray:
+        return value.copy(order="K")
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return detached_mapping(value)
     if isinstance(value, np.ndarray):
         return np.array(value, order="K", copy=True)
     if isinstance(value, dict):
-        return {key: detached(item) for key, item in value.items()}
+        return detached_mapping(value)
     if isinstance(value, (tuple, list)):
         return type(value)(detached(item) for item in value)
     return value
+
+
+def detached_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A plain dict of :func:`detached` copies of ``value``'s items (one dict built, not two)."""
+    return {key: detached(item) for key, item in value.items()}
 
 
 class EpisodeBuilder:
@@ -102,7 +118,7 @@ class EpisodeBuilder:
             truncations: Mapping[str, bool], infos: Mapping[str, Any], *, state: Any = None,
             extras: Mapping[str, Any] | None = None) -> None:
         """Record one step: the actions taken and what came back."""
-        self._actions.append(detached(dict(actions)))
+        self._actions.append(detached_mapping(actions))
         self._rewards.append(dict(rewards))
         self._terms.append(dict(terminations))
         self._truncs.append(dict(truncations))
@@ -111,12 +127,12 @@ class EpisodeBuilder:
     def _row(self, observations: Mapping[str, Any], infos: Mapping[str, Any], state: Any,
              extras: Mapping[str, Any] | None) -> None:
         self._check_infos(infos)
-        self._obs.append(detached(dict(observations)))
-        self._infos.append(detached(dict(infos)))
+        self._obs.append(detached_mapping(observations))
+        self._infos.append(detached_mapping(infos))
         if self.has_state:
             self._states.append(detached(state))
         if extras is not None:
-            self._extras.append(detached(dict(extras)))
+            self._extras.append(detached_mapping(extras))
 
     def _check_infos(self, infos: Mapping[str, Any]) -> None:
         if not self.record_infos:

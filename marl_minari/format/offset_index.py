@@ -2,10 +2,17 @@
 
 ``marl_minari_index.npz`` beside ``main_data.hdf5`` lets readers copy contiguous datasets
 straight out of a memory map instead of opening each one through HDF5. It is a cache, never a
-source of truth: a reader trusts it only after the checks of :func:`load` (``docs/format.md``,
-"marl_minari_index.npz"), and reads through h5py whenever anything disagrees. The index is
-bound to the file's bytes by their BLAKE3 digest, so any write to the file after indexing
-(deleting an episode, rewriting a dataset in place) invalidates it, whatever the file's size.
+source of truth: a reader uses it only after the cheap checks of :func:`load` (``docs/format.md``,
+"marl_minari_index.npz"), and reads through h5py whenever anything disagrees.
+
+Before an entry's bytes are read, :func:`trusted` binds it to the file, at a cost that follows
+the read: each entry read is compared with HDF5's own storage offset, dtype and shape of that
+dataset (one low-level open), so reading one episode of a copied or downloaded dataset costs a
+few such opens, never a pass over the whole file. Only once a process has spent about as much
+on those comparisons as hashing the file would cost does it hash the file instead, once per file
+state, and then trusts every entry if the digest is the one the index was written for (a file
+written since, by any tool, keeps being checked entry by entry). That bounds a whole-dataset
+read at about twice the cheaper of the two ways.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any, Final
 import blake3
 import h5py
 import numpy as np
+from numpy.typing import DTypeLike
 
 from marl_minari.format import layout
 from marl_minari.format.digests import BLAKE3, hash_file, remembered_digests, stat_key
@@ -34,9 +42,16 @@ SEAL_ATTRIBUTE: Final = "marl_minari_index_blake3"
 """Root attribute of ``main_data.hdf5``: BLAKE3 of the index's content (:func:`content_digest`),
 so an index edited after the file was written is never trusted."""
 
+ENTRY_COST_BYTES: Final = 64 * 1024
+"""What comparing one index entry with HDF5 costs, in bytes of file hashed in the same time
+(one low-level open, offset, type and shape: 50-100 us on the benchmark machine, while BLAKE3
+hashes 1-3 GB/s from the page cache, and less from disks or network file systems)."""
+
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
 _FINGERPRINTS_LOCK = threading.Lock()
+_BINDINGS: dict[tuple[Any, ...], _Binding] = {}
+_BINDINGS_KEPT: Final = 64
 
 
 @dataclass(frozen=True)
@@ -48,16 +63,20 @@ class OffsetIndex:
         offsets: ``{path: (E,) int64}`` byte offset of ``episode_<e>/<path>`` in the file,
             ``-1`` where that dataset is absent or not stored contiguously.
         file_size: bytes of ``main_data.hdf5`` when the index was written.
-        fingerprint: BLAKE3 hex digest of ``main_data.hdf5`` when the index was written.
+        fingerprint: BLAKE3 hex digest of ``main_data.hdf5`` when the index was written;
+            ``None`` when the writer did not hash the file (an append).
+        content: :func:`content_digest` of the index as read (what :func:`seal` stored).
     """
 
     steps: np.ndarray
     offsets: dict[str, np.ndarray]
     file_size: int
-    fingerprint: str
+    fingerprint: str | None
+    content: str
 
 
-def seal(file: h5py.File, offsets: dict[str, list[int]], steps: list[int]) -> None:
+def seal(file: h5py.File, offsets: dict[str, list[int]] | dict[str, np.ndarray],
+         steps: list[int] | np.ndarray) -> None:
     """Record the digest of the index about to be written in ``file`` (still open)."""
     file.attrs[SEAL_ATTRIBUTE] = content_digest(
         np.asarray(steps, dtype=np.int64),
@@ -73,12 +92,14 @@ def content_digest(steps: np.ndarray, offsets: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def write(h5_path: Path, offsets: dict[str, list[int]], steps: list[int]) -> None:
+def write(h5_path: Path, offsets: dict[str, list[int]] | dict[str, np.ndarray],
+          steps: list[int] | np.ndarray, *, hashed: bool = True) -> None:
     """Write the index of the closed file ``h5_path`` (sealed by :func:`seal`) beside it,
-    atomically."""
+    atomically; ``hashed=False`` leaves the file's digest out (``null``), which an append
+    does so that its cost does not grow with the file."""
     paths = sorted(offsets)
     header = {"version": INDEX_VERSION, "file_size": h5_path.stat().st_size,
-              "blake3": fingerprint(h5_path), "paths": paths}
+              "blake3": fingerprint(h5_path) if hashed else None, "paths": paths}
     arrays: dict[str, Any] = {
         f"o{i}": np.asarray(offsets[p], dtype=np.int64) for i, p in enumerate(paths)}
     target = h5_path.parent / layout.INDEX_FILE_NAME
@@ -103,7 +124,7 @@ def read(data_path: Path) -> OffsetIndex | None:
             offsets = {str(p): np.asarray(stored[f"o{i}"], dtype=np.int64)
                        for i, p in enumerate(paths)}
         digest, file_size = header["blake3"], header["file_size"]
-        if (header["version"] != INDEX_VERSION or not isinstance(digest, str)
+        if (header["version"] != INDEX_VERSION or not isinstance(digest, (str, type(None)))
                 or not isinstance(file_size, int)):
             return None
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
@@ -111,7 +132,7 @@ def read(data_path: Path) -> OffsetIndex | None:
         return None
     if steps.ndim != 1 or any(o.shape != steps.shape for o in offsets.values()):
         return None
-    return OffsetIndex(steps, offsets, file_size, digest)
+    return OffsetIndex(steps, offsets, file_size, digest, content_digest(steps, offsets))
 
 
 def load(data_path: Path, file: h5py.File, total_episodes: int,
@@ -119,12 +140,13 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     """The index of ``data_path`` if every cheap check passes, else ``None``.
 
     Checks, in order of cost: it was written for a file of this size, covers
-    ``total_episodes`` episodes summing to ``total_steps``; every offset is ``-1`` or inside
-    the file; the file
-    holds the digest of exactly this index (:func:`seal`), and the file's BLAKE3 equals the
-    one the index was written for (so neither was changed since); the first, middle and last
-    episodes' offsets equal HDF5's storage offsets. :func:`mismatches` checks every entry
-    (the conformance check does).
+    ``total_episodes`` episodes summing to ``total_steps``, and the file holds that many
+    groups (an episode deleted or added since invalidates it); every offset is ``-1`` or inside
+    the file; the file holds the digest of exactly this index (:func:`seal`, so the index was
+    not edited); the first, middle and last episodes' offsets equal HDF5's storage offsets.
+    Nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
+    before its bytes are read, and :func:`mismatches` checks every entry (the conformance
+    check does).
     """
     index = read(data_path)
     if index is None:
@@ -132,15 +154,45 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     h5_path = Path(data_path) / layout.MAIN_FILE_NAME
     size = h5_path.stat().st_size
     if (index.file_size != size or len(index.steps) != total_episodes
-            or int(index.steps.sum()) != total_steps
+            or len(file) != total_episodes or int(index.steps.sum()) != total_steps
             or not _offsets_plausible(index, size)
-            or file.attrs.get(SEAL_ATTRIBUTE) != content_digest(index.steps, index.offsets)
-            or fingerprint(h5_path) != index.fingerprint):
+            or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
         return None
     sample = sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
     if mismatches(index, file, sample):
         return None
     return index
+
+
+def extendable(index: OffsetIndex | None, file: h5py.File,
+               episodes: int) -> OffsetIndex | None:
+    """``index`` cut to its first ``episodes`` entries, if it was written with ``file`` (its
+    seal), for an append to extend; else ``None``.
+
+    Nothing here reads the episodes: entries that a later write outdated are caught where
+    they are read (:func:`trusted`), as for any index.
+    """
+    if (index is None or len(index.steps) < episodes
+            or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
+        return None
+    steps = index.steps[:episodes]
+    offsets = {path: found[:episodes] for path, found in index.offsets.items()}
+    return OffsetIndex(steps, offsets, index.file_size, None, content_digest(steps, offsets))
+
+
+def joined(previous: OffsetIndex, offsets: dict[str, list[int]],
+           steps: list[int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The entries of ``previous`` followed by those of the episodes written after it
+    (``-1`` where a path exists on one side only)."""
+    before, after = len(previous.steps), len(steps)
+    merged = {}
+    for path in previous.offsets.keys() | offsets.keys():
+        old = previous.offsets.get(path)
+        new = offsets.get(path)
+        merged[path] = np.concatenate([
+            np.full(before, -1, dtype=np.int64) if old is None else old,
+            np.full(after, -1, dtype=np.int64) if new is None else np.asarray(new, np.int64)])
+    return merged, np.concatenate([previous.steps, np.asarray(steps, dtype=np.int64)])
 
 
 def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
@@ -178,6 +230,106 @@ def mismatches(index: OffsetIndex, file: h5py.File,
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
     return found
+
+
+class _Binding:
+    """What one process knows of one index against one state of its file."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.whole_file: bool | None = None  # None: not hashed; else digest == the index's
+        self.checked: dict[tuple[str, str], np.ndarray] = {}  # (path, dtype+shape) -> entries
+        self.spent = 0  # entries compared with HDF5 so far
+
+
+def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndarray,
+            dtype: DTypeLike, row_shape: tuple[int, ...], rows: np.ndarray) -> np.ndarray:
+    """``(len(episode_ids),)`` bool: which entries of ``path`` may be read from the file's
+    bytes as ``rows[i]`` rows of ``dtype`` and ``row_shape``.
+
+    An entry is trusted when HDF5 says ``episode_<e>/<path>`` is stored contiguously at the
+    indexed offset, with exactly that type and shape (then its bytes are that dataset's, as
+    h5py would read them), or when the whole file's BLAKE3 equals the index's (the file was
+    not written since it was indexed). Entries are compared one by one, once per process and
+    file state, until that has cost about as much as hashing the file (``ENTRY_COST_BYTES``
+    per entry against the file's size); only then is the file hashed, once. So reading one
+    episode or one chunk costs what it touches, and reading everything at most about twice
+    the cheaper of the two ways. An index without a digest (written by an append) is always
+    checked entry by entry.
+
+    ``file`` must be open on the file the caller reads the bytes from (its identity, not its
+    path, keys what this process remembers).
+    """
+    binding = _binding(file, index)
+    dtype = np.dtype(dtype)
+    ids = np.asarray(episode_ids, dtype=np.int64)
+    with binding.lock:
+        if binding.whole_file:
+            return np.ones(len(ids), dtype=bool)
+        checked = binding.checked.setdefault(
+            (path, dtype.str + str(row_shape)), np.zeros(len(index.steps), dtype=np.int8))
+        todo = np.flatnonzero(checked[ids] == 0)
+        if (binding.whole_file is None and index.fingerprint is not None and todo.size
+                and (binding.spent + todo.size) * ENTRY_COST_BYTES >= index.file_size):
+            binding.whole_file = _same_file_hash(file, index.fingerprint)
+            if binding.whole_file:
+                return np.ones(len(ids), dtype=bool)
+        binding.spent += todo.size
+        expected_type = h5py.h5t.py_create(dtype)
+        todo_ids = ids[todo]
+        checked[todo_ids] = [
+            1 if _agrees(file, f"episode_{episode_id}/{path}", offset, expected_type,
+                         (count, *row_shape)) else -1
+            for episode_id, offset, count in zip(
+                todo_ids.tolist(), index.offsets[path][todo_ids].tolist(),
+                np.asarray(rows)[todo].tolist(), strict=True)]
+        return checked[ids] == 1
+
+
+def _agrees(file: h5py.File, path: str, offset: int, expected_type: h5py.h5t.TypeID,
+            shape: tuple[int, ...]) -> bool:
+    """Whether ``path`` is stored contiguously at ``offset`` with this type and shape.
+
+    ``H5Dget_offset`` is defined only for contiguous storage in the file itself (none for
+    chunked, compact, external or virtual datasets, or unallocated ones).
+    """
+    if offset < 0:
+        return False
+    try:
+        dataset = h5py.h5d.open(file.id, path.encode())
+    except (KeyError, ValueError):
+        return False
+    return (dataset.get_offset() == offset and dataset.get_type().equal(expected_type)
+            and dataset.get_space().get_simple_extent_dims() == shape)
+
+
+def _identity(file: h5py.File) -> tuple[int, ...]:
+    """``stat_key`` of the file ``file`` has open (not of whatever its path names now)."""
+    return stat_key(os.fstat(file.id.get_vfd_handle()))
+
+
+def _same_file_hash(file: h5py.File, expected: str) -> bool:
+    h5_path = Path(file.filename)
+    try:
+        same = stat_key(os.stat(h5_path)) == _identity(file)
+    except OSError:
+        return False
+    # Hashed by path: only trusted if the path still names the open file afterwards.
+    return (same and fingerprint(h5_path) == expected
+            and stat_key(os.stat(h5_path)) == _identity(file))
+
+
+def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:
+    """The process's binding of ``index`` to the current state of the file ``file`` has open
+    (a write to the file, or another index, starts a new one)."""
+    key = (_identity(file), index.content)
+    with _FINGERPRINTS_LOCK:
+        found = _BINDINGS.get(key)
+        if found is None:
+            while len(_BINDINGS) >= _BINDINGS_KEPT:
+                del _BINDINGS[next(iter(_BINDINGS))]
+            found = _BINDINGS[key] = _Binding()
+        return found
 
 
 def fingerprint(h5_path: Path) -> str:

@@ -201,25 +201,40 @@ class EpisodeReader:
         out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
         offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
+        usable = np.zeros(len(indices), dtype=bool)
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
             mapped = self._mapped()
             ends = starts + rows * row_bytes
-            if bool((starts >= 0).all()) and bool((ends <= len(mapped)).all()):
+            usable = (starts >= 0) & (ends <= len(mapped))
+            if usable.any():
+                assert self._index is not None
+                usable[usable] = offset_index.trusted(
+                    self._index, self._file, leaf.path, indices[usable], leaf.dtype,
+                    leaf.row_shape, rows[usable])
+            if usable.all():
                 np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
                                                             strict=True)],
                                out=out.reshape(-1).view(np.uint8))
                 return out
+        flat = out.reshape(len(out), -1).view(np.uint8) if usable.any() else out
         start = 0
-        for index, count in zip(indices.tolist(), rows.tolist(), strict=True):
-            self._read_h5(leaf, index, out[start:start + count])
+        for position, (index, count) in enumerate(zip(indices.tolist(), rows.tolist(),
+                                                      strict=True)):
+            if usable[position]:
+                begin = int(starts[position])
+                flat[start:start + count] = self._mapped()[begin:int(ends[position])].reshape(
+                    count, -1)
+            else:
+                self._read_h5(leaf, index, out[start:start + count])
             start += count
         return out
 
     def _mapped(self) -> np.ndarray:
         if self._map is None:
-            with open(self._path, "rb") as handle:
-                self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            # The file HDF5 has open, not whatever the path names now: the index entries were
+            # checked against this one (an append replaces the path's file).
+            self._mmap = mmap.mmap(self._file.id.get_vfd_handle(), 0, access=mmap.ACCESS_READ)
             self._map = np.frombuffer(self._mmap, dtype=np.uint8)
         return self._map
 

@@ -52,9 +52,12 @@ class EpisodeFileWriter:
         path: the ``main_data.hdf5`` to write (created if missing, appended to otherwise).
         spec: the dataset's spec (spaces decide which leaves are JPEG-encoded).
         jpeg_encoding: JPEG-encode image-like uint8 Box leaves, as Minari does by default.
+        index: the offset index of the dataset being appended to; extended on close if it
+            was written with this file (:func:`~marl_minari.format.offset_index.extendable`).
     """
 
-    def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True) -> None:
+    def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True,
+                 index: offset_index.OffsetIndex | None = None) -> None:
         self._path = Path(path)
         self._file = h5py.File(self._path, "a")
         if layout.AGENTS_ATTRIBUTE not in self._file.attrs:  # the column order, for readers
@@ -67,6 +70,9 @@ class EpisodeFileWriter:
             "gzip", "lzf") else {}
         self._offsets: dict[str, list[int]] = {}
         self._steps: list[int] = []
+        # The index of the episodes already in the file, extended on close; without one, an
+        # append leaves no index (building it would read every stored episode).
+        self._previous = offset_index.extendable(index, self._file, self._first_id)
 
     @property
     def total_episodes(self) -> int:
@@ -112,11 +118,18 @@ class EpisodeFileWriter:
         """Close the file and write the offset index beside it."""
         if not self._file.id.valid:
             return
-        if self._first_id == 0:
-            offset_index.seal(self._file, self._offsets, self._steps)
+        indexed = self._first_id == 0 or self._previous is not None
+        offsets: dict[str, list[int]] | dict[str, np.ndarray] = self._offsets
+        steps: list[int] | np.ndarray = self._steps
+        if self._previous is not None:
+            offsets, steps = offset_index.joined(self._previous, self._offsets, self._steps)
+        if indexed:
+            offset_index.seal(self._file, offsets, steps)
         self._file.close()
-        if self._first_id == 0:
-            offset_index.write(self._path, self._offsets, self._steps)
+        if indexed:
+            # A new file is hashed (it was just written); an appended one is not, so that
+            # the append's cost does not grow with the episodes already stored.
+            offset_index.write(self._path, offsets, steps, hashed=self._first_id == 0)
         else:
             (self._path.parent / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
 

@@ -33,7 +33,7 @@ from marl_minari.errors import (
     IncompatibleSourcesError,
     LayoutError,
 )
-from marl_minari.format import layout
+from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
 from marl_minari.format.metadata import dataset_metadata, metadata_count, read_metadata
@@ -177,20 +177,20 @@ def append_to_dataset(
             claim(work, (data / layout.MAIN_FILE_NAME).stat().st_size + size_hint,
                   f"the episodes added to {dataset_id!r}")
         shutil.copyfile(data / layout.MAIN_FILE_NAME, scratch)
-        _drop_uncommitted(scratch, committed)
+        generation = uuid.uuid4().hex
+        # Before the episodes: the file is not written after its offset index is.
+        _drop_uncommitted(scratch, committed, generation)
         steps = 0
         notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(scratch, stored, jpeg_encoding=bool(
-                metadata.get("jpeg_encoding", True))) as writer:
+                metadata.get("jpeg_encoding", True)),
+                index=offset_index.read(data)) as writer:
             for episode in tqdm(episodes, desc=f"adding to {dataset_id}", unit="ep",
                                 disable=not progress):
                 writer.write(episode)
                 steps += episode.total_steps
                 notes.append(_note(episode))
             count = writer.total_episodes
-        generation = uuid.uuid4().hex
-        with h5py.File(scratch, "r+") as file:
-            file.attrs[layout.GENERATION_KEY] = generation
         metadata[layout.GENERATION_KEY] = generation
         _extend_episode_metadata(metadata, committed, notes)
         if journal is not None:
@@ -199,10 +199,18 @@ def append_to_dataset(
         kept = (p for p in data.iterdir() if p.is_file() and p.name not in (
             layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME))
         _write_metadata(work, metadata, _size_mb([scratch, *kept]))
+        index = work / layout.INDEX_FILE_NAME
         if fsync:
             sync_file(scratch)
             sync_file(work / layout.METADATA_FILE_NAME)
-        (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
+            if index.exists():
+                sync_file(index)
+        # The index is bound to its data file by the seal attribute in the file, so readers
+        # ignore it whenever a kill leaves the new index beside the old file or the reverse.
+        if index.exists():
+            os.replace(index, data / layout.INDEX_FILE_NAME)
+        else:
+            (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         os.replace(scratch, data / layout.MAIN_FILE_NAME)
         # The commit point: until this rename, readers see the old episode count.
         os.replace(work / layout.METADATA_FILE_NAME, data / layout.METADATA_FILE_NAME)
@@ -237,13 +245,15 @@ def _extend_episode_metadata(metadata: dict[str, Any], committed: int,
     metadata["episode_metadata"] = before + notes
 
 
-def _drop_uncommitted(path: Path, committed: int) -> None:
-    """Delete ``episode_k`` groups with ``k >= committed`` (left by an interrupted append)."""
+def _drop_uncommitted(path: Path, committed: int, generation: str) -> None:
+    """Delete ``episode_k`` groups with ``k >= committed`` (left by an interrupted append)
+    and stamp the file with the append's ``generation``."""
     with h5py.File(path, "a") as file:
         for name in list(file):
             number = name.removeprefix("episode_")
             if number.isdigit() and int(number) >= committed:
                 del file[name]
+        file.attrs[layout.GENERATION_KEY] = generation
 
 
 def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: str) -> None:

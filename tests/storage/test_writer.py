@@ -27,7 +27,7 @@ from marl_minari.errors import (
     IncompatibleSourcesError,
     InvalidDatasetIdError,
 )
-from marl_minari.format import layout
+from marl_minari.format import layout, offset_index
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.writer import append_to_dataset, write_dataset
 
@@ -194,7 +194,7 @@ def test_large_seeds_and_nested_options_round_trip() -> None:
     assert [e.seed for e in dataset.iterate_episodes()] == [2**64 - 1, -5, None]
 
 
-def test_append_adds_episodes_and_drops_the_index() -> None:
+def test_append_adds_episodes_and_extends_the_index() -> None:
     spec, first = _simple(2)
     _, more = _simple(2, first_seed=10)
     target = write_dataset("team/grow-v0", first, spec)
@@ -202,7 +202,8 @@ def test_append_adds_episodes_and_drops_the_index() -> None:
     dataset = mm.load_dataset("team/grow-v0")
     assert dataset.total_episodes == 4
     assert dataset.total_steps == sum(e.total_steps for e in first + more)
-    assert not (target / "data" / layout.INDEX_FILE_NAME).exists()
+    # kept valid (what readers do with it: tests/storage/test_index_trust.py)
+    assert offset_index.read(target / "data") is not None
     for i, written in enumerate(first + more):
         assert_episode_equal(dataset.episode(i), written)
     plain = minari.load_dataset("team/grow-v0")

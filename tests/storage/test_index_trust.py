@@ -1,0 +1,167 @@
+"""How the offset index is trusted: per entry read, never by a pass over the whole file, and
+kept by appends."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from gymnasium import spaces
+from marl_strategies import assert_episode_equal, random_episode
+
+import marl_minari as mm
+from marl_minari.format import layout, offset_index
+from marl_minari.format.ids import dataset_dir
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.writer import append_to_dataset, write_dataset
+
+AGENTS = ["p", "q"]
+WIDE = {a: spaces.Box(-1, 1, (2048,), dtype=np.float32) for a in AGENTS}
+SMALL = {a: spaces.Box(-3, 3, (3,), dtype=np.float32) for a in AGENTS}
+ACT = {a: spaces.Discrete(4) for a in AGENTS}
+REWARDS = "infos/marl/rewards"
+
+
+def _spec(obs: dict[str, spaces.Space]) -> MultiAgentSpec:
+    return MultiAgentSpec(api="parallel", possible_agents=tuple(AGENTS),
+                          observation_spaces=obs, action_spaces=ACT)
+
+
+def _episodes(obs: dict[str, spaces.Space], lengths: list[int], first_seed: int = 0) -> list:
+    return [random_episode(AGENTS, obs, ACT, steps, seed)
+            for seed, steps in enumerate(lengths, start=first_seed)]
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read with read()-like calls (``rchar``, page cache included)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def _all_trusted(dataset: Any, episode_ids: list[int]) -> bool:
+    """Whether every indexed entry of ``episode_ids`` passes the reader's trust check."""
+    meta = dataset.metadata
+    with h5py.File(dataset.data_path / layout.MAIN_FILE_NAME, "r") as file:
+        index = offset_index.load(dataset.data_path, file, int(meta["total_episodes"]),
+                                  int(meta["total_steps"]))
+        if index is None:
+            return False
+        ids = np.asarray(episode_ids)
+        for path, offsets in index.offsets.items():
+            having = ids[offsets[ids] >= 0]
+            if not having.size:
+                continue
+            probe = h5py.h5d.open(file.id, f"episode_{int(having[0])}/{path}".encode())
+            rows = index.steps[having] + (probe.shape[0] - index.steps[having[0]])
+            if not offset_index.trusted(index, file, path, having, probe.dtype,
+                                        probe.shape[1:], rows).all():
+                return False
+    return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_first_read_of_a_copied_dataset_reads_a_fraction_of_the_file() -> None:
+    episodes = _episodes(WIDE, [100] * 8)
+    write_dataset("trust/wide-v0", episodes, _spec(WIDE))
+    # A copy (new inodes, new times): the digests the writer remembered no longer apply, so
+    # only the index's own checks can make its entries usable.
+    shutil.copytree(dataset_dir("trust/wide-v0"), dataset_dir("trust/copy-v0"))
+    copy = mm.load_dataset("trust/copy-v0")
+    size = (copy.data_path / layout.MAIN_FILE_NAME).stat().st_size
+    before = _bytes_read()
+    arrays = copy.to_arrays([5])
+    read = _bytes_read() - before
+    assert_episode_equal(arrays.episode(0), episodes[5])
+    episode_bytes = 101 * 2048 * 4 * len(AGENTS)
+    assert size > 6 * episode_bytes
+    assert read < size / 4, f"read {read} bytes of a {size}-byte file for one episode"
+    assert _all_trusted(copy, [5])
+
+
+def test_an_entry_that_no_longer_matches_the_file_is_not_used() -> None:
+    # Episodes 1 and 2 get each other's rewards behind the index's back: same shapes, same
+    # seal, same episodes 0, 3 and 5 (the ones every load compares), only the entries moved.
+    episodes = _episodes(SMALL, [4] * 6)
+    write_dataset("trust/swap-v0", episodes, _spec(SMALL))
+    dataset = mm.load_dataset("trust/swap-v0")
+    main = dataset.data_path / layout.MAIN_FILE_NAME
+    with h5py.File(main, "r+") as file:
+        file.move(f"episode_1/{REWARDS}", "episode_1/kept")
+        file.move(f"episode_2/{REWARDS}", f"episode_1/{REWARDS}")
+        file.move("episode_1/kept", f"episode_2/{REWARDS}")
+    _set_index_file_size(dataset.data_path, main.stat().st_size)  # as if it had not grown
+    reloaded = mm.load_dataset("trust/swap-v0")
+    assert not _all_trusted(reloaded, [1]) and _all_trusted(reloaded, [0, 3, 5])
+    arrays = reloaded.to_arrays()
+    np.testing.assert_array_equal(arrays.episode(1).rewards, episodes[2].rewards)
+    np.testing.assert_array_equal(arrays.episode(2).rewards, episodes[1].rewards)
+    np.testing.assert_array_equal(reloaded.to_arrays([1]).episode(0).rewards,
+                                  episodes[2].rewards)
+
+
+def _set_index_file_size(data_path: Path, size: int) -> None:
+    path = data_path / layout.INDEX_FILE_NAME
+    with np.load(path) as stored:
+        arrays = {key: stored[key].copy() for key in stored.files}
+    header = json.loads(arrays["header"].tobytes())
+    header["file_size"] = size
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def _header(data_path: Path) -> dict[str, Any]:
+    with np.load(data_path / layout.INDEX_FILE_NAME) as stored:
+        return dict(json.loads(stored["header"].tobytes()))
+
+
+def test_append_extends_the_index_without_hashing_the_file() -> None:
+    first, second, third = (_episodes(SMALL, lengths, seed) for lengths, seed in
+                            (([3, 5, 2], 0), ([4, 1], 10), ([2], 20)))
+    write_dataset("trust/grow-v0", first, _spec(SMALL))
+    append_to_dataset("trust/grow-v0", second, _spec(SMALL))
+    append_to_dataset("trust/grow-v0", third, _spec(SMALL))
+    dataset = mm.load_dataset("trust/grow-v0")
+    header = _header(dataset.data_path)
+    assert header["blake3"] is None  # the append did not hash the data file for the index
+    index = offset_index.read(dataset.data_path)
+    assert index is not None and index.steps.tolist() == [3, 5, 2, 4, 1, 2]
+    assert _all_trusted(dataset, list(range(6)))
+    arrays = dataset.to_arrays()
+    for position, expected in enumerate(first + second + third):
+        assert_episode_equal(arrays.episode(position), expected)
+    assert mm.check_dataset("trust/grow-v0") is not None
+
+
+def test_append_to_a_dataset_without_an_index_leaves_none() -> None:
+    write_dataset("trust/plain-v0", _episodes(SMALL, [2, 3]), _spec(SMALL))
+    data_path = mm.load_dataset("trust/plain-v0").data_path
+    (data_path / layout.INDEX_FILE_NAME).unlink()
+    added = _episodes(SMALL, [4], 30)
+    append_to_dataset("trust/plain-v0", added, _spec(SMALL))
+    assert not (data_path / layout.INDEX_FILE_NAME).exists()
+    assert_episode_equal(mm.load_dataset("trust/plain-v0").to_arrays([2]).episode(0), added[0])
+
+
+def test_append_after_a_foreign_write_keeps_reads_right() -> None:
+    # Another tool rewrites episode 1's rewards (new storage) after the index was written;
+    # the append carries the outdated entry forward, and readers still never use it.
+    episodes = _episodes(SMALL, [3, 3, 3])
+    write_dataset("trust/foreign-v0", episodes, _spec(SMALL))
+    data_path = mm.load_dataset("trust/foreign-v0").data_path
+    replacement = np.arange(8, dtype=np.float64).reshape(4, 2)  # one row per observation
+    with h5py.File(data_path / layout.MAIN_FILE_NAME, "r+") as file:
+        del file[f"episode_1/{REWARDS}"]
+        file.create_dataset(f"episode_1/{REWARDS}", data=replacement, chunks=(2, 2))
+    append_to_dataset("trust/foreign-v0", _episodes(SMALL, [2], 40), _spec(SMALL))
+    dataset = mm.load_dataset("trust/foreign-v0")
+    assert offset_index.read(dataset.data_path) is not None
+    assert not _all_trusted(dataset, [1]) and _all_trusted(dataset, [0, 2, 3])
+    np.testing.assert_array_equal(dataset.to_arrays([1]).episode(0).rewards, replacement[1:])
