@@ -110,8 +110,8 @@ def to_vault(
         DatasetExistsError: the vault exists.
         LayoutError: the dataset cannot be laid out as asked (empty, no state for
             ``state="env"``...).
-        InvalidOptionError: ``chunk_steps`` < 1, or ``dones`` or ``state`` is not one of the
-            values above.
+        InvalidOptionError: ``chunk_steps`` < 1, or ``dones``, ``state`` or ``compression`` is
+            not one of the values above.
     """
     check_chunk_steps(chunk_steps)
     for option, value, allowed in (("dones", dones, (None, *get_args(Dones))),
@@ -119,6 +119,11 @@ def to_vault(
         if value not in allowed:
             raise InvalidOptionError(f"{option} must be one of {', '.join(map(repr, allowed))}, "
                                      f"got {value!r}")
+    if isinstance(compression, str):
+        if compression != "default":
+            raise InvalidOptionError("compression must be 'default', None or a zarr compressor "
+                                     f"dict such as {DEFAULT_COMPRESSION}, got {compression!r}")
+        compression = DEFAULT_COMPRESSION
     source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:
@@ -126,8 +131,7 @@ def to_vault(
     if vault_uid is None:
         vault_uid = default_vault_uid(source.metadata.get("algorithm_name"))
     path = vault_dir(rel_dir, vault_name, vault_uid)
-    writer = VaultWriter(path, DEFAULT_COMPRESSION if compression == "default"
-                         else compression)  # type: ignore[arg-type]
+    writer = VaultWriter(path, compression)
     try:
         _convert(source, writer, chunk_steps=chunk_steps, dones=dones, terminals=terminals,
                  state=state, seeds=seeds, progress=progress)

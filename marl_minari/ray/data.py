@@ -354,6 +354,8 @@ def map_pattern(dataset: ray.data.Dataset, pattern: str, **kwargs: Any) -> ray.d
     if pattern not in P.PATTERNS:
         raise InvalidOptionError(f"pattern must be one of {sorted(P.PATTERNS)}, got "
                                  f"{pattern!r}")
+    # Ray annotates map_batches' function as taking its own batch union type; a function of a
+    # numpy dict batch (batch_format="numpy") is what it calls, hence the ignore.
     return dataset.map_batches(_apply_pattern,  # type: ignore[arg-type]
                                batch_size=None, batch_format="numpy",
                                fn_kwargs={"pattern": pattern, "kwargs": kwargs})

@@ -298,6 +298,8 @@ def export_rllib(sources: SourceLike | Sequence[SourceLike],
     for group in groups.values():
         dataset = read_dataset(opened, "agent_steps", agents=group["agents"],
                                override_num_blocks=override_num_blocks)
+        # Ray's annotation of the function is its batch union type; a numpy dict is what
+        # batch_format="numpy" passes, hence the ignore.
         dataset = dataset.map_batches(
             _rllib_batch, batch_size=None, batch_format="numpy",  # type: ignore[arg-type]
             fn_kwargs={"modules": mapping, "obs_space": group["obs"], "obs_key": obs_key,

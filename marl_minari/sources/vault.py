@@ -142,7 +142,8 @@ class VaultSource(DatasetSource):
         return {"vault_path": self.vault_path, "_vault_options": self._vault_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["vault_path"], state["_vault_options"])  # type: ignore[misc]
+        # Reopening is exactly what construction does; mypy forbids naming __init__ directly.
+        type(self).__init__(self, state["vault_path"], state["_vault_options"])
 
 
 def _runs(ids: np.ndarray) -> list[tuple[int, int]]:

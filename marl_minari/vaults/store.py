@@ -65,6 +65,10 @@ DEFAULT_COMPRESSION: dict[str, Any] = {"id": "gzip", "level": 5}
 RESTORATION_COMPRESSION: dict[str, Any] = {"id": "zstd", "level": 1}
 """Compressor of the restoration arrays (only marl-minari reads them: fast beats small)."""
 TARGET_CHUNK_BYTES = 1 << 22
+CACHE_BYTES = 1 << 22
+"""Tensorstore's cache for a vault being read: one target chunk. Reads go forward through the
+streams, so a larger pool only keeps chunks already passed (64 MiB made restoring a 58 MB
+vault grow by 80 MB; 4 MiB took the same time, see tests/adapters/test_streaming.py)."""
 """Uncompressed bytes per zarr chunk of the widest array (tensorstore's own default, 4 MiB)."""
 
 
@@ -211,7 +215,7 @@ class VaultReader:
         check_version(self.metadata.get("version"), meta_path)
         self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
                             for path in shapes)
-        self._context = tensorstore().Context({"cache_pool": {"total_bytes_limit": 64 << 20}})
+        self._context = tensorstore().Context({"cache_pool": {"total_bytes_limit": CACHE_BYTES}})
         self._stores: dict[str, ts.TensorStore] = {}
         self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]

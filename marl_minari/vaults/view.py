@@ -285,10 +285,12 @@ def plan_from_spec(spec: MultiAgentSpec, info_paths: dict[str, set[str]], *,
     observations = tuple(flatten_plan(spec.observation_spaces[a], "float32", skip_mask=True)
                          for a in agents)
     width = max((a.size for a in observations), default=0)
-    discrete = all(isinstance(spec.action_spaces[a], spaces.Discrete) for a in agents)
+    discretes = [space for a in agents
+                 if isinstance(space := spec.action_spaces[a], spaces.Discrete)]
+    discrete = len(discretes) == len(agents)
     legals = None
     if discrete:
-        counts = tuple(int(spec.action_spaces[a].n) for a in agents)  # type: ignore[attr-defined]
+        counts = tuple(int(space.n) for space in discretes)
         legals = LegalsPlan(max(counts), counts, tuple(
             _mask_source(spec, a, info_paths.get(a, set())) for a in agents))
         actions = None

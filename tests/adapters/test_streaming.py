@@ -76,18 +76,7 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         yield json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# The vault reader's tensorstore cache pool (64 MiB, marl_minari/vaults/store.py) keeps the chunks a
-# sequential read has passed until it is full, so restoring a vault (which reads the
-# restoration arrays too) grows with it up to 64 MiB. An import stays below the limit in some runs
-# and not in others (19 to 60 MB seen), depending on how full the pool gets: not strict.
-_VAULT_CACHE = pytest.mark.xfail(
-    strict=True, reason="the vault reader caches up to 64 MiB of chunks already read")
-_IMPORT_CACHE = pytest.mark.xfail(
-    strict=False, reason="the vault reader may cache up to 64 MiB of chunks already read")
-
-
-@pytest.mark.parametrize("conversion", ["to_vault", pytest.param("restore", marks=_VAULT_CACHE),
-                                        pytest.param("import", marks=_IMPORT_CACHE)])
+@pytest.mark.parametrize("conversion", ["to_vault", "restore", "import"])
 def test_peak_memory_stays_below_the_dataset(peak_growth: dict[str, int],
                                              conversion: str) -> None:
     assert peak_growth[conversion] < DATA_BYTES / 3, (conversion, peak_growth, DATA_BYTES)
