@@ -216,7 +216,9 @@ def append_to_dataset(
         os.replace(work / layout.METADATA_FILE_NAME, data / layout.METADATA_FILE_NAME)
         if fsync:
             sync_folder(data)
-        _remember_digests(data.parent)
+        # Not the data file: hashing it would make every append cost a pass over the whole
+        # dataset; publishing hashes it when asked (its remembered digests are dropped here).
+        _remember_digests(data.parent, data_file=False)
     return data.parent
 
 
@@ -300,9 +302,11 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serializable")
 
 
-def _remember_digests(folder: Path) -> None:
-    """Hash the new files while they are in the page cache, so publishing need not."""
-    names = (layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)
+def _remember_digests(folder: Path, *, data_file: bool = True) -> None:
+    """Hash the new files while they are in the page cache, so publishing need not
+    (``data_file=False``: all but ``main_data.hdf5``, whose remembered digests go)."""
+    names = ((layout.MAIN_FILE_NAME,) if data_file else ()) + (
+        layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)
     remember_digests(folder, [f"data/{name}" for name in names
                               if (folder / "data" / name).is_file()])
 
