@@ -226,3 +226,19 @@ def record_cartpole() -> Callable[..., Any]:
         return dataset
 
     return record
+
+
+@pytest.fixture
+def hashed_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts every byte fed to a digest from here on (the real hashing still runs)."""
+    from marl_minari.format.digests import MultiHash
+
+    counts: list[int] = []
+    update = MultiHash.update
+
+    def counting(self: MultiHash, data: Any) -> None:
+        counts.append(len(memoryview(data)))
+        update(self, data)
+
+    monkeypatch.setattr(MultiHash, "update", counting)
+    yield counts

@@ -6,9 +6,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import blake3
 import pytest
@@ -17,7 +16,7 @@ from marl_minari.registry.transfer import copy_file_and_hash
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError
 from marl_minari.format import layout
-from marl_minari.format.digests import MultiHash, remember_digests, stat_key
+from marl_minari.format.digests import remember_digests, stat_key
 from marl_minari.format.ids import dataset_dir
 
 MAIN = f"data/{layout.MAIN_FILE_NAME}"
@@ -33,20 +32,6 @@ def remembered(small_dataset: Callable[..., str]) -> str:
     remember_digests(folder, [p.relative_to(folder).as_posix()
                               for p in (folder / "data").iterdir()])
     return dataset_id
-
-
-@pytest.fixture
-def hashed_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Counts every byte fed to a digest from here on (the real hashing still runs)."""
-    counts: list[int] = []
-    update = MultiHash.update
-
-    def counting(self: MultiHash, data: Any) -> None:
-        counts.append(len(memoryview(data)))
-        update(self, data)
-
-    monkeypatch.setattr(MultiHash, "update", counting)
-    yield counts
 
 
 def _manifest_digests(registry_dir: Path, dataset_id: str) -> dict[str, tuple[str, str]]:
