@@ -14,7 +14,7 @@ then times (best of ``--repeats``):
   ``get_average_oaco`` do, on arrays already in memory (reading not counted), and checks that
   both give the same numbers.
 
-Peak memory: the coverage digest tables (16 bytes per distinct pair) against the rows OG-MARL
+Peak memory: the coverage digest tables (24 bytes per distinct pair) against the rows OG-MARL
 keeps in memory. Writes ``--out`` (JSON) and ``--figure`` (PNG).
 
     python benchmarks/bench_coverage.py [--steps 200000] [--agents 10] [--repeats 2]
