@@ -196,8 +196,10 @@ def _decorate(ax: Any, title: str, xlabel: str, most: int) -> None:
 
     ax.set_xscale("log")
     ax.set_yscale("log")
-    # counts are whole numbers: label 1, 2, 5, 10 ... as such (not 2x10^0)
-    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    # counts are whole numbers: label 1, 2, 5, 10 ... as such (not 2x10^0); decades only
+    # when 1, 2, 5 would crowd
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if most < 300
+                                                 else (1.0,)))
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(ticker.FuncFormatter(_number))
         axis.set_minor_formatter(ticker.NullFormatter())
@@ -217,7 +219,7 @@ def _note(frequencies: Sequence[CountFrequencies]) -> str:
     most = max(f.most for f in frequencies)
     pairs = (f"{distinct[0]:,} distinct" if len(distinct) == 1
              else f"{min(distinct):,}..{max(distinct):,} distinct per agent")
-    repeats = f"the most {most:,} times" if most > 1 else "none repeats"
+    repeats = f"max {most:,} times" if most > 1 else "none repeats"
     return f"\n{pairs}, {once:.0%} seen once, {repeats}"
 
 
