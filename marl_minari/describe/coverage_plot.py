@@ -215,7 +215,7 @@ def _note(frequencies: Sequence[CountFrequencies]) -> str:
     distinct = [f.distinct for f in frequencies]
     if not distinct or not max(distinct):
         return ""
-    once = sum(int(f.pairs[0]) for f in frequencies if f.counts[0] == 1) / sum(distinct)
+    once = sum(f.once for f in frequencies) / sum(distinct)
     most = max(f.most for f in frequencies)
     pairs = (f"{distinct[0]:,} distinct" if len(distinct) == 1
              else f"{min(distinct):,}..{max(distinct):,} distinct per agent")

@@ -218,6 +218,11 @@ class CountFrequencies:
         return int((self.counts * self.pairs).sum())
 
     @property
+    def once(self) -> int:
+        """Distinct pairs that occur exactly once."""
+        return int(self.pairs[0]) if len(self.counts) and self.counts[0] == 1 else 0
+
+    @property
     def most(self) -> int:
         """The largest number of times one pair occurs (0 when there are none)."""
         return int(self.counts[-1]) if len(self.counts) else 0

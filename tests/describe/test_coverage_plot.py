@@ -14,6 +14,7 @@ from synthetic import write_known_vault, write_repeating_dataset, write_skewed_d
 from marl_minari.describe import (
     CountFrequencies,
     Coverage,
+    dataset_card,
     describe,
     draw_coverage,
     plot_coverage,
@@ -52,6 +53,15 @@ def test_known_repeats(chunk_steps: int) -> None:
     as_json = coverage.to_dict()
     assert as_json["state_frequencies"] == {"counts": [1, 2, 3], "pairs": [5, 3, 1]}
     assert as_json["agent_frequencies"]["b"] == {"counts": [7], "pairs": [2]}
+
+
+def test_card_says_how_pairs_repeat(tmp_path: Path) -> None:
+    description = describe(write_repeating_dataset("repeat/card-v0"), coverage=True)
+    card = dataset_card(description, tmp_path / "README.md", plot=False).read_text()
+    # 5 of the 9 joint pairs occur once, (0, 0) three times
+    assert "pairs, 56% occur once; the most repeated occurs 3 times." in card
+    assert "| `a` | 6 | 0.4286 | 3 | 5 times |" in card
+    assert "| `b` | 2 | 0.1429 | 0 | 7 times |" in card
 
 
 def test_known_vault_frequencies(tmp_path: Path) -> None:
