@@ -14,7 +14,7 @@ then times (best of ``--repeats``):
   ``get_average_oaco`` do, on arrays already in memory (reading not counted), and checks that
   both give the same numbers.
 
-Peak memory: the coverage digest tables (16 bytes per distinct pair) against the rows OG-MARL
+Peak memory: the coverage digest tables (24 bytes per distinct pair) against the rows OG-MARL
 keeps in memory. Writes ``--out`` (JSON) and ``--figure`` (PNG).
 
     python benchmarks/bench_coverage.py [--steps 200000] [--agents 10] [--repeats 2]
@@ -158,7 +158,7 @@ def draw(results: dict[str, Any], path: Path) -> None:
     sizes = [results["digest_bytes"] / 2**20, results["ogmarl_row_bytes"] / 2**20]
     bars = ax.bar([0, 1], sizes, color=["C1", "C3"])
     ax.bar_label(bars, fmt="%.0f MiB", fontsize=8)
-    ax.set_xticks([0, 1], ["coverage digests\n(16 B per distinct pair)",
+    ax.set_xticks([0, 1], ["coverage digests\n(24 B per distinct pair)",
                            "OG-MARL rows\n(whole dataset)"], fontsize=8)
     ax.set_ylabel("MiB held for counting")
     ax.set_title("Memory of the pair tables", fontsize=10)

@@ -39,17 +39,29 @@ def describe_command(
     coverage: Annotated[bool, typer.Option(
         "--coverage", help="Also measure SACo and OACo, OG-MARL's coverage (reads the "
                            "observations too).")] = False,
+    coverage_plot: Annotated[Path | None, typer.Option(
+        "--coverage-plot", metavar="FILE",
+        help="Write a PNG of how often the distinct (state, action) and (observation, action) "
+             "pairs occur (count frequencies, log axes; implies --coverage; all datasets with "
+             "--compare).")] = None,
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps read at a time (memory is proportional to it; default "
              "marl_minari.sources.DEFAULT_CHUNK_STEPS, 65,536).", min=1)] = None,
 ) -> None:
     """Statistics of a dataset or vault: episodes, returns, actions, inactive agents, and
-    with --coverage its state-action coverage."""
+    with --coverage its state-action coverage (--coverage-plot: how often pairs repeat)."""
     import warnings
 
-    from marl_minari.describe import card_plot_path, dataset_card, describe, plot_descriptions
+    from marl_minari.describe import (
+        card_plot_path,
+        dataset_card,
+        describe,
+        plot_coverage,
+        plot_descriptions,
+    )
 
     sources = [source, *(compare or [])]
+    coverage = coverage or coverage_plot is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         # The library's one default applies unless the option is given.
@@ -76,6 +88,8 @@ def describe_command(
                                                      plot=image or False, license=license)))
         if image is not None:
             written.append(("plot", image))
+    if coverage_plot is not None:
+        written.append(("coverage plot", plot_coverage(descriptions, coverage_plot)))
     for what, path in written:
         # with --json, stdout stays one JSON document
         typer.echo(f"{what} written to {path}", err=as_json)

@@ -13,6 +13,8 @@ datasets, the latter seen as one agent ``agent_0``) or a Flashbax vault folder (
 expert, medium and random data before combining them); :func:`dataset_card` writes a Hugging
 Face style ``README.md`` with the metadata, the statistics and the plot. A ``README.md`` in a
 dataset's folder (``marl_minari.format.ids.dataset_dir(id) / "README.md"``) is published with it.
+:func:`plot_coverage` draws the count frequencies of a coverage (how many distinct pairs occur
+once, twice, ...: does a dataset repeat a few transitions or cover many?).
 :func:`compare` sets two or more datasets side by side (returns with a two-sample
 Kolmogorov-Smirnov test and QQ plot, lengths, coverage, spaces; :func:`plot_comparison`).
 """
@@ -30,6 +32,7 @@ from marl_minari.describe.compare import (
     ks_two_sample,
     plot_comparison,
 )
+from marl_minari.describe.coverage_plot import draw_coverage, plot_coverage
 from marl_minari.describe.plots import (
     MANY_ACTIONS,
     MANY_AGENTS,
@@ -45,6 +48,7 @@ from marl_minari.describe.results import (
     ActionKind,
     ActionSummary,
     AgentDescription,
+    CountFrequencies,
     Coverage,
     DatasetDescription,
     Outcome,
@@ -55,8 +59,9 @@ from marl_minari.describe.results import (
 __all__ = [
     "CARD_PLOT_NAME", "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "MANY_AGENTS", "PANEL_SIZE",
     "PLOT_COLUMNS", "SINGLE_AGENT", "ActionKind", "ActionSummary", "AgentDescription",
-    "Comparison", "Coverage", "DatasetDescription", "Outcome", "Panel", "ReturnTest", "SourceKind",
-    "Summary", "card_plot_path", "compare", "dataset_card", "describe", "draw_comparison",
-    "draw_descriptions", "ks_two_sample", "plot_comparison", "plot_descriptions", "plot_layout",
-    "plot_panels", "size_category",
+    "Comparison", "CountFrequencies", "Coverage", "DatasetDescription", "Outcome", "Panel",
+    "ReturnTest", "SourceKind", "Summary", "card_plot_path", "compare", "dataset_card",
+    "describe", "draw_comparison", "draw_coverage", "draw_descriptions", "ks_two_sample",
+    "plot_comparison", "plot_coverage", "plot_descriptions", "plot_layout", "plot_panels",
+    "size_category",
 ]

@@ -27,7 +27,7 @@ def describe(source: Any, *, coverage: bool = False, chunk_steps: int = DEFAULT_
             vault (``rel_dir/vault_name/vault_uid``, OG-MARL conventions). Nothing is
             downloaded.
         coverage: also measure SACo and OACo (:class:`~marl_minari.describe.Coverage`, as
-            OG-MARL defines them); reads the observations too, and keeps 16 bytes per
+            OG-MARL defines them); reads the observations too, and keeps 24 bytes per
             distinct pair.
         chunk_steps: about how many steps are read at a time (at least one episode); memory
             is proportional to it, plus a few numbers per episode.

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from marl_minari.describe._format import env_name, num
 from marl_minari.describe.plots import plot_descriptions
-from marl_minari.describe.results import DatasetDescription, Summary
+from marl_minari.describe.results import CountFrequencies, DatasetDescription, Summary
 from marl_minari.errors import MissingExtraError
 from marl_minari.extras import require
 
@@ -215,11 +215,25 @@ def _coverage_lines(d: DatasetDescription) -> list[str]:
     lines = ["", "### Coverage", "",
              f"As OG-MARL measures it, over {c.transitions:,} transitions: SACo "
              f"{c.saco:.4f} ({c.state_pairs:,} distinct pairs of {state} rounded to "
-             f"{c.decimals} decimals and the joint action); average OACo {c.oaco:.4f}.", "",
-             "| agent | distinct (observation, action) pairs | OACo |", "|---|---|---|"]
-    lines += [f"| `{name}` | {c.agent_pairs[name]:,} | {share:.4f} |"
-              for name, share in c.agents.items()]
+             f"{c.decimals} decimals and the joint action); average OACo {c.oaco:.4f}."
+             + _repeats(c.state_frequencies), "",
+             "| agent | distinct (observation, action) pairs | OACo | occur once | most repeated |",
+             "|---|---|---|---|---|"]
+    for name, share in c.agents.items():
+        counted = c.agent_frequencies[name]
+        lines.append(f"| `{name}` | {c.agent_pairs[name]:,} | {share:.4f} | "
+                     f"{counted.once:,} | {counted.most:,} times |")
     return lines
+
+
+def _repeats(counted: CountFrequencies) -> str:
+    """How much the (state, joint action) pairs repeat, in a sentence (nothing without
+    pairs)."""
+    if not counted.distinct:
+        return ""
+    return (f" Of the distinct (state, joint action) pairs, "
+            f"{counted.once / counted.distinct:.0%} occur once; the most repeated occurs "
+            f"{counted.most:,} times.")
 
 
 def _outcome_lines(d: DatasetDescription) -> list[str]:

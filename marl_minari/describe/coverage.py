@@ -10,10 +10,12 @@ OG-MARL (``og_marl/vault_utils/analyse_vault.py``) characterises datasets by two
   rows over the steps (not rounded), averaged over agents.
 
 OG-MARL loads the whole vault and calls ``np.unique(..., axis=...)``; here rows are hashed
-chunk by chunk (:mod:`marl_minari.describe.distinct`) and only their digests are kept, so
-memory grows with the distinct pairs (16 bytes each), not with the dataset. Counting by value:
-``-0.0`` and ``0.0`` are one value, as in ``np.unique``; all NaNs are one value too (where
-``np.unique`` counts every NaN row apart).
+chunk by chunk (:mod:`marl_minari.describe.distinct`) and only their digests are kept, with
+how often each occurred, so memory grows with the distinct pairs (24 bytes each), not with the
+dataset. The occurrences give OG-MARL's count-frequency data (how many distinct pairs occur
+once, twice, ...: :attr:`Coverage.state_frequencies`, :attr:`Coverage.agent_frequencies`).
+Counting by value: ``-0.0`` and ``0.0`` are one value, as in ``np.unique``; all NaNs are one
+value too (where ``np.unique`` counts every NaN row apart).
 
 A dataset without a global state has its joint observation (every agent's observation side by
 side, rounded like a state) stand for the state; :attr:`Coverage.state_source` says which.
@@ -35,7 +37,7 @@ from marl_minari.describe.distinct import (
     canonical_floats,
     row_digests,
 )
-from marl_minari.describe.results import Coverage, StateSource
+from marl_minari.describe.results import CountFrequencies, Coverage, StateSource
 from marl_minari.errors import LayoutError
 from marl_minari.format.spaces import leaves
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -141,13 +143,18 @@ class CoverageAccumulator:
         steps = self.transitions
         counters = [self.state_pairs, *self.agent_pairs.values()]
         state_pairs, *agent_counts = self._pool.map(DistinctCounter.count, counters)
+        state_frequencies, *agent_frequencies = [
+            CountFrequencies(*pair) for pair in self._pool.map(DistinctCounter.count_frequencies,
+                                                               counters)]
         per_agent = dict(zip(self.agents, agent_counts, strict=True))
         shares = {a: _share(count, steps) for a, count in per_agent.items()}
         return Coverage(
             saco=_share(state_pairs, steps),
             oaco=float(np.mean(list(shares.values()))) if shares else 0.0,
             agents=shares, transitions=steps, state_pairs=state_pairs, agent_pairs=per_agent,
-            state_source=self.state_source or "state", decimals=self.decimals)
+            state_source=self.state_source or "state", decimals=self.decimals,
+            state_frequencies=state_frequencies,
+            agent_frequencies=dict(zip(self.agents, agent_frequencies, strict=True)))
 
 
 def _count(counter: DistinctCounter, columns: Sequence[Column], steps: int,

@@ -30,8 +30,23 @@ def test_describe_with_coverage(ramp: None) -> None:
     # random float observations: every (observation, action) and joint row is distinct
     assert coverage["saco"] == coverage["oaco"] == 1.0
     assert coverage["state_source"] == "joint_observation" and coverage["transitions"] == 200
+    assert coverage["state_frequencies"] == {"counts": [1], "pairs": [200]}
+    assert coverage["agent_frequencies"]["a"] == {"counts": [1], "pairs": [200]}
     plain = CliRunner().invoke(app, ["describe", "cli/ramp-v0", "--json"])
     assert json.loads(plain.stdout)["coverage"] is None
+
+
+def test_describe_coverage_plot(ramp: None, tmp_path: Path) -> None:
+    """--coverage-plot measures coverage without --coverage and draws every dataset."""
+    from matplotlib.image import imread
+
+    target = tmp_path / "out" / "pairs.png"
+    result = CliRunner().invoke(app, ["describe", "cli/ramp-v0", "--compare", "cli/few-v0",
+                                      "--coverage-plot", str(target)])
+    assert result.exit_code == 0, result.output
+    assert f"coverage plot written to {target}" in result.output
+    assert "coverage       SACo" in result.output
+    assert imread(target).shape[1] == 960
 
 
 def test_subset_commands(ramp: None) -> None:

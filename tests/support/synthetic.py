@@ -97,3 +97,66 @@ def write_episodes(dataset_id: str, lengths: list[int], returns: list[float],
                 for i, (length, value) in enumerate(zip(lengths, returns, strict=True))]
     mm.write_dataset(dataset_id, episodes, spec_of(agents), fsync=False)
     return mm.load_dataset(dataset_id)
+
+
+def episode_of(observations: dict[str, np.ndarray], actions: dict[str, np.ndarray],
+               seed: int) -> MultiAgentEpisode:
+    """An episode whose agents see ``observations[a][t]`` (``(T, 2)``) and play
+    ``actions[a][t]`` at step ``t`` (the final observation repeats the last one)."""
+    agents = tuple(observations)
+    n, length = len(agents), len(next(iter(actions.values())))
+    ends = np.zeros(length, dtype=bool)
+    ends[-1] = True
+    return MultiAgentEpisode(
+        possible_agents=agents,
+        observations={a: np.concatenate([o, o[-1:]]).astype(np.float32)
+                      for a, o in observations.items()},
+        actions={a: np.asarray(v) for a, v in actions.items()},
+        rewards=np.zeros((length, n)), terminations=np.repeat(ends[:, None], n, axis=1),
+        truncations=np.zeros((length, n), dtype=bool),
+        active=np.ones((length + 1, n), dtype=bool), acted=np.ones((length, n), dtype=bool),
+        team_rewards=np.zeros(length), episode_terminations=ends,
+        episode_truncations=np.zeros(length, dtype=bool), seed=seed)
+
+
+REPEATS = [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4, 5]
+"""What agent ``a`` of :func:`write_repeating_dataset` sees at each of its 14 steps."""
+
+
+def write_repeating_dataset(dataset_id: str) -> Any:
+    """A dataset (no global state) of 14 steps in two episodes (7 + 7) whose pairs repeat
+    known numbers of times.
+
+    Agent ``a`` sees ``[REPEATS[t] / 10, 0]`` and plays 0: its pairs occur 5, 3, 3, 1, 1 and 1
+    times (counts 1, 3, 5 for 3, 2, 1 pairs). Agent ``b`` sees ``[0, 0]`` and plays ``t % 2``:
+    2 pairs, 7 times each. The joint observation stands for the state, so the joint pairs are
+    (``REPEATS[t]``, ``t % 2``): (0, 0) 3 times, (0, 1) (1, 1) (2, 0) twice, 5 others once
+    (counts 1, 2, 3 for 5, 3, 1 pairs).
+    """
+    steps = np.arange(len(REPEATS))
+    seen = {"a": np.stack([np.asarray(REPEATS) / 10, np.zeros(len(steps))], axis=1),
+            "b": np.zeros((len(steps), 2))}
+    played = {"a": np.zeros(len(steps), dtype=np.int64), "b": steps % 2}
+    halves = (slice(0, 7), slice(7, 14))
+    episodes = [episode_of({a: o[h] for a, o in seen.items()},
+                           {a: v[h] for a, v in played.items()}, seed)
+                for seed, h in enumerate(halves)]
+    mm.write_dataset(dataset_id, episodes, spec_of(("a", "b")), fsync=False)
+    return mm.load_dataset(dataset_id)
+
+
+def write_skewed_dataset(dataset_id: str, agents: int, episodes: int = 6, length: int = 50,
+                         seed: int = 0) -> Any:
+    """A dataset of ``agents`` agents whose observations are drawn from Zipf distributions
+    (a few values very often, many rarely; a little more spread for later agents) with 3
+    actions: pairs repeat with counts from 1 to hundreds, as in real data."""
+    rng = np.random.default_rng(seed)
+    names = tuple(f"agent_{i}" for i in range(agents))
+    made = []
+    for index in range(episodes):
+        seen = {a: np.stack([np.minimum(rng.zipf(1.6 + 0.4 * i / agents, length), 100) / 100,
+                             np.zeros(length)], axis=1) for i, a in enumerate(names)}
+        played = {a: rng.choice(3, length, p=[0.7, 0.2, 0.1]) for a in names}
+        made.append(episode_of(seen, played, index))
+    mm.write_dataset(dataset_id, made, spec_of(names), fsync=False)
+    return mm.load_dataset(dataset_id)
