@@ -139,9 +139,8 @@ def make_buffer(
     views = [_open_source(s, chunk_steps) for s in sources]
     _check_compatible(views)
     total = sum(v.length for v in views)
-    keys = views[0].keys
-    experience_np = {path: np.zeros((1, total, *shape), dtype=dtype)
-                     for path, (shape, dtype) in keys.items()}
+    experience_np = {path: _device_ready_zeros((1, total, *shape), dtype)
+                     for path, (shape, dtype) in views[0].keys.items()}
     source_ids = np.zeros((1, total), dtype=np.int32)
     segments: list[tuple[int, list[np.ndarray]]] = []
     offset = 0
@@ -156,7 +155,8 @@ def make_buffer(
                                    respect_episode_boundaries)
     counts = np.diff(offsets)
     probabilities = _source_probabilities(counts, weights, views, sample_sequence_length)
-    # Popped one by one: each host copy is freed once it is on the device.
+    # On a CPU device the arrays are adopted as they are (no copy); on an accelerator they
+    # are copied, popped one by one so that each host array is freed once it is there.
     experience: dict[str, Any] = nest({path: jax.device_put(experience_np.pop(path))
                                        for path in list(experience_np)})
     experience[SOURCE_KEY] = jax.device_put(source_ids)
@@ -176,6 +176,24 @@ def make_buffer(
         can_sample=can_sample,
     )
     return buffer, state
+
+
+HOST_ALIGNMENT = 4096
+"""Bytes the host arrays' data is aligned to: JAX's CPU device adopts an aligned numpy array
+without copying it (it needs 64; a page leaves room), and copies a misaligned one, which
+held the buffer twice at its peak."""
+
+
+def _device_ready_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A zero-filled, C-contiguous numpy array that ``jax.device_put`` can adopt on a CPU
+    device without a copy: its data is aligned to :data:`HOST_ALIGNMENT` bytes and its dtype
+    is the one JAX would convert it to (``int64`` becomes ``int32`` unless x64 is enabled,
+    here by the fill rather than by a second full array at ``device_put``)."""
+    dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros(size + HOST_ALIGNMENT, dtype=np.uint8)
+    skip = -raw.ctypes.data % HOST_ALIGNMENT
+    return raw[skip:skip + size].view(dtype).reshape(shape)
 
 
 def sample(state: MultiSourceBufferState, rng_key: chex.PRNGKey, *, batch_size: int,
