@@ -164,16 +164,22 @@ class RecorderCore:
     def _close_recording(self) -> None:
         if self._recording is None:
             return
-        unsaved = self._recording.episodes
-        self._recording.close(keep=unsaved > 0)
-        if unsaved:
-            warnings.warn(
-                f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
-                f"{self._recording.path}. Recover them with: marl-minari recover "
-                f"{self._recording.path} <dataset-id>",
-                stacklevel=4,
-            )
+        close_recording(self._recording, stacklevel=5)
         self._recording = None
+
+
+def close_recording(recording: Recording, *, stacklevel: int) -> None:
+    """Close a collector's journal; keep it, with a warning saying how to recover, if it
+    holds episodes in no dataset yet (``stacklevel`` points the warning at the user's call)."""
+    unsaved = recording.episodes
+    recording.close(keep=unsaved > 0)
+    if unsaved:
+        warnings.warn(
+            f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
+            f"{recording.path}. Recover them with: marl-minari recover "
+            f"{recording.path} <dataset-id>",
+            stacklevel=stacklevel,
+        )
 
 
 class DatasetRecorderMixin:

@@ -12,7 +12,6 @@ the same buffer states hold, episode for episode.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from marl_minari.collectors._base import minari_metadata
+from marl_minari.collectors._base import close_recording, minari_metadata
 
 from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError
 from marl_minari.sources import load_dataset
@@ -278,13 +277,7 @@ class FlashbaxDataCollector:
     def close(self) -> None:
         """Close the journal; episodes in no dataset yet stay recoverable (with a warning).
         Steps of unfinished episodes are not kept."""
-        unsaved = self._recording.episodes
-        self._recording.close(keep=unsaved > 0)
-        if unsaved:
-            warnings.warn(
-                f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
-                f"{self._recording.path}. Recover them with: marl-minari recover "
-                f"{self._recording.path} <dataset-id>", stacklevel=2)
+        close_recording(self._recording, stacklevel=3)
 
     def __enter__(self) -> FlashbaxDataCollector:
         return self
