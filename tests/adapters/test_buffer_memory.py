@@ -1,23 +1,20 @@
 """make_buffer holds the buffer's arrays once: peak memory stays near the data's own size.
 
 Peak memory is the growth of the peak resident set (``VmHWM``) of a fresh Python process,
-restarted before each call through ``/proc/self/clear_refs`` (see ``test_streaming.py``). On
-a CPU device the buffer's arrays live in host memory, so the growth counts them once; a
+restarted before each call through ``/proc/self/clear_refs`` (``tests/support/peak_memory.py``).
+On a CPU device the buffer's arrays live in host memory, so the growth counts them once; a
 buffer filled on the host and then copied to the device counts them twice.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from adapter_helpers import synthetic_dataset
 from marl_minari.adapters import to_vault
+from peak_memory import measure_in_child, require_peak_reset
 
 EPISODES, STEPS = 100, 250  # 25,000 steps: about 64 MB of buffer arrays
 LIMITS = {
@@ -29,14 +26,9 @@ LIMITS = {
 """Peak growth over the bytes of the buffer's arrays (a second full copy makes it >= 2)."""
 
 _CHILD = r"""
-import json, re, sys
 import jax
 import marl_minari as mm
 from marl_minari.adapters import make_buffer
-
-def status(field):
-    with open("/proc/self/status") as handle:
-        return int(re.search(field + r":\s+(\d+) kB", handle.read()).group(1)) * 1024
 
 def build(source):
     # Chunks of 1,000 steps (2.4 MB of observations): what is measured is the buffer.
@@ -44,13 +36,14 @@ def build(source):
                        chunk_steps=1_000)
 
 def measure(source):
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")  # the peak resident set restarts from the current one
-    before = status("VmRSS")
-    _, state = build(source)
-    jax.block_until_ready(state)
-    growth = status("VmHWM") - before
-    data = sum(leaf.nbytes for leaf in jax.tree.leaves(state.experience))
+    built = {}
+
+    def run():
+        _, built["state"] = build(source)
+        jax.block_until_ready(built["state"])
+
+    growth = peak_growth(run)
+    data = sum(leaf.nbytes for leaf in jax.tree.leaves(built["state"].experience))
     return {"growth": growth, "data": data, "ratio": round(growth / data, 3)}
 
 vaults, kind = sys.argv[1], sys.argv[2]
@@ -67,8 +60,7 @@ else:
 @pytest.fixture(scope="module")
 def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Peak resident set growth of make_buffer from a 25,000-step dataset and its vault."""
-    if not os.access("/proc/self/clear_refs", os.W_OK):
-        pytest.skip("needs Linux /proc/self/clear_refs to restart the peak resident set")
+    require_peak_reset()
     root = tmp_path_factory.mktemp("buffer-memory")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MINARI_DATASETS_PATH", str(root / "datasets"))
@@ -79,11 +71,7 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             to_vault(dataset, vaults, name, "u")
         found = {}
         for kind in ("dataset", "vault"):  # each in a fresh process
-            done = subprocess.run([sys.executable, "-c", _CHILD, str(vaults), kind],
-                                  capture_output=True, text=True, timeout=600,
-                                  env=dict(os.environ))
-            assert done.returncode == 0, done.stderr[-3000:]
-            found[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+            found[kind] = measure_in_child(_CHILD, str(vaults), kind)
         yield found
 
 
