@@ -5,6 +5,9 @@ Run by hand (not part of the test suite)::
     python benchmarks/bench_flashbax_collector.py               # 8 envs x 12,800 steps
     python benchmarks/bench_flashbax_collector.py --scale 0.1   # quick run
 
+The collector and the floors run ``--repeat`` times, interleaved; ratios are the medians of
+the runs' own ratios.
+
 A Mava-style loop (Flashbax flat buffer, ``add_sequences=True, add_batch_size=B``, timesteps
 ``{done, action, reward, observation, legal_action_mask}``) is made first and every buffer
 state kept, so the clocks time only the writers. In the same run, on the same states:
@@ -116,6 +119,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--rollout", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="collector and floor runs, interleaved; the median ratio is given")
     args = parser.parse_args()
     steps = max(args.rollout, int(12_800 * args.scale) // args.rollout * args.rollout)
     work = Path(tempfile.mkdtemp(prefix="bench-fbx-"))
@@ -132,32 +137,42 @@ def main() -> None:
         vault = Vault(vault_name="bench", experience_structure=states[0].experience,
                       rel_dir=str(work / "vaults"), vault_uid="u")
         vault_s = _timed(lambda: [vault.write(s) for s in states])
-        collector = FlashbaxDataCollector(experience_structure=states[0].experience,
-                                          recording_path=work / "recording")
-        write_s = _timed(lambda: [collector.write(s) for s in states])
-        create_s = _timed(lambda: collector.create_dataset("bench/collected-v0",
-                                                           description="bench"))
-        episodes = collector.durable_episodes
-        collector.close()
-        data = work / "datasets" / "bench" / "collected-v0" / "data" / "main_data.hdf5"
-        contents = _h5_contents(data)
-        episodes = len(contents)
-        floor_s = _timed(lambda: _h5_floor(contents, work / "floor.hdf5"))
-        low_s = _timed(lambda: _h5_low_floor(contents, work / "low-floor.hdf5"))
+        runs: list[tuple[float, float, float, float]] = []
+        episodes = 0
+        for run in range(args.repeat):
+            # Interleaved, so that a busy moment of the machine hits both sides alike.
+            collector = FlashbaxDataCollector(experience_structure=states[0].experience,
+                                              recording_path=work / f"recording-{run}")
+            write_s = _timed(lambda c=collector: [c.write(s) for s in states])
+            dataset_id = f"bench/collected-{run}-v0"
+            create_s = _timed(lambda c=collector, d=dataset_id: c.create_dataset(
+                d, description="bench"))
+            collector.close()
+            data = work / "datasets" / "bench" / f"collected-{run}-v0" / "data" / "main_data.hdf5"
+            contents = _h5_contents(data)
+            episodes = len(contents)
+            floor_s = _timed(lambda c=contents: _h5_floor(c, work / "floor.hdf5"))
+            low_s = _timed(lambda c=contents: _h5_low_floor(c, work / "low-floor.hdf5"))
+            runs.append((write_s, create_s, floor_s, low_s))
+            print(f"run {run + 1}: create_dataset {create_s:.2f} s, low-level floor "
+                  f"{low_s:.2f} s ({low_s / create_s:.2f}x)")
+        write_s, create_s, floor_s, low_s = (float(np.median(c)) for c in zip(*runs, strict=True))
+        low_ratio = float(np.median([r[3] / r[1] for r in runs]))
+        floor_ratio = float(np.median([r[2] / r[1] for r in runs]))
 
         def rate(seconds: float) -> str:
             return f"{seconds:7.2f} s  {total / seconds:>11,.0f} timesteps/s"
 
-        print(f"{episodes:,} episodes")
-        print(f"Vault.write (gzip)               {rate(vault_s)}")
+        print(f"{episodes:,} episodes; medians of {args.repeat} runs")
+        print(f"Vault.write (gzip, one run)       {rate(vault_s)}")
         print(f"collector.write                  {rate(write_s)}")
         print(f"collector.write + create_dataset {rate(write_s + create_s)}")
         print(f"bare h5py floor (same objects)   {rate(floor_s)}")
         print(f"low-level h5py floor             {rate(low_s)}")
         print(f"collector.write vs Vault.write: {vault_s / write_s:.2f}x the throughput; "
               f"with create_dataset {vault_s / (write_s + create_s):.2f}x; "
-              f"create_dataset vs the h5py floor: {floor_s / create_s:.2f}x; "
-              f"vs the low-level floor: {low_s / create_s:.2f}x (write + create_dataset: "
+              f"create_dataset vs the h5py floor: {floor_ratio:.2f}x; "
+              f"vs the low-level floor: {low_ratio:.2f}x (write + create_dataset: "
               f"{low_s / (write_s + create_s):.2f}x)")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -13,7 +13,9 @@ check and is ignored, and everything before it is intact.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import struct
 import uuid
@@ -152,7 +154,7 @@ def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
                 offset += length
             leaves.append((path, JpegFrames(np.dtype(dtype), tuple(shape), frames)))
             continue
-        array = np.frombuffer(payload, dtype=np.dtype(dtype), count=int(np.prod(shape)),
+        array = np.frombuffer(payload, dtype=_dtype(dtype), count=math.prod(shape),
                               offset=offset).reshape(shape)
         leaves.append((path, array))
         offset += array.nbytes
@@ -160,6 +162,12 @@ def _decode(header: dict[str, Any], payload: bytes) -> LeafEpisode:
         leaves.append((path, np.array(values, dtype=object)))
     return LeafEpisode(leaves, header["steps"], header["seed"], header["options"],
                        header.get("metadata"))
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(name: str) -> np.dtype:
+    # Parsing a dtype string costs more than reading a short leaf; a journal has few of them.
+    return np.dtype(name)
 
 
 def headers(path: Path) -> Iterator[dict[str, Any]]:
