@@ -54,15 +54,19 @@ class EpisodeFileWriter:
         jpeg_encoding: JPEG-encode image-like uint8 Box leaves, as Minari does by default.
         index: the offset index of the dataset being appended to; extended on close if it
             was written with this file (:func:`~marl_minari.format.offset_index.extendable`).
+        first_id: the id of the first episode to write, where the caller knows how many the
+            file holds (counting the groups of a large file walks all of them); by default
+            the file's groups are counted.
     """
 
     def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True,
-                 index: offset_index.OffsetIndex | None = None) -> None:
+                 index: offset_index.OffsetIndex | None = None,
+                 first_id: int | None = None) -> None:
         self._path = Path(path)
         self._file = h5py.File(self._path, "a")
         if layout.AGENTS_ATTRIBUTE not in self._file.attrs:  # the column order, for readers
             self._file.attrs[layout.AGENTS_ATTRIBUTE] = json.dumps(list(spec.possible_agents))
-        self._next_id = len(self._file)
+        self._next_id = len(self._file) if first_id is None else first_id
         self._first_id = self._next_id
         self._spec = spec
         self._images = jpeg_paths(spec, jpeg_encoding)

@@ -14,9 +14,11 @@ read-modify-write, and files are ``fsync``-ed before success is reported
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -176,7 +178,7 @@ def append_to_dataset(
         if size_hint is not None:  # the copy of the data file, then the new episodes
             claim(work, (data / layout.MAIN_FILE_NAME).stat().st_size + size_hint,
                   f"the episodes added to {dataset_id!r}")
-        shutil.copyfile(data / layout.MAIN_FILE_NAME, scratch)
+        clone_or_copy(data / layout.MAIN_FILE_NAME, scratch)
         generation = uuid.uuid4().hex
         # Before the episodes: the file is not written after its offset index is.
         _drop_uncommitted(scratch, committed, generation)
@@ -184,7 +186,7 @@ def append_to_dataset(
         notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(scratch, stored, jpeg_encoding=bool(
                 metadata.get("jpeg_encoding", True)),
-                index=offset_index.read(data)) as writer:
+                index=offset_index.read(data), first_id=committed) as writer:
             for episode in tqdm(episodes, desc=f"adding to {dataset_id}", unit="ep",
                                 disable=not progress):
                 writer.write(episode)
@@ -222,6 +224,36 @@ def append_to_dataset(
     return data.parent
 
 
+FICLONE = 0x40049409
+"""Linux's ioctl that makes a file share another's blocks (btrfs, XFS, bcachefs, ZFS 2.2+)."""
+
+_NO_CLONE = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EINVAL, errno.ENOTTY,
+             errno.ENOSYS, errno.EBADF)
+
+
+def clone_or_copy(source: Path, target: Path) -> bool:
+    """Make ``target`` a copy of ``source``; True where the filesystem cloned it.
+
+    An append rewrites a copy of the data file so that it is all or nothing. On a filesystem
+    with reflinks the copy shares the original's blocks: no bytes are copied, the later
+    ``fsync`` flushes only the new episodes, and unlinking the old file frees nothing shared,
+    so the append's cost no longer grows with the episodes already stored. Elsewhere (ext4,
+    tmpfs, across filesystems) the bytes are copied by the kernel.
+    """
+    if sys.platform == "linux":
+        import fcntl
+
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            try:
+                fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+                return True
+            except OSError as exc:
+                if exc.errno not in _NO_CLONE:
+                    raise
+    shutil.copyfile(source, target)
+    return False
+
+
 def _note(episode: AnyEpisode) -> dict[str, Any] | None:
     """The episode metadata an episode carries (journal records keep the callback's dict)."""
     return episode.metadata if isinstance(episode, LeafEpisode) else None
@@ -251,10 +283,13 @@ def _drop_uncommitted(path: Path, committed: int, generation: str) -> None:
     """Delete ``episode_k`` groups with ``k >= committed`` (left by an interrupted append)
     and stamp the file with the append's ``generation``."""
     with h5py.File(path, "a") as file:
-        for name in list(file):
-            number = name.removeprefix("episode_")
-            if number.isdigit() and int(number) >= committed:
-                del file[name]
+        # An interrupted append leaves episode_{committed}, episode_{committed + 1}, ... (it
+        # writes them in order), so probing by name finds them all without listing the M
+        # stored episodes; a group that a later write would collide with makes it fail.
+        number = committed
+        while f"episode_{number}" in file:
+            del file[f"episode_{number}"]
+            number += 1
         file.attrs[layout.GENERATION_KEY] = generation
 
 
