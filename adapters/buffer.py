@@ -11,7 +11,7 @@ an episode boundary, and sources can be weighted.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,13 +30,13 @@ from gymnasium import spaces
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, ReadOnlyBufferError
 from marl_minari.format.spaces import leaves, nest
 from marl_minari.sources import (
-    DEFAULT_CHUNK_STEPS,
     DatasetSource,
     check_chunk_steps,
     check_source_weights,
     is_vault,
     open_source,
     spec_of,
+    steps_per_chunk,
 )
 from marl_minari.vaults.episodes import StreamCutter, done_steps
 from marl_minari.vaults.keys import resolve_keys
@@ -95,7 +95,7 @@ def make_buffer(
     period: int = 1,
     weights: Sequence[float] | None = None,
     respect_episode_boundaries: bool = True,
-    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    chunk_steps: int | None = None,
 ) -> tuple[TrajectoryBuffer, MultiSourceBufferState]:
     """Build a Flashbax trajectory buffer and its state on the default JAX device.
 
@@ -114,7 +114,9 @@ def make_buffer(
             every valid sequence is equally likely (a source's weight is its sequence count).
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
-        chunk_steps: steps read and converted at a time while loading.
+        chunk_steps: steps read and converted at a time while loading; by default as many
+            as fit :data:`~marl_minari.sources.DEFAULT_CHUNK_BYTES` (4 MiB), which keeps
+            peak memory near the buffer's own bytes (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -228,7 +230,7 @@ def _read_only(name: str) -> Callable[..., Any]:
 # --------------------------------------------------------------------------- sources
 
 
-def _open_source(source: Any, chunk_steps: int) -> _Source:
+def _open_source(source: Any, chunk_steps: int | None) -> _Source:
     if isinstance(source, (str, os.PathLike)) and is_vault(source):
         return _vault_source(VaultReader(source), chunk_steps)
     dataset = open_source(source)
@@ -236,14 +238,14 @@ def _open_source(source: Any, chunk_steps: int) -> _Source:
     return _dataset_source(dataset, chunk_steps)
 
 
-def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
+def _dataset_source(dataset: DatasetSource, chunk_steps: int | None) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
     chunks = dataset.chunks(chunk_steps)
-    first = next(chunks)
+    first: list[Any] = [next(chunks)]  # handed over to the fill, which lets it go
     if record is not None:
         plan = plan_from_vault_record(dataset.spec, record)
     else:
-        infos = first.agent_infos or {}
+        infos = first[0].agent_infos or {}
         plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)} for a, t in
                                              infos.items()})
     length = dataset.total_steps
@@ -251,13 +253,17 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
         lengths = []
         cursor = 0
-        for arrays in _chain(first, chunks):
+        arrays = first.pop()
+        while arrays is not None:
             rows = view_rows(plan, arrays)
             count = int(arrays.episode_lengths.sum())
             for path, values in rows.items():
                 out[path][cursor:cursor + count] = values
             lengths.append(arrays.episode_lengths)
             cursor += count
+            # Let this chunk go before the next is read: peak memory holds one chunk.
+            del arrays, rows
+            arrays = next(chunks, None)
         return [np.concatenate(lengths)]
 
     return _Source(name=f"dataset {dataset.name!r}", keys=plan.keys(),
@@ -266,12 +272,7 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int) -> _Source:
                    length=length, fill=fill)
 
 
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
-
-
-def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
+def _vault_source(reader: VaultReader, chunk_steps: int | None) -> _Source:
     keys = {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
     ours = reader.metadata.get(VAULT_METADATA_KEY)
     agents = None
@@ -281,18 +282,26 @@ def _vault_source(reader: VaultReader, chunk_steps: int) -> _Source:
         agents = checked_plan(reader, ours, spec).agents
         spaces_ = (spec.observation_spaces, spec.action_spaces)
     streams, length = reader.num_streams, reader.length
-    window = max(1, chunk_steps // max(1, streams))
+    row_bytes = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                    for shape, dtype in keys.values())
+    window = max(1, steps_per_chunk(chunk_steps, row_bytes) // max(1, streams))
+    if chunk_steps is None:
+        # Whole zarr chunks by default: each is decoded once, not once per window it spans
+        # (1.14x the buffer's bytes at peak, 1.19x for windows across chunk boundaries).
+        rows = reader.time_chunk_rows()
+        window = max(rows, round(window / rows) * rows)
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
+        # Stream s fills out[path][s * length:(s + 1) * length]: as (streams, length, ...) the
+        # window's blocks are read straight into the buffer's arrays.
+        by_stream = {path: array.reshape(streams, length, *array.shape[1:])
+                     for path, array in out.items()}
         for t0 in range(0, length, window):
             t1 = min(length, t0 + window)
-            futures = {p: reader.read_async(leaf_name(p), (slice(None), slice(t0, t1)))
-                       for p in keys}
-            for path, future in futures.items():
-                block = np.asarray(future.result())
-                for stream in range(streams):
-                    base = stream * length
-                    out[path][base + t0:base + t1] = block[stream]
+            futures = [reader.read_into(leaf_name(path), (slice(None), slice(t0, t1)),
+                                        by_stream[path][:, t0:t1]) for path in keys]
+            for future in futures:
+                future.result()
         # Episodes are cut by the one cutting policy (marl_minari.vaults.episodes).
         lengths = []
         for stream in range(streams):

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from marl_minari.errors import InvalidOptionError, LayoutError
 from marl_minari.format.spaces import leaves, nest
-from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, check_chunk_steps, open_source
+from marl_minari.sources import DatasetSource, check_chunk_steps, open_source
 from marl_minari.vaults.exact import ExactSink, columns
 from marl_minari.vaults.store import (
     DEFAULT_COMPRESSION,
@@ -52,7 +52,7 @@ def to_vault(
     vault_name: str | None = None,
     vault_uid: str | None = None,
     *,
-    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    chunk_steps: int | None = None,
     compression: dict[str, Any] | None | str = "default",
     dones: Dones | None = None,
     terminals: Terminals | None = None,
@@ -141,11 +141,12 @@ def to_vault(
     return path
 
 
-def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int,
+def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int | None,
              dones: Dones | None, terminals: Terminals | None, state: StateMode, seeds: bool,
              progress: bool) -> None:
     record = source.spec.extra.get(VAULT_SOURCE_KEY)
     streams = 1 if record is None else int(record["streams"])
+    chunk_steps = source.steps_per_chunk(chunk_steps)
     chunks = episode_chunks(source, chunk_steps, None if record is None else _expand_runs(
         record["episode_streams"]), attributes=seeds)
     first = next(chunks)

@@ -34,7 +34,7 @@ class Chunk:
     info: EpisodeInfo
 
 
-def chunks(source: DatasetSource, chunk_steps: int, streams: Iterable[int] | None = None, *,
+def chunks(source: DatasetSource, chunk_steps: int | None, streams: Iterable[int] | None = None, *,
            attributes: bool = True) -> Iterator[Chunk]:
     """Yield chunks of whole episodes, about ``chunk_steps`` steps each, with their seeds and
     options.

@@ -33,7 +33,6 @@ from marl_minari.extras import require
 from marl_minari.format import layout
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
-    DEFAULT_CHUNK_STEPS,
     DatasetSource,
     check_chunk_steps,
     check_source_weights,
@@ -210,7 +209,7 @@ def _to_td(tree: dict[Any, Any], steps: int) -> Any:
 
 
 def transition_chunks(source: DatasetSource, *, group_map: Mapping[str, Sequence[str]] | None
-                      = None, chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[Any]:
+                      = None, chunk_steps: int | None = None) -> Iterator[Any]:
     """Yield the source's transitions as TensorDicts of whole episodes, about
     ``chunk_steps`` steps each."""
     _require_torch()
@@ -226,7 +225,7 @@ def transition_chunks(source: DatasetSource, *, group_map: Mapping[str, Sequence
 
 def to_tensordict(source: Any, *, path: str | os.PathLike[str] | None = None,
                   group_map: Mapping[str, Sequence[str]] | None = None,
-                  chunk_steps: int = DEFAULT_CHUNK_STEPS, download: bool = False) -> Any:
+                  chunk_steps: int | None = None, download: bool = False) -> Any:
     """A dataset's transitions as one memory-mapped TensorDict of batch ``(T,)``.
 
     Args:
@@ -292,7 +291,7 @@ def _check_same(index: int, name: str, first_name: str, base: dict[Any, Any],
 def make_torchrl_buffer(sources: Sequence[Any], batch_size: int, *, slice_len: int | None = None,
                         weights: Sequence[float] | None = None,
                         group_map: Mapping[str, Sequence[str]] | None = None,
-                        chunk_steps: int = DEFAULT_CHUNK_STEPS,
+                        chunk_steps: int | None = None,
                         scratch_dir: str | os.PathLike[str] | None = None,
                         download: bool = False) -> Any:
     """Several datasets in one TorchRL ``TensorDictReplayBuffer`` over a
@@ -359,7 +358,7 @@ def make_torchrl_buffer(sources: Sequence[Any], batch_size: int, *, slice_len: i
 
 
 def _fill(storage: Any, opened: list[DatasetSource], group_map: Mapping[str, Sequence[str]] |
-          None, chunk_steps: int) -> list[np.ndarray]:
+          None, chunk_steps: int | None) -> list[np.ndarray]:
     """Stream every source into the storage, end to end; return each source's episode
     lengths."""
     import torch

@@ -23,7 +23,6 @@ from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spaces import is_image_space, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
-    DEFAULT_CHUNK_STEPS,
     DatasetSource,
     VaultSource,
     check_chunk_steps,
@@ -56,7 +55,7 @@ def from_vault(
     reward_aggregation: str = "mean",
     restore: bool | None = None,
     jpeg_encoding: bool | None = None,
-    chunk_steps: int = DEFAULT_CHUNK_STEPS,
+    chunk_steps: int | None = None,
     progress: bool = False,
     **metadata: Any,
 ) -> MultiAgentDataset:
@@ -144,7 +143,7 @@ def from_vault(
     return load_dataset(dataset_id)
 
 
-def source_episodes(source: DatasetSource, chunk_steps: int) -> Iterator[LeafEpisode]:
+def source_episodes(source: DatasetSource, chunk_steps: int | None) -> Iterator[LeafEpisode]:
     """Every episode of ``source``, with its reset seed and options, as the writer's
     :class:`LeafEpisode` objects, a chunk of whole episodes at a time."""
     for batch in source.batches(chunk_steps):

@@ -76,8 +76,9 @@ def convert(
     download: Annotated[bool, typer.Option(
         "--download",
         help="Fetch SOURCE from Minari's remote when it is not a local dataset.")] = False,
-    chunk_steps: Annotated[int, typer.Option(
-        help="Steps converted at a time; memory is proportional to it.", min=1)] = 65_536,
+    chunk_steps: Annotated[int | None, typer.Option(
+        help="Steps converted at a time; memory is proportional to it (default: as many as "
+             "fit 4 MiB, at most 65,536).", min=1)] = None,
     compression: Annotated[Compression, typer.Option(
         help="Vault compressor (gzip is Flashbax's default).")] = Compression.gzip,
     dones: Annotated[DonesChoice, typer.Option(

@@ -23,7 +23,7 @@ import numpy as np
 from marl_minari.derive.combine import COMBINED_KEY
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format.metadata import dataset_metadata
-from marl_minari.sources import DEFAULT_CHUNK_STEPS, DatasetSource, load_dataset, open_source
+from marl_minari.sources import DatasetSource, load_dataset, open_source
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.writer import write_dataset
@@ -52,7 +52,7 @@ class EpisodeTable:
     returns: np.ndarray
 
 
-def episode_table(source: DatasetSource, chunk_steps: int = DEFAULT_CHUNK_STEPS
+def episode_table(source: DatasetSource, chunk_steps: int | None = None
                   ) -> EpisodeTable:
     """Read every episode's team return (actions and rewards only, chunk by chunk)."""
     returns = []
@@ -285,9 +285,11 @@ def _check_profile(profile: Any) -> None:
 
 
 def _episodes(source: DatasetSource, ids: np.ndarray, lengths: np.ndarray,
-              chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[MultiAgentEpisode]:
+              chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
     """The stored episodes ``ids`` (of ``lengths`` steps), read in runs of about
-    ``chunk_steps`` steps, with their reset seeds and options."""
+    ``chunk_steps`` steps (by default as many as fit the source's chunk budget, as
+    :meth:`DatasetSource.batches`), with their reset seeds and options."""
+    chunk_steps = source.steps_per_chunk(chunk_steps)
     ends = np.cumsum(lengths)
     start = 0
     while start < len(ids):

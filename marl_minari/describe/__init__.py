@@ -21,7 +21,7 @@ Kolmogorov-Smirnov test and QQ plot, lengths, coverage, spaces; :func:`plot_comp
 
 from __future__ import annotations
 
-from marl_minari.describe._describe import DEFAULT_CHUNK_STEPS, describe
+from marl_minari.describe._describe import describe
 from marl_minari.describe._sources import SINGLE_AGENT
 from marl_minari.describe.card import CARD_PLOT_NAME, card_plot_path, dataset_card, size_category
 from marl_minari.describe.compare import (
@@ -55,6 +55,7 @@ from marl_minari.describe.results import (
     SourceKind,
     Summary,
 )
+from marl_minari.sources import DEFAULT_CHUNK_STEPS
 
 __all__ = [
     "CARD_PLOT_NAME", "DEFAULT_CHUNK_STEPS", "MANY_ACTIONS", "MANY_AGENTS", "PANEL_SIZE",

@@ -10,11 +10,11 @@ from marl_minari.describe._sources import _open_source, _Source
 from marl_minari.describe.coverage import CoverageAccumulator
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.describe.stats import _Accumulator
-from marl_minari.sources import DEFAULT_CHUNK_STEPS, check_chunk_steps
+from marl_minari.sources import check_chunk_steps
 from marl_minari.storage.arrays import MultiAgentArrays
 
 
-def describe(source: Any, *, coverage: bool = False, chunk_steps: int = DEFAULT_CHUNK_STEPS,
+def describe(source: Any, *, coverage: bool = False, chunk_steps: int | None = None,
              progress: bool = False, vault_options: dict[str, Any] | None = None
              ) -> DatasetDescription:
     """Describe a dataset or vault, reading it in chunks of whole episodes.

@@ -35,7 +35,7 @@ class _Source:
 
 
 @contextmanager
-def _open_source(source: Any, chunk_steps: int, progress: bool,
+def _open_source(source: Any, chunk_steps: int | None, progress: bool,
                  vault_options: dict[str, Any], observations: bool = False
                  ) -> Iterator[_Source]:
     """Open ``source`` (never downloading) for the ``with`` block; ``observations``: its
@@ -48,7 +48,7 @@ def _open_source(source: Any, chunk_steps: int, progress: bool,
             opened.close()
 
 
-def _described(source: DatasetSource, chunk_steps: int, observations: bool) -> _Source:
+def _described(source: DatasetSource, chunk_steps: int | None, observations: bool) -> _Source:
     spec = source.spec
     # Statistics need actions and rewards only: without coverage, a plain dataset's
     # observations stay unread.

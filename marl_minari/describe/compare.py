@@ -25,7 +25,6 @@ from marl_minari.describe._describe import describe
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.errors import InvalidOptionError
 from marl_minari.extras import require
-from marl_minari.sources import DEFAULT_CHUNK_STEPS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -136,7 +135,7 @@ class Comparison:
 
 
 def compare(sources: Sequence[Any], *, coverage: bool = True,
-            chunk_steps: int = DEFAULT_CHUNK_STEPS,
+            chunk_steps: int | None = None,
             vault_options: dict[str, Any] | None = None) -> Comparison:
     """Describe two or more datasets and compare them with the first.
 

@@ -5,16 +5,20 @@ a vault) as a :class:`DatasetSource` of whole episodes; :func:`load_dataset` and
 The rules every reader follows live here: a plain single-agent Minari dataset is one agent,
 :data:`SINGLE_AGENT` (``agent_0``), always present and acting; an id that is not local is
 downloaded only when the caller asks (``download=True`` or a ``remote``); chunks hold whole
-episodes, at most ``chunk_steps`` steps each (:data:`DEFAULT_CHUNK_STEPS`).
+episodes, at most ``chunk_steps`` steps each, by default as many as fit
+:data:`DEFAULT_CHUNK_BYTES` (:func:`steps_per_chunk`, the one policy every reader follows).
 """
 
 from marl_minari.sources.base import (
+    DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_STEPS,
     DatasetSource,
     EpisodeAttributes,
     SourceKind,
     check_chunk_steps,
     check_source_weights,
+    space_bytes,
+    steps_per_chunk,
 )
 from marl_minari.sources.datasets import check_dataset, load_dataset
 from marl_minari.sources.folders import FolderSource
@@ -30,6 +34,7 @@ from marl_minari.sources.resolve import Reference, locate_dataset, open_source, 
 from marl_minari.sources.vault import VaultSource, is_vault, vault_path_parts
 
 __all__ = [
+    "DEFAULT_CHUNK_BYTES",
     "DEFAULT_CHUNK_STEPS",
     "MOVED_KEYS",
     "SINGLE_AGENT",
@@ -50,6 +55,8 @@ __all__ = [
     "open_sources",
     "single_agent_arrays",
     "single_agent_spec",
+    "space_bytes",
     "spec_of",
+    "steps_per_chunk",
     "vault_path_parts",
 ]

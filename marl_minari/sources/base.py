@@ -15,14 +15,23 @@ from dataclasses import replace
 from typing import Any, Final, Literal
 
 import numpy as np
+from gymnasium import spaces
 
 from marl_minari.errors import InvalidOptionError
+from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
 
+DEFAULT_CHUNK_BYTES: Final = 4 * 2**20
+"""Bytes of step data per chunk when no ``chunk_steps`` is given (:func:`steps_per_chunk`).
+
+Reading a chunk holds it about twice (as read, then as converted), so a reader's temporaries
+stay near 8 MiB whatever the row size: 4 MiB chunks kept ``make_buffer``'s peak at 1.13x the
+buffer's bytes on a 64 MB buffer of 2,500-byte steps (16 MiB chunks: 1.6x,
+docs/benchmarks.md); beyond about 1,000 steps a chunk, larger chunks read no faster."""
 DEFAULT_CHUNK_STEPS: Final = 65_536
-"""Steps read per chunk by default; memory is proportional to it (whole episodes per chunk)."""
+"""The most steps a chunk holds when no ``chunk_steps`` is given (narrow rows)."""
 
 SourceKind = Literal["multi_agent", "single_agent", "vault"]
 """What holds a source's episodes: a dataset in the multi-agent layout, a plain
@@ -102,6 +111,22 @@ class DatasetSource(ABC):
             self._lengths = lengths
         return self._lengths
 
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of one step as read, estimated from the spec: every agent's observation,
+        action, reward and flags, and the global state (infos are not in the spec)."""
+        spec = self.spec
+        per_agent = sum(space_bytes(spec.observation_spaces[agent])
+                        + space_bytes(spec.action_spaces[agent]) + _AGENT_STEP_BYTES
+                        for agent in spec.possible_agents)
+        state = 0 if spec.state_space is None else space_bytes(spec.state_space)
+        return per_agent + state
+
+    def steps_per_chunk(self, chunk_steps: int | None = None) -> int:
+        """Steps per chunk: ``chunk_steps`` as given, or by default (``None``) as many as fit
+        :data:`DEFAULT_CHUNK_BYTES` of this source's steps (:func:`steps_per_chunk`)."""
+        return steps_per_chunk(chunk_steps, self.step_bytes)
+
     # ------------------------------------------------------------------ reading
 
     @abstractmethod
@@ -124,10 +149,10 @@ class DatasetSource(ABC):
                 actions and rewards reads faster.
         """
 
-    def batches(self, chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[np.ndarray]:
-        """Stored episode ids in runs of at most ``chunk_steps`` steps (at least one episode
-        each), in order."""
-        check_chunk_steps(chunk_steps)
+    def batches(self, chunk_steps: int | None = None) -> Iterator[np.ndarray]:
+        """Stored episode ids in runs of at most ``chunk_steps`` steps (by default as many as
+        fit :data:`DEFAULT_CHUNK_BYTES`; at least one episode each), in order."""
+        chunk_steps = self.steps_per_chunk(chunk_steps)
         ends = np.cumsum(self.episode_lengths())
         start, done = 0, 0
         while start < len(ends):
@@ -135,14 +160,14 @@ class DatasetSource(ABC):
             yield self._ids[start:stop]
             start, done = stop, int(ends[stop - 1])
 
-    def chunks(self, chunk_steps: int = DEFAULT_CHUNK_STEPS, *,
+    def chunks(self, chunk_steps: int | None = None, *,
                observations: bool = True) -> Iterator[MultiAgentArrays]:
-        """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`read`
-        for ``observations``)."""
+        """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
+        for the default, :meth:`read` for ``observations``)."""
         for batch in self.batches(chunk_steps):
             yield self.read(batch, observations=observations)
 
-    def episodes(self, chunk_steps: int = DEFAULT_CHUNK_STEPS) -> Iterator[MultiAgentEpisode]:
+    def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
         """Every episode this source reads, with its reset seed and options, in order."""
         for batch in self.batches(chunk_steps):
             arrays = self.read(batch)
@@ -172,11 +197,39 @@ class DatasetSource(ABC):
         return ()
 
 
-def check_chunk_steps(chunk_steps: int) -> None:
-    """Raise :class:`InvalidOptionError` unless ``chunk_steps`` >= 1."""
+_AGENT_STEP_BYTES: Final = 12
+"""An agent's reward (float64) and flags (terminated, truncated, active, acted) per step."""
+
+
+def space_bytes(space: spaces.Space) -> int:
+    """Bytes of one sample of ``space`` as stored (a text leaf counts as a pointer)."""
+    return sum(int(np.prod(leaf_shape(leaf), dtype=np.int64)) * leaf_dtype(leaf).itemsize
+               for _, leaf in leaf_spaces(space))
+
+
+def steps_per_chunk(chunk_steps: int | None, step_bytes: int) -> int:
+    """The one chunking policy of every reader: ``chunk_steps`` as the caller gives it, or by
+    default (``None``) as many steps of ``step_bytes`` as fit :data:`DEFAULT_CHUNK_BYTES`,
+    at most :data:`DEFAULT_CHUNK_STEPS` and at least one.
+
+    Raises:
+        InvalidOptionError: ``chunk_steps`` is neither ``None`` nor an integer >= 1.
+    """
+    check_chunk_steps(chunk_steps)
+    if chunk_steps is not None:
+        return int(chunk_steps)
+    return max(1, min(DEFAULT_CHUNK_STEPS, DEFAULT_CHUNK_BYTES // max(1, step_bytes)))
+
+
+def check_chunk_steps(chunk_steps: int | None) -> None:
+    """Raise :class:`InvalidOptionError` unless ``chunk_steps`` is ``None`` (chunks by bytes,
+    the default) or an integer >= 1."""
+    if chunk_steps is None:
+        return
     if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or (
             chunk_steps < 1):
-        raise InvalidOptionError(f"chunk_steps must be an integer >= 1, got {chunk_steps!r}")
+        raise InvalidOptionError(f"chunk_steps must be an integer >= 1 (or None: chunks of "
+                                 f"about 4 MiB), got {chunk_steps!r}")
 
 
 def check_source_weights(weights: Sequence[float] | None, sources: int) -> None:

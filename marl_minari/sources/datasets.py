@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from marl_minari.errors import LayoutError
-from marl_minari.sources.base import DEFAULT_CHUNK_STEPS, DatasetSource
+from marl_minari.sources.base import DatasetSource
 from marl_minari.sources.folders import FolderSource
 from marl_minari.sources.resolve import Reference, open_source
 from marl_minari.sources.vault import VaultSource
@@ -35,7 +35,7 @@ def load_dataset(dataset_id: Reference, download: bool = False) -> MultiAgentDat
     raise LayoutError(_not_multi_agent(source))
 
 
-def check_dataset(dataset: Reference, *, chunk_steps: int = DEFAULT_CHUNK_STEPS
+def check_dataset(dataset: Reference, *, chunk_steps: int | None = None
                   ) -> CheckReport:
     """Check every episode of a dataset against ``docs/format.md`` (plain Minari datasets
     against Minari's part of it), or read every episode of a vault through its checks.

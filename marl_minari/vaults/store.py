@@ -70,6 +70,12 @@ CACHE_BYTES = 1 << 22
 streams, so a larger pool only keeps chunks already passed (64 MiB made restoring a 58 MB
 vault grow by 80 MB; 4 MiB took the same time, see tests/adapters/test_streaming.py)."""
 """Uncompressed bytes per zarr chunk of the widest array (tensorstore's own default, 4 MiB)."""
+READ_CONCURRENCY = 1
+"""Tensorstore threads reading (file I/O) and decoding (data copy) a vault at a time. Each
+thread that allocates decoded chunks keeps what it frees in its own malloc arena, so more
+threads hold more freed chunks: reading a 64 MB vault into make_buffer's arrays peaked at
+1.37x the data with tensorstore's defaults, 1.19x with one of each (docs/benchmarks.md). Reads
+go window by window, every leaf at once, so one thread of each is as fast here."""
 
 
 def leaf_name(path: tuple[str, ...]) -> str:
@@ -215,7 +221,10 @@ class VaultReader:
         check_version(self.metadata.get("version"), meta_path)
         self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
                             for path in shapes)
-        self._context = tensorstore().Context({"cache_pool": {"total_bytes_limit": CACHE_BYTES}})
+        self._context = tensorstore().Context({
+            "cache_pool": {"total_bytes_limit": CACHE_BYTES},
+            "data_copy_concurrency": {"limit": READ_CONCURRENCY},
+            "file_io_concurrency": {"limit": READ_CONCURRENCY}})
         self._stores: dict[str, ts.TensorStore] = {}
         self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]
@@ -282,6 +291,21 @@ class VaultReader:
     def read_async(self, name: str, index: tuple[Any, ...]) -> Any:
         """Start reading ``store[index]``; ``.result()`` gives the numpy array."""
         return self._open(name)[index].read()
+
+    def time_chunk_rows(self) -> int:
+        """Time steps per zarr chunk of the widest leaf (the unit tensorstore decodes)."""
+        widest = max(self.leaves, key=lambda leaf: int(np.prod(leaf.row_shape, dtype=np.int64))
+                     * np.dtype(leaf.dtype).itemsize)
+        shape = self._open(widest.name).chunk_layout.read_chunk.shape
+        rows = shape[1] if shape is not None and len(shape) > 1 else None
+        return int(rows) if rows else 1
+
+    def read_into(self, name: str, index: tuple[Any, ...], target: np.ndarray) -> Any:
+        """Start reading ``store[index]`` straight into ``target`` (a writable numpy array or
+        view of the same shape and dtype): no array of the block is made on the way.
+        ``.result()`` waits for it."""
+        return tensorstore().array(target, copy=False, write=True).write(
+            self._open(name)[index])
 
 
 VAULT_STAGING_FOLDER = ".marl_minari_staging"

@@ -17,13 +17,13 @@ from marl_minari.adapters import to_vault
 from peak_memory import measure_in_child, require_peak_reset
 
 EPISODES, STEPS = 100, 250  # 25,000 steps: about 64 MB of buffer arrays
-LIMITS = {
-    "dataset": 1.3,
-    # Reading a vault leaves freed blocks in the allocator's per-thread arenas of the
-    # reader's threads (1.5x measured; 1.2x with MALLOC_ARENA_MAX=1): not a second copy.
-    "vault": 1.8,
-}
-"""Peak growth over the bytes of the buffer's arrays (a second full copy makes it >= 2)."""
+LIMITS = {"default": 1.2, "1000": 1.25}
+"""Peak growth over the bytes of the buffer's arrays (a second full copy makes it >= 2), by
+chunking. Measured on a 2-core Linux VM (docs/benchmarks.md): by default 1.13x (dataset) and
+1.14x (vault), the goal; with 1,000-step chunks 1.07x and 1.19x (a vault's windows then cut
+across its 1,747-step zarr chunks, each decoded twice)."""
+CASES = [(kind, chunk) for kind in ("dataset", "vault") for chunk in ("default", "1000")]
+"""Each source read with the default chunking (by bytes) and with ``chunk_steps=1_000``."""
 
 _CHILD = r"""
 import jax
@@ -31,9 +31,9 @@ import marl_minari as mm
 from marl_minari.adapters import make_buffer
 
 def build(source):
-    # Chunks of 1,000 steps (2.4 MB of observations): what is measured is the buffer.
-    return make_buffer([source], sample_batch_size=8, sample_sequence_length=4,
-                       chunk_steps=1_000)
+    # The default chunking, or chunks of 1,000 steps (2.4 MB of observations).
+    chunking = {} if chunk == "default" else {"chunk_steps": int(chunk)}
+    return make_buffer([source], sample_batch_size=8, sample_sequence_length=4, **chunking)
 
 def measure(source):
     built = {}
@@ -46,7 +46,7 @@ def measure(source):
     data = sum(leaf.nbytes for leaf in jax.tree.leaves(built["state"].experience))
     return {"growth": growth, "data": data, "ratio": round(growth / data, 3)}
 
-vaults, kind = sys.argv[1], sys.argv[2]
+vaults, kind, chunk = sys.argv[1], sys.argv[2], sys.argv[3]
 # Once on a small source first, so imports, caches and compilations are not counted.
 if kind == "vault":
     build(f"{vaults}/warm/u")
@@ -70,14 +70,15 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             dataset = synthetic_dataset(f"mem/buffer-{name}-v0", episodes, steps=STEPS)
             to_vault(dataset, vaults, name, "u")
         found = {}
-        for kind in ("dataset", "vault"):  # each in a fresh process
-            found[kind] = measure_in_child(_CHILD, str(vaults), kind)
+        for kind, chunk in CASES:  # each in a fresh process
+            found[f"{kind}-{chunk}"] = measure_in_child(_CHILD, str(vaults), kind, chunk)
         yield found
 
 
-@pytest.mark.parametrize("source", ["dataset", "vault"])
+@pytest.mark.parametrize("case", [f"{kind}-{chunk}" for kind, chunk in CASES])
 def test_peak_memory_is_about_the_buffer_itself(peak_growth: dict[str, Any],
-                                                source: str) -> None:
-    measured = peak_growth[source]
+                                                case: str) -> None:
+    measured = peak_growth[case]
     assert measured["data"] > 60e6, measured  # large enough for the ratio to mean something
-    assert measured["growth"] <= LIMITS[source] * measured["data"], (source, peak_growth)
+    limit = LIMITS[case.split("-")[1]]
+    assert measured["growth"] <= limit * measured["data"], (case, peak_growth)

@@ -22,7 +22,14 @@ from marl_minari.errors import (
     NotADatasetError,
 )
 from marl_minari.format.ids import dataset_dir, local_dataset_ids
-from marl_minari.sources import SINGLE_AGENT, DatasetSource, open_source
+from marl_minari.sources import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_CHUNK_STEPS,
+    SINGLE_AGENT,
+    DatasetSource,
+    open_source,
+    steps_per_chunk,
+)
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -63,6 +70,30 @@ def test_every_way_of_naming_a_dataset_gives_one_source(
         open_source(42)
     with pytest.raises(InvalidOptionError, match="chunk_steps"):
         next(named[0].chunks(chunk_steps=0))
+
+
+def test_default_chunks_are_sized_by_bytes_and_a_given_size_is_kept(
+        record_parallel: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wide rows get fewer steps per chunk; narrow rows stop at DEFAULT_CHUNK_STEPS; a step
+    # wider than the budget is still read (one step, whole episodes); a given size is kept.
+    assert steps_per_chunk(None, 2_400) == DEFAULT_CHUNK_BYTES // 2_400 == 1_747
+    assert steps_per_chunk(None, 1) == DEFAULT_CHUNK_STEPS
+    assert steps_per_chunk(None, 10 * DEFAULT_CHUNK_BYTES) == 1
+    assert steps_per_chunk(100_000, 10 * DEFAULT_CHUNK_BYTES) == 100_000
+    with pytest.raises(InvalidOptionError, match="chunk_steps"):
+        steps_per_chunk(0, 1)
+    _record_spread(record_parallel, "tests/spread-v0", episodes=3)  # 6 steps each
+    source = open_source("tests/spread-v0")
+    spec = source.spec
+    assert spec.state_space is not None and spec.state_space.shape is not None
+    floats = int(np.prod(spec.state_space.shape)) + sum(  # float32 state and observations
+        int(np.prod(spec.observation_spaces[a].shape or ())) for a in spec.possible_agents)
+    assert 4 * floats < source.step_bytes < 4 * floats + 100  # + actions, rewards, flags
+    # A budget of 6 of this source's steps: one episode per chunk by default.
+    monkeypatch.setattr("marl_minari.sources.base.DEFAULT_CHUNK_BYTES", 6 * source.step_bytes)
+    assert [b.tolist() for b in source.batches()] == [[0], [1], [2]]
+    assert [c.episode_ids.tolist() for c in source.chunks()] == [[0], [1], [2]]
+    assert [b.tolist() for b in source.batches(12)] == [[0, 1], [2]]
 
 
 def test_a_filtered_minari_dataset_gives_only_its_episodes(
