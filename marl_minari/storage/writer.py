@@ -95,7 +95,7 @@ def write_dataset(
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
-    _check_new(dataset_id)
+    check_new_dataset(dataset_id)
     lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
     remove_stale_staging(root)
@@ -128,7 +128,7 @@ def write_dataset(
         if fsync:
             sync_tree(work)
         with dataset_lock(dataset_id):
-            target = _check_new(dataset_id)
+            target = check_new_dataset(dataset_id)
             _move_into_place(work, target, dataset_id)
             if fsync:
                 sync_folder(target.parent)
@@ -274,7 +274,13 @@ def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: 
                 )
 
 
-def _check_new(dataset_id: str) -> Path:
+def check_new_dataset(dataset_id: str) -> Path:
+    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work).
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetExistsError: a dataset with this id exists.
+    """
     parse_dataset_id(dataset_id)
     target = dataset_dir(dataset_id)
     if target.exists():
