@@ -132,7 +132,7 @@ def test_existing_target_is_refused(ramp: Any) -> None:
         mm.subsample(ramp, "tests/ramp-v0", max_steps=10)
 
 
-# ---------------------------------------------------------------------------- pairs (like_dataset_id)
+# ------------------------------------------------------------------ pairs (like_dataset_id)
 TOLERANCE = 0.05
 
 
