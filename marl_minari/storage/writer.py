@@ -272,6 +272,20 @@ def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: 
                     f"dataset {dataset_id!r}: {kind} space of {agent!r} is {a[agent]}, the new "
                     f"episodes' is {b[agent]}"
                 )
+    # A dataset's episodes all have the global state or none has: a mix cannot be read whole
+    # (its metadata would promise a state some episodes lack, or hide the state others hold).
+    if (stored.state_space is None) != (new.state_space is None):
+        which = ("the dataset records a global state and the new episodes have none"
+                 if new.state_space is None else
+                 "the new episodes have a global state and the dataset records none")
+        raise IncompatibleSourcesError(
+            f"dataset {dataset_id!r}: {which}; a "
+            "dataset's episodes all have one or none has: record them as the dataset was "
+            "(record_state=), or write them as a new dataset")
+    if stored.state_space != new.state_space:
+        raise IncompatibleSourcesError(
+            f"dataset {dataset_id!r}: the global state space is {stored.state_space}, the new "
+            f"episodes' is {new.state_space}")
 
 
 def check_new_dataset(dataset_id: str) -> Path:
