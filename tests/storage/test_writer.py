@@ -273,6 +273,7 @@ def test_a_dataset_never_mixes_episodes_with_and_without_state(stored_state: boo
     assert not dataset_dir("team/mixed-v0").exists()
 
 
+@pytest.mark.filterwarnings("ignore:algorithm_name, author")
 def test_a_refused_append_keeps_the_recorded_episodes(tmp_path: Path) -> None:
     """Episodes recorded without the state the dataset has stay in the recording: they can
     be written as a dataset of their own."""
