@@ -98,9 +98,9 @@ def fail(exc: Any) -> NoReturn:
 def explain(exc: Exception) -> Any:
     """The one-line report of an exception a command raised, with its exit code."""
     if isinstance(exc, USAGE_ERRORS):
-        return click.UsageError(one_line(str(exc)))
+        return click.UsageError(one_line(_with_notes(exc)))
     if isinstance(exc, MarlMinariError):
-        return CommandFailed(one_line(str(exc)))
+        return CommandFailed(one_line(_with_notes(exc)))
     if isinstance(exc, ImportError):
         return CommandFailed(_missing_package(exc))
     if isinstance(exc, OSError):
@@ -109,6 +109,11 @@ def explain(exc: Exception) -> Any:
     return CommandFailed(
         f"unexpected {type(exc).__name__}: {one_line(str(exc))} (rerun with --debug or "
         f"{DEBUG_ENV_VAR}=1 to see the traceback, and please report it)")
+
+
+def _with_notes(exc: Exception) -> str:
+    """The message and the notes added to it on the way up (what a failure left behind)."""
+    return " ".join([str(exc), *getattr(exc, "__notes__", ())])
 
 
 def one_line(text: str) -> str:

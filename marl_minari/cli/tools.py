@@ -37,6 +37,10 @@ def subset_command(
     like: Annotated[str | None, typer.Option(
         "--like", metavar="OTHER",
         help="Episodes whose returns match OTHER's, one to one within --tolerance.")] = None,
+    like_id: Annotated[str | None, typer.Option(
+        "--like-id", metavar="ID",
+        help="With --like: write OTHER's matched episodes too, as the dataset ID (two subsets "
+             "of as many episodes, returns matched pair by pair).")] = None,
     tolerance: Annotated[float, typer.Option(
         "--tolerance", metavar="T", help="For --like: largest return difference.")] = 0.01,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random choices.")] = 0,
@@ -46,7 +50,8 @@ def subset_command(
         "--author", help="The subset's author (Minari metadata).")] = None,
 ) -> None:
     """Write a subset of whole episodes as a new dataset (uniform, by return profile, or
-    matching another dataset's returns); its metadata records how it was chosen."""
+    matching another dataset's returns; with --like-id, the matched episodes of the other
+    dataset too); its metadata records how it was chosen."""
     from marl_minari.derive.subsets import subsample
 
     if (bin_edges is None) != (weights is None):
@@ -56,12 +61,20 @@ def subset_command(
         profile = (_numbers(bin_edges, "--bin-edges"), _numbers(weights, "--weights"))
     metadata: dict[str, Any] = {k: v for k, v in (("description", description),
                                                   ("author", author)) if v is not None}
-    subset = subsample(source, new_dataset_id, max_steps=max_steps, profile=profile, like=like,
-                       seed=seed, tolerance=tolerance, progress=True, **metadata)
-    record = subset.metadata["subset"]
-    typer.echo(f"{new_dataset_id}: {subset.total_episodes:,} episodes, "
-               f"{subset.total_steps:,} steps ({record['rule']}, seed {seed}) from "
-               f"{record['source']}")
+    if like_id is not None and like is None:
+        raise InvalidOptionError("--like-id names the subset of the --like dataset: give "
+                                 "--like too")
+    options: dict[str, Any] = dict(max_steps=max_steps, profile=profile, like=like, seed=seed,
+                                   tolerance=tolerance, progress=True, **metadata)
+    if like_id is None:
+        written = [subsample(source, new_dataset_id, **options)]
+    else:
+        written = list(subsample(source, new_dataset_id, like_dataset_id=like_id, **options))
+    for subset in written:
+        record = subset.metadata["subset"]
+        typer.echo(f"{subset.metadata['dataset_id']}: {subset.total_episodes:,} episodes, "
+                   f"{subset.total_steps:,} steps ({record['rule']}, seed {seed}) from "
+                   f"{record['source']}")
 
 
 def compare_command(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Iterator, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from marl_minari.format.metadata import dataset_metadata
 from marl_minari.sources import DatasetSource, load_dataset, open_source
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.writer import write_dataset
+from marl_minari.storage.writer import check_new_dataset, write_dataset
 
 SUBSET_KEY: Final = "subset"
 """Top-level metadata key of a subset's provenance."""
@@ -65,10 +65,27 @@ def episode_table(source: DatasetSource, chunk_steps: int | None = None
                         returns=np.concatenate(returns) if returns else np.zeros(0))
 
 
+@overload
 def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
-              profile: Profile | None = None, like: Any = None, seed: int = 0,
+              profile: Profile | None = None, like: Any = None,
+              like_dataset_id: None = None, seed: int = 0,
               tolerance: float = DEFAULT_TOLERANCE, progress: bool = False,
-              **metadata: Any) -> MultiAgentDataset:
+              **metadata: Any) -> MultiAgentDataset: ...
+
+
+@overload
+def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
+              profile: Profile | None = None, like: Any = None,
+              like_dataset_id: str, seed: int = 0,
+              tolerance: float = DEFAULT_TOLERANCE, progress: bool = False,
+              **metadata: Any) -> tuple[MultiAgentDataset, MultiAgentDataset]: ...
+
+
+def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
+              profile: Profile | None = None, like: Any = None,
+              like_dataset_id: str | None = None, seed: int = 0,
+              tolerance: float = DEFAULT_TOLERANCE, progress: bool = False,
+              **metadata: Any) -> MultiAgentDataset | tuple[MultiAgentDataset, MultiAgentDataset]:
     """Write a subset of ``source``'s whole episodes as the new dataset ``dataset_id``.
 
     One rule chooses the episodes:
@@ -82,11 +99,23 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
       out. OG-MARL's ``subsample_bespoke``.
     - ``like=other``: episodes whose returns match ``other``'s, each matched to one episode of
       ``other`` within ``tolerance`` (returns sorted and matched greedily, which matches as
-      many as can be). OG-MARL's ``subsample_similar``; ``subsample(other, ..., like=source)``
-      gives the other side.
+      many as can be; ``other``'s episodes of equal return are taken in a random order).
+      With ``like_dataset_id``, the matched episodes of ``other`` are written too, as a second
+      dataset: two subsets with as many episodes each and returns matched pair by pair,
+      OG-MARL's ``subsample_similar``.
 
     With ``profile`` or ``like``, ``max_steps`` also caps the subset: a profile is scaled
-    down as a whole; matched episodes are taken in a random order.
+    down as a whole; matched pairs are taken in a random order (with ``like_dataset_id``,
+    until either subset would go over ``max_steps``).
+
+    Both ids are checked before anything is read or written: a malformed or existing id
+    (either of them, or the same id twice) writes nothing. The pair is written one dataset
+    after the other, ``dataset_id`` first; each is complete or absent on its own. If writing
+    the second fails (another process takes its id or holds its lock meanwhile, the disk
+    fills up), or the process dies between the two, ``dataset_id`` stays, complete, its
+    metadata naming a ``twin`` that does not exist; the error says so. To get the pair, delete
+    it (``minari.delete_dataset``) and run the same call again: the same seed chooses the
+    same pairs.
 
     Args:
         source: anything :func:`marl_minari.sources.open_source` opens (a local id, a dataset
@@ -95,43 +124,52 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
         max_steps: most steps of the subset (>= 1).
         profile: ``(bin_edges, weights)``.
         like: a second source whose returns to match.
+        like_dataset_id: with ``like``: write ``like``'s matched episodes as this new dataset
+            too (``like`` must then be multi-agent).
         seed: the seed of every random choice: the same seed gives the same subset.
         tolerance: for ``like``: largest difference of two matched returns (>= 0).
         progress: show a progress bar while writing.
-        **metadata: Minari metadata of the new dataset (``algorithm_name``, ``author``,
-            ``author_email``, ``code_permalink``, ``description``, ``requirements``,
-            ``ref_min_score``, ``ref_max_score``).
+        **metadata: Minari metadata of the new dataset (both, with ``like_dataset_id``):
+            ``algorithm_name``, ``author``, ``author_email``, ``code_permalink``,
+            ``description``, ``requirements``, ``ref_min_score``, ``ref_max_score``.
 
     Returns:
-        The new dataset. Its metadata's ``subset`` records the source's id, the rule and its
+        The new dataset; with ``like_dataset_id``, the pair ``(subset of source, subset of
+        like)``. A subset's metadata's ``subset`` records the source's id, the rule and its
         options, the seed and the chosen stored episode ids (in the order written: the
-        source's order); every episode keeps its reset seed and options.
+        source's order); a pair's also ``twin`` (the other subset's id) and
+        ``twin_episode_ids`` (each episode's partner, a stored id of the other source, in the
+        same order). Every episode keeps its reset seed and options.
 
     Raises:
         InvalidOptionError: no rule, both ``profile`` and ``like``, a bad ``max_steps``,
-            ``profile``, ``tolerance`` or metadata key, or nothing chosen (the option
-            responsible is named).
-        IncompatibleSourcesError: the source is a plain single-agent dataset.
-        DatasetExistsError: ``dataset_id`` exists.
+            ``profile``, ``tolerance`` or metadata key, ``like_dataset_id`` without ``like``
+            or equal to ``dataset_id``, or nothing chosen (the option responsible is named).
+        IncompatibleSourcesError: the source (or, with ``like_dataset_id``, ``like``) is a
+            plain single-agent dataset.
+        DatasetExistsError: ``dataset_id`` or ``like_dataset_id`` exists.
     """
     _check_options(max_steps, profile, like, tolerance, metadata)
+    _check_new_ids(dataset_id, like_dataset_id, like)
     opened = open_source(source)
     other = None if like is None else open_source(like)
     try:
-        if not opened.multi_agent:
-            raise IncompatibleSourcesError(
-                f"{opened.dataset_id!r} is a plain single-agent Minari dataset; subsets are "
-                "written in the multi-agent layout: record or convert it as one")
+        _check_multi_agent(opened)
+        if like_dataset_id is not None and other is not None:
+            _check_multi_agent(other)
         table = episode_table(opened)
         rng = np.random.default_rng(seed)
         record: dict[str, Any] = {"source": opened.dataset_id, "source_name": opened.name,
                                   "seed": seed, "max_steps": max_steps}
+        partners = other_table = None
         if profile is not None:
             chosen = profile_selection(table, profile, rng, max_steps)
             record.update(rule="profile", profile={"bin_edges": [float(e) for e in profile[0]],
                                                    "weights": [float(w) for w in profile[1]]})
         elif other is not None:
-            chosen = like_selection(table, episode_table(other), rng, tolerance, max_steps)
+            other_table = episode_table(other)
+            chosen, partners = like_pairs(table, other_table, rng, tolerance, max_steps,
+                                          cap_both=like_dataset_id is not None)
             record.update(rule="like", like=other.dataset_id, like_name=other.name,
                           tolerance=tolerance)
         else:
@@ -145,22 +183,54 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
                 f"{option} chose no episode of {opened.dataset_id!r} "
                 f"({table.ids.size} episodes, shortest {int(table.lengths.min(initial=0))} "
                 f"steps); loosen {option}")
-        chosen = np.sort(chosen)  # written in the source's order
-        ids = table.ids[chosen]
-        record["episode_ids"] = [int(i) for i in ids]
-        record["total_steps"] = int(table.lengths[chosen].sum())
-        extra: dict[str, Any] = {SUBSET_KEY: record, **_episode_metadata(opened, ids)}
-        if COMBINED_KEY in opened.metadata:
-            extra[COMBINED_KEY] = opened.metadata[COMBINED_KEY]
-        spec = dataclasses.replace(opened.spec, extra={})
-        write_dataset(dataset_id, _episodes(opened, ids, table.lengths[chosen]), spec,
-                      jpeg_encoding=False, progress=progress, total=len(ids), extra=extra,
-                      **metadata)
+        if like_dataset_id is None or other is None or other_table is None or partners is None:
+            _write_subset(opened, dataset_id, table, chosen, record, progress, metadata)
+            return load_dataset(dataset_id)
+        twin_record = {**record, "source": other.dataset_id, "source_name": other.name,
+                       "like": opened.dataset_id, "like_name": opened.name}
+        _write_subset(opened, dataset_id, table, chosen, record, progress, metadata,
+                      twin=(like_dataset_id, other_table.ids[partners]))
+        try:
+            _write_subset(other, like_dataset_id, other_table, partners, twin_record,
+                          progress, metadata, twin=(dataset_id, table.ids[chosen]))
+        except BaseException as exc:
+            _explain_half_pair(exc, dataset_id, like_dataset_id)
+            raise
+        return load_dataset(dataset_id), load_dataset(like_dataset_id)
     finally:
         for handle, given in ((opened, source), (other, like)):
             if handle is not None and handle is not given:
                 handle.close()
-    return load_dataset(dataset_id)
+
+
+def _write_subset(source: DatasetSource, dataset_id: str, table: EpisodeTable,
+                  chosen: np.ndarray, record: dict[str, Any], progress: bool,
+                  metadata: dict[str, Any], twin: tuple[str, np.ndarray] | None = None
+                  ) -> None:
+    """Write ``source``'s episodes at ``chosen`` (positions in ``table``) in the source's
+    order, ``record`` (and the ``twin``'s id and partner ids, aligned with ``chosen``) as
+    their provenance."""
+    order = np.argsort(chosen, kind="stable")  # written in the source's order
+    ids = table.ids[chosen[order]]
+    record = {**record, "episode_ids": [int(i) for i in ids],
+              "total_steps": int(table.lengths[chosen].sum())}
+    if twin is not None:
+        record.update(twin=twin[0], twin_episode_ids=[int(i) for i in twin[1][order]])
+    extra: dict[str, Any] = {SUBSET_KEY: record, **_episode_metadata(source, ids)}
+    if COMBINED_KEY in source.metadata:
+        extra[COMBINED_KEY] = source.metadata[COMBINED_KEY]
+    spec = dataclasses.replace(source.spec, extra={})
+    write_dataset(dataset_id, _episodes(source, ids, table.lengths[chosen[order]]), spec,
+                  jpeg_encoding=False, progress=progress, total=len(ids), extra=extra,
+                  **metadata)
+
+
+def _explain_half_pair(exc: BaseException, written: str, missing: str) -> None:
+    """Say, in the error of the pair's second write, what the first left behind."""
+    exc.add_note(
+        f"The subset {written!r} was written, its twin {missing!r} was not: delete "
+        f"{written!r} (minari.delete_dataset) and run the same call again (the same seed "
+        "chooses the same pairs).")
 
 
 # ---------------------------------------------------------------------------- the rules
@@ -213,26 +283,44 @@ def profile_selection(table: EpisodeTable, profile: Profile, rng: np.random.Gene
     return take(low)
 
 
-def like_selection(table: EpisodeTable, other: EpisodeTable, rng: np.random.Generator,
-                   tolerance: float, max_steps: int | None = None) -> np.ndarray:
+def like_pairs(table: EpisodeTable, other: EpisodeTable, rng: np.random.Generator,
+               tolerance: float, max_steps: int | None = None, *, cap_both: bool = False
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Positions of ``table``'s episodes matched one to one to ``other``'s within
-    ``tolerance`` (both sorted by return, matched greedily; ties broken at random)."""
+    ``tolerance``, and the positions in ``other`` of their partners (aligned).
+
+    Both are sorted by return and matched greedily (the smallest unused return of ``other``
+    within ``tolerance`` of each); ties are broken at random on both sides. With
+    ``max_steps``, pairs are taken in a random order until ``table``'s episodes (with
+    ``cap_both``, either side's) would go over it.
+    """
+    # other's ties from a child generator: rng's draws (one side's choice) stay as they were
+    other_ties = rng.spawn(1)[0]
     mine = rng.permutation(len(table.ids))
     mine = mine[np.argsort(table.returns[mine], kind="stable")]
-    theirs = np.sort(other.returns)
+    theirs = other_ties.permutation(len(other.ids))
+    theirs = theirs[np.argsort(other.returns[theirs], kind="stable")]
+    values = other.returns[theirs]
     chosen: list[int] = []
+    partners: list[int] = []
     j = 0
     for position in mine:
         value = table.returns[position]
-        while j < len(theirs) and theirs[j] < value - tolerance:
+        while j < len(values) and values[j] < value - tolerance:
             j += 1  # too small for this episode and every later (larger) one
-        if j < len(theirs) and theirs[j] <= value + tolerance:
+        if j < len(values) and values[j] <= value + tolerance:
             chosen.append(int(position))
+            partners.append(int(theirs[j]))
             j += 1
     matched = np.asarray(chosen, dtype=np.int64)
+    partnered = np.asarray(partners, dtype=np.int64)
     if max_steps is None:
-        return matched
-    return _fitting_prefix(rng.permutation(matched), table.lengths, max_steps)
+        return matched, partnered
+    order = rng.permutation(len(matched))
+    count = len(_fitting_prefix(order, table.lengths[matched], max_steps))
+    if cap_both:
+        count = min(count, len(_fitting_prefix(order, other.lengths[partnered], max_steps)))
+    return matched[order[:count]], partnered[order[:count]]
 
 
 def _fitting_prefix(order: np.ndarray, lengths: np.ndarray, max_steps: int) -> np.ndarray:
@@ -260,6 +348,28 @@ def _check_options(max_steps: int | None, profile: Profile | None, like: Any,
     if unknown:
         raise InvalidOptionError(
             f"unknown metadata {unknown[0]!r}; a subset takes {sorted(_METADATA_KEYS)}")
+
+
+def _check_new_ids(dataset_id: str, like_dataset_id: str | None, like: Any) -> None:
+    if like_dataset_id is not None:
+        if like is None:
+            raise InvalidOptionError(
+                f"like_dataset_id {like_dataset_id!r} names the subset of the like= source: "
+                "give like= too")
+        if like_dataset_id == dataset_id:
+            raise InvalidOptionError(
+                f"dataset_id and like_dataset_id are both {dataset_id!r}; the two subsets "
+                "need two ids")
+    check_new_dataset(dataset_id)
+    if like_dataset_id is not None:
+        check_new_dataset(like_dataset_id)
+
+
+def _check_multi_agent(source: DatasetSource) -> None:
+    if not source.multi_agent:
+        raise IncompatibleSourcesError(
+            f"{source.dataset_id!r} is a plain single-agent Minari dataset; subsets are "
+            "written in the multi-agent layout: record or convert it as one")
 
 
 def _check_profile(profile: Any) -> None:

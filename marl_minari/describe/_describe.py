@@ -51,7 +51,8 @@ def describe(source: Any, *, coverage: bool = False, chunk_steps: int | None = N
         if not coverage:
             _stream(resolved, [stats.add], progress)
             return stats.result(resolved.name, resolved.kind, _provenance(resolved))
-        with CoverageAccumulator(resolved.possible_agents) as pairs:
+        with CoverageAccumulator(resolved.possible_agents, state=resolved.has_state,
+                                 name=resolved.name) as pairs:
             # the next chunk is read while threads hash this one (see CoverageAccumulator)
             _stream(resolved, [pairs.add, stats.add], progress)
             measured = pairs.result()

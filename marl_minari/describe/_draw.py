@@ -20,6 +20,8 @@ MAX_BINS: Final = 50
 """Most histogram bins, whatever the rule says (panels are 400 pixels wide)."""
 MANY_TICKS: Final = 16
 """Most tick labels on a categorical axis; beyond it every k-th is labelled."""
+MANY_VALUE_LABELS: Final = 4
+"""Up to this many datasets, the coverage bars carry their values."""
 OUTCOME_COLORS: Final = {"wins": "#2ca02c", "draws": "#9e9e9e", "losses": "#d62728"}
 
 
@@ -252,6 +254,47 @@ def heat_by_agent(ax: Any, agents: Sequence[str], actions: Sequence[ActionSummar
     colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     colorbar.ax.tick_params(labelsize=6)
     colorbar.set_label(what, fontsize=7)
+
+
+def coverage_bars(ax: Any, descriptions: Sequence[DatasetDescription], style: Style) -> None:
+    """SACo and average OACo of every dataset, side by side; the OACo bar's whisker spans
+    the agents' OACo (lowest to highest), so the panel reads alike at 3 or 100 agents."""
+    _decorate(ax, "coverage: distinct pairs / steps", None, "coverage")
+    measured = [(k, d.coverage) for k, d in enumerate(descriptions) if d.coverage is not None]
+    width = 0.8 / len(descriptions)
+    top = 0.0
+    for k, coverage in measured:
+        x = np.asarray([0.0, 1.0]) - 0.4 + width * (k + 0.5)
+        values = [coverage.saco, coverage.oaco]
+        ax.bar(x, values, width=width * 0.9, color=style.colors[k])
+        per_agent = list(coverage.agents.values())
+        high = max(per_agent, default=coverage.oaco)
+        if len(per_agent) > 1:
+            ax.vlines(x[1], min(per_agent), high, color="black", linewidth=0.8)
+        top = max(top, coverage.saco, high)
+        if len(descriptions) <= MANY_VALUE_LABELS:
+            # above the bar, and above the OACo whisker
+            for xi, value, at in zip(x, values, [coverage.saco, high], strict=True):
+                ax.text(xi, max(value, at), f"{value:.3g}", ha="center", va="bottom",
+                        fontsize=6)
+    if not measured:
+        _empty(ax, "no coverage measured")
+    agents = max((len(c.agents) for _, c in measured), default=0)
+    ax.set_xticks([0, 1], ["SACo\n(state, joint action)",
+                           f"OACo\n(mean of {agents} agent{'s' if agents != 1 else ''})"],
+                  fontsize=7)
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_ylim(0, max(top, 1e-3) * 1.25)  # room for the notes
+    ax.set_yticks([t for t in ax.get_yticks() if t <= min(1.0, top * 1.25)])  # none above 1
+    without_state = [style.names[k] for k, c in measured if c.state_source != "state"]
+    notes = ["whisker: agents' lowest to highest OACo"] if agents > 1 else []
+    if without_state:
+        which = ("all" if len(without_state) == len(measured) else ", ".join(without_state)
+                 if len(without_state) == 1 else f"{len(without_state)} of {len(measured)}")
+        notes.append(f"no state ({which}): joint observation in its place")
+    if notes:
+        ax.text(0.01, 0.99, "\n".join(notes), ha="left", va="top", transform=ax.transAxes,
+                fontsize=6, color="dimgray")
 
 
 def outcomes(ax: Any, description: DatasetDescription, name: str) -> None:

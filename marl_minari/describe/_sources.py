@@ -32,6 +32,9 @@ class _Source:
     action_spaces: dict[str, spaces.Space]
     metadata: dict[str, Any]
     chunks: Callable[[], Iterator[MultiAgentArrays]]
+    has_state: bool | None = None
+    """Whether the dataset's metadata records a global state (``None``: its chunks say; a
+    vault's state is all or nothing)."""
 
 
 @contextmanager
@@ -68,7 +71,8 @@ def _described(source: DatasetSource, chunk_steps: int | None, observations: boo
             action_spaces={SINGLE_AGENT: _space_text(spec.action_spaces[SINGLE_AGENT])})
     return _Source(name=source.dataset_id, kind=source.kind,
                    possible_agents=spec.possible_agents, action_spaces=dict(spec.action_spaces),
-                   metadata=metadata, chunks=chunks)
+                   metadata=metadata, chunks=chunks,
+                   has_state=spec.state_space is not None if source.multi_agent else None)
 
 
 def _vault_metadata(source: VaultSource) -> dict[str, Any]:

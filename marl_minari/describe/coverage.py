@@ -23,6 +23,7 @@ side, rounded like a state) stand for the state; :attr:`Coverage.state_source` s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +39,7 @@ from marl_minari.describe.distinct import (
     row_digests,
 )
 from marl_minari.describe.results import CountFrequencies, Coverage, StateSource
-from marl_minari.errors import LayoutError
+from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format.spaces import leaves
 from marl_minari.storage.arrays import MultiAgentArrays
 
@@ -65,12 +66,20 @@ class CoverageAccumulator:
         agents: the agents, in the dataset's order.
         decimals: rounding of the state (and of float actions) for SACo.
         threads: hashing threads (default: the processors, at most :data:`MAX_THREADS`).
+        state: whether the dataset records a global state (its metadata's state space):
+            ``True``, every episode must have one; ``False``, the joint observation stands
+            for it even in episodes that hold a state; ``None``, the first chunk decides and
+            every chunk must agree (a vault's state is all or nothing).
+        name: the dataset, for errors.
     """
 
     def __init__(self, agents: Sequence[str], decimals: int = DEFAULT_DECIMALS,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, *, state: bool | None = None,
+                 name: str = "the dataset") -> None:
         self.agents = tuple(agents)
         self.decimals = decimals
+        self.name = name
+        self._expects_state = state
         pending = max(MIN_PENDING, PENDING_DIGESTS // (len(self.agents) + 1))
         self.state_pairs = DistinctCounter(pending)
         self.agent_pairs = {agent: DistinctCounter(pending) for agent in self.agents}
@@ -96,17 +105,26 @@ class CoverageAccumulator:
         """Count the pairs of one chunk of whole episodes (read with observations).
 
         Raises:
-            LayoutError: the chunk's agents differ, or it has a global state where earlier
-                chunks had none (or the reverse).
+            LayoutError: the chunk's agents differ, or (``state=None``) it has a global state
+                where earlier chunks had none (or the reverse).
+            CorruptedDataError: (``state=True``) the chunk's episodes have no state.
         """
         steps = int(np.asarray(arrays.episode_lengths).sum())
         if steps == 0:
             return
         if tuple(arrays.possible_agents) != self.agents:
             raise LayoutError(f"chunk agents {arrays.possible_agents} differ from {self.agents}")
+        if self._expects_state is False and arrays.state is not None:
+            arrays = dataclasses.replace(arrays, state=None)  # the dataset declares none
+        if self._expects_state and arrays.state is None:
+            raise CorruptedDataError(
+                f"{self.name}: episode {int(arrays.episode_ids[0])} lacks the global state "
+                "the dataset records (episodes added without record_state?); SACo needs "
+                "the state of every step: measure the coverage of the episodes that have "
+                "one (dataset.subset(...))")
         source: StateSource = "joint_observation" if arrays.state is None else "state"
         if self.state_source is not None and source != self.state_source:
-            raise LayoutError("some chunks of the dataset have a global state and others not")
+            raise LayoutError(f"{self.name}: some chunks have a global state and others not")
         self.state_source = source
         self._wait()  # one chunk in flight: each table is counted by one thread at a time
         obs_rows = arrays.obs_rows

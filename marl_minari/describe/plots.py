@@ -45,8 +45,8 @@ LEGEND_COLUMNS: Final = 3
 BIN_RULES: Final = ("auto", "fd", "doane", "scott", "stone", "rice", "sturges", "sqrt")
 """numpy's rules for choosing histogram bins from the data (``bins=`` of the plots)."""
 
-PanelKind = Literal["lengths", "team", "outcomes", "returns", "returns_by_agent", "actions",
-                    "actions_by_agent"]
+PanelKind = Literal["lengths", "team", "coverage", "outcomes", "returns", "returns_by_agent",
+                    "actions", "actions_by_agent"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class Panel:
     """One panel of the figure.
 
     Attributes:
-        kind: what it shows: ``lengths`` and ``team`` (histograms over episodes), ``outcomes``
+        kind: what it shows: ``lengths`` and ``team`` (histograms over episodes),
+            ``coverage`` (SACo and average OACo per dataset, when measured), ``outcomes``
             (win/draw/loss per agent of one dataset), ``returns`` and ``actions`` (one agent,
             or several whose statistics are identical in every dataset), ``returns_by_agent``
             and ``actions_by_agent`` (every agent side by side: one-dimensional continuous
@@ -72,16 +73,20 @@ def plot_panels(descriptions: Sequence[DatasetDescription]) -> list[Panel]:
     """The panels :func:`plot_descriptions` draws, in order.
 
     Episode lengths; team returns (left out for zero-sum games, whose team return is always
-    0); win/draw/loss per agent for turn-based games (one panel per dataset); per-agent
-    returns and per-agent actions. Agents whose returns (or action statistics) are identical in
-    every description share one panel; with more than :data:`MANY_AGENTS` such panels, all
-    agents are summarised in one panel (one-dimensional continuous actions of every dataset
-    together; other actions one heat map per dataset: shares of action values, or mean action
+    0); SACo and average OACo when any description has a coverage (``describe(...,
+    coverage=True)``; one panel, per dataset, never per agent); win/draw/loss per agent for
+    turn-based games (one panel per dataset); per-agent returns and per-agent actions. Agents
+    whose returns (or action statistics) are identical in every description share one panel;
+    with more than :data:`MANY_AGENTS` such panels, all agents are summarised in one panel
+    (one-dimensional continuous actions of every dataset together; other actions one heat map
+    per dataset: shares of action values, or mean action
     per dimension).
     """
     panels = [Panel("lengths")]
     if not all(d.team_return_always_zero for d in descriptions):
         panels.append(Panel("team"))
+    if any(d.coverage is not None for d in descriptions):
+        panels.append(Panel("coverage"))
     panels += [Panel("outcomes", d.possible_agents, k) for k, d in enumerate(descriptions)
                if d.has_outcomes]
     agents = _union_agents(descriptions)
@@ -204,6 +209,8 @@ def _draw_panel(ax: object, panel: Panel, descriptions: Sequence[DatasetDescript
     elif panel.kind == "team":
         _draw.histogram(ax, [d.episode_team_returns for d in descriptions], style,
                         "team return", "return")
+    elif panel.kind == "coverage":
+        _draw.coverage_bars(ax, descriptions, style)
     elif panel.kind == "outcomes":
         assert panel.dataset is not None
         _draw.outcomes(ax, descriptions[panel.dataset], style.names[panel.dataset])

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from marl_minari.errors import StepDataError
+from marl_minari.errors import IncompatibleSourcesError, StepDataError
 from marl_minari.format import layout, offset_index
 from marl_minari.format.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.format.spaces import leaves
@@ -84,7 +84,8 @@ class EpisodeFileWriter:
         return self._next_id
 
     def write(self, episode: AnyEpisode) -> int:
-        """Append ``episode`` as ``episode_{id}`` and return its id."""
+        """Append ``episode`` as ``episode_{id}`` and return its id (see
+        :meth:`write_leaves`)."""
         if isinstance(episode, LeafEpisode):
             return self.write_leaves(episode.leaves, episode.total_steps, seed=episode.seed,
                                      options=episode.options)
@@ -93,7 +94,13 @@ class EpisodeFileWriter:
 
     def write_leaves(self, items: Iterable[tuple[str, Leaf]], total_steps: int, *,
                      seed: int | None = None, options: dict[str, Any] | None = None) -> int:
-        """Append one episode given as ``(path, array)`` pairs (see :func:`episode_leaves`)."""
+        """Append one episode given as ``(path, array)`` pairs (see :func:`episode_leaves`).
+
+        Raises:
+            IncompatibleSourcesError: the episode has a global state and the spec none, or
+                the reverse (a dataset's episodes all have one or none has); the episode's
+                group is left in the file, which its caller discards (files are staged).
+        """
         episode_id = self._next_id
         group = h5py.h5g.create(self._file.id, f"episode_{episode_id}".encode())
         _set_attr(group, "id", np.int64(episode_id))
@@ -106,6 +113,15 @@ class EpisodeFileWriter:
         written: dict[str, int] = {}
         for path, array in items:
             written[path] = self._put(groups, path, array)
+        has_state = STATE_PATH in written
+        if has_state != (self._spec.state_space is not None):
+            # the file is a staged copy: the error discards it, and the episode with it
+            raise IncompatibleSourcesError(
+                f"{self._path}: episode {episode_id} (seed {seed}) "
+                f"{'has a global state' if has_state else 'has no global state'} and the "
+                f"dataset {'records none' if has_state else 'records one'}; a dataset's "
+                "episodes all have one or none has (record_state= of the recorder, "
+                "state_space of the spec)")
         for path in written.keys() - self._offsets.keys():
             self._offsets[path] = [-1] * (episode_id - self._first_id)
         for path, offsets in self._offsets.items():

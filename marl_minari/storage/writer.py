@@ -97,7 +97,7 @@ def write_dataset(
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
-    _check_new(dataset_id)
+    check_new_dataset(dataset_id)
     lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
     remove_stale_staging(root)
@@ -130,7 +130,7 @@ def write_dataset(
         if fsync:
             sync_tree(work)
         with dataset_lock(dataset_id):
-            target = _check_new(dataset_id)
+            target = check_new_dataset(dataset_id)
             _move_into_place(work, target, dataset_id)
             if fsync:
                 sync_folder(target.parent)
@@ -307,9 +307,29 @@ def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: 
                     f"dataset {dataset_id!r}: {kind} space of {agent!r} is {a[agent]}, the new "
                     f"episodes' is {b[agent]}"
                 )
+    # A dataset's episodes all have the global state or none has: a mix cannot be read whole
+    # (its metadata would promise a state some episodes lack, or hide the state others hold).
+    if (stored.state_space is None) != (new.state_space is None):
+        which = ("the dataset records a global state and the new episodes have none"
+                 if new.state_space is None else
+                 "the new episodes have a global state and the dataset records none")
+        raise IncompatibleSourcesError(
+            f"dataset {dataset_id!r}: {which}; a "
+            "dataset's episodes all have one or none has: record them as the dataset was "
+            "(record_state=), or write them as a new dataset")
+    if stored.state_space != new.state_space:
+        raise IncompatibleSourcesError(
+            f"dataset {dataset_id!r}: the global state space is {stored.state_space}, the new "
+            f"episodes' is {new.state_space}")
 
 
-def _check_new(dataset_id: str) -> Path:
+def check_new_dataset(dataset_id: str) -> Path:
+    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work).
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+        DatasetExistsError: a dataset with this id exists.
+    """
     parse_dataset_id(dataset_id)
     target = dataset_dir(dataset_id)
     if target.exists():

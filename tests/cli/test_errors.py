@@ -195,3 +195,18 @@ def test_ctrl_c_exits_130_and_keeps_the_finished_episodes(workdir: Path,
     [kept] = mm.list_recordings()
     assert kept.episodes >= 3
     assert not (datasets_root / "cli" / "interrupted-v0").exists()
+
+
+def test_notes_added_on_the_way_up_are_in_the_error_line() -> None:
+    """What a failure left behind (a note added to the error) reaches the one line."""
+    from marl_minari.cli.errors import explain
+    from marl_minari.errors import InvalidOptionError, LockedError
+
+    failed = LockedError("dataset 'x-v0' is being written\nby another process")
+    failed.add_note("The subset 'y-v0' was written, its twin 'x-v0' was not.")
+    assert explain(failed).format_message() == (
+        "dataset 'x-v0' is being written by another process The subset 'y-v0' was written, "
+        "its twin 'x-v0' was not.")
+    usage = InvalidOptionError("bad")
+    usage.add_note("see --help")
+    assert explain(usage).format_message() == "bad see --help"

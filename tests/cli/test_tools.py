@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import marl_minari as mm
 from marl_minari.cli import app
 from marl_minari.cli.errors import EXIT_USAGE
+from marl_minari.format.ids import dataset_dir
 
 
 @pytest.fixture
@@ -65,6 +66,14 @@ def test_subset_commands(ramp: None) -> None:
     alike = runner.invoke(app, ["subset", "cli/ramp-v0", "cli/alike-v0", "--like", "cli/few-v0"])
     assert alike.exit_code == 0, alike.output
     assert mm.load_dataset("cli/alike-v0").total_episodes == 3  # 5, 6 and 17
+    pair = runner.invoke(app, ["subset", "cli/ramp-v0", "cli/ramp-sim-v0", "--like",
+                               "cli/few-v0", "--like-id", "cli/few-sim-v0", "--seed", "1"])
+    assert pair.exit_code == 0, pair.output
+    assert "cli/ramp-sim-v0: 3 episodes, 15 steps (like, seed 1) from cli/ramp-v0" in pair.output
+    assert "cli/few-sim-v0: 3 episodes, 12 steps (like, seed 1) from cli/few-v0" in pair.output
+    twin = mm.load_dataset("cli/few-sim-v0")
+    assert sorted(e.team_rewards.sum() for e in twin.iterate_episodes()) == [5.0, 6.0, 17.0]
+    assert twin.metadata["subset"]["twin"] == "cli/ramp-sim-v0"
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -72,6 +81,9 @@ def test_subset_commands(ramp: None) -> None:
     (["--bin-edges", "0,x", "--weights", "1"], "--bin-edges takes numbers"),
     ([], "needs a rule"),
     (["--max-steps", "2"], "max_steps chose no episode"),
+    (["--max-steps", "10", "--like-id", "cli/twin-v0"], "--like-id names the subset of the "
+                                                       "--like dataset: give --like too"),
+    (["--like", "cli/few-v0", "--like-id", "cli/never-v0"], "need two ids"),
 ])
 def test_subset_mistakes_are_one_error_line(ramp: None, arguments: list[str],
                                             message: str) -> None:
@@ -79,6 +91,16 @@ def test_subset_mistakes_are_one_error_line(ramp: None, arguments: list[str],
     assert result.exit_code == EXIT_USAGE, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert not dataset_dir("cli/never-v0").exists()
+
+
+def test_an_existing_twin_id_is_one_error_line_and_writes_nothing(ramp: None) -> None:
+    result = CliRunner().invoke(app, ["subset", "cli/ramp-v0", "cli/never-v0", "--like",
+                                      "cli/few-v0", "--like-id", "cli/few-v0"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: dataset 'cli/few-v0' already exists")
+    assert not dataset_dir("cli/never-v0").exists()
 
 
 def test_compare_command(ramp: None, tmp_path: Path) -> None:

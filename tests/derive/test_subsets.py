@@ -130,3 +130,157 @@ def test_bad_options_are_named_and_nothing_is_written(ramp: Any, options: dict[s
 def test_existing_target_is_refused(ramp: Any) -> None:
     with pytest.raises(mm.DatasetExistsError):
         mm.subsample(ramp, "tests/ramp-v0", max_steps=10)
+
+
+# ------------------------------------------------------------------ pairs (like_dataset_id)
+TOLERANCE = 0.05
+
+
+def returns_by_id(dataset: Any) -> dict[int, float]:
+    return {int(i): float(dataset[int(i)].team_rewards.sum()) for i in dataset.episode_indices}
+
+
+@pytest.fixture
+def two_sources() -> tuple[Any, Any]:
+    """Two datasets of overlapping return distributions (returns on a 0.1 grid, many ties)."""
+    rng = np.random.default_rng(11)
+    a = write_episodes("tests/a-v0", [int(x) for x in rng.integers(3, 9, 50)],
+                       [round(float(x), 1) for x in rng.normal(0.0, 1.0, 50)])
+    b = write_episodes("tests/b-v0", [int(x) for x in rng.integers(3, 9, 60)],
+                       [round(float(x), 1) for x in rng.normal(0.5, 1.0, 60)])
+    return a, b
+
+
+def test_like_pair_writes_both_sides_with_matched_returns(two_sources: tuple[Any, Any]
+                                                          ) -> None:
+    a, b = two_sources
+    mine, twin = mm.subsample(a, "tests/a-sim-v0", like="tests/b-v0",
+                              like_dataset_id="tests/b-sim-v0", tolerance=TOLERANCE, seed=0,
+                              author="me")
+    assert mine.total_episodes == twin.total_episodes
+    assert mine.total_episodes > 20  # the distributions overlap: most episodes match
+    mine_returns, twin_returns = np.sort(team_returns(mine)), np.sort(team_returns(twin))
+    assert np.abs(mine_returns - twin_returns).max() <= TOLERANCE + 1e-9
+    # each episode's partner is named, and its return is within the tolerance
+    record, other = mine.metadata["subset"], twin.metadata["subset"]
+    assert (record["twin"], other["twin"]) == ("tests/b-sim-v0", "tests/a-sim-v0")
+    assert (record["source"], record["like"]) == ("tests/a-v0", "tests/b-v0")
+    assert (other["source"], other["like"]) == ("tests/b-v0", "tests/a-v0")
+    assert record["rule"] == other["rule"] == "like" and record["seed"] == other["seed"] == 0
+    assert other["tolerance"] == TOLERANCE and twin.metadata["author"] == ["me"]
+    a_returns, b_returns = returns_by_id(a), returns_by_id(b)
+    pairs = dict(zip(record["episode_ids"], record["twin_episode_ids"], strict=True))
+    assert dict(zip(other["twin_episode_ids"], other["episode_ids"], strict=True)) == pairs
+    assert len(set(pairs.values())) == len(pairs)
+    assert all(abs(a_returns[x] - b_returns[y]) <= TOLERANCE + 1e-9 for x, y in pairs.items())
+    assert other["episode_ids"] == sorted(pairs.values())
+    assert other["total_steps"] == twin.total_steps
+    assert_episodes_copied(mine, a)
+    assert_episodes_copied(twin, b)
+    # the one-sided call chooses the same episodes of a
+    alone = mm.subsample(a, "tests/a-alone-v0", like=b, tolerance=TOLERANCE, seed=0)
+    assert alone.metadata["subset"]["episode_ids"] == record["episode_ids"]
+    assert "twin" not in alone.metadata["subset"]
+    # reproducible: the same seed, the same pairs; another seed breaks b's ties otherwise
+    again = mm.subsample(a, "tests/a-again-v0", like=b, like_dataset_id="tests/b-again-v0",
+                         tolerance=TOLERANCE, seed=0)[0].metadata["subset"]
+    assert again["twin_episode_ids"] == record["twin_episode_ids"]
+    assert again["episode_ids"] == record["episode_ids"]
+    reseeded = mm.subsample(a, "tests/a-seed1-v0", like=b, like_dataset_id="tests/b-seed1-v0",
+                            tolerance=TOLERANCE, seed=1)[1].metadata["subset"]
+    assert reseeded["episode_ids"] != other["episode_ids"]
+
+
+def test_max_steps_caps_both_sides_of_a_pair() -> None:
+    """The twin's episodes are twice as long: the twin's steps stop the pair."""
+    rng = np.random.default_rng(2)
+    short = write_episodes("tests/short-v0", [5] * 30, [float(x) for x in rng.permutation(30)])
+    write_episodes("tests/long-v0", [10] * 30, [float(x) for x in range(30)])
+    mine, twin = mm.subsample(short, "tests/short-cap-v0", like="tests/long-v0",
+                              like_dataset_id="tests/long-cap-v0", max_steps=64, seed=3)
+    assert mine.total_episodes == twin.total_episodes == 6
+    assert (mine.total_steps, twin.total_steps) == (30, 60)
+    assert sorted(team_returns(mine)) == sorted(team_returns(twin))
+    # one-sided, only the subset's own steps count
+    alone = mm.subsample(short, "tests/short-alone-v0", like="tests/long-v0", max_steps=64)
+    assert alone.total_steps == 60
+
+
+def test_a_vault_is_either_side_of_a_pair(tmp_path: Path) -> None:
+    """The known vault's six episodes all return 10 (agent 0's rewards): ties, broken by the
+    seed."""
+    vault = tmp_path / "vaults" / "known" / "Good"
+    write_known_vault(tmp_path / "vaults", "known", "Good")
+    write_episodes("tests/near-v0", [4] * 5, [10.0, 10.004, 3.0, 9.999, 20.0])
+    mine, twin = mm.subsample(vault, "tests/vault-sim-v0", like="tests/near-v0",
+                              like_dataset_id="tests/near-sim-v0", seed=0)
+    assert mine.total_episodes == twin.total_episodes == 3
+    assert team_returns(mine) == [10.0] * 3
+    assert sorted(team_returns(twin)) == pytest.approx([9.999, 10.0, 10.004])
+    assert mine.total_steps == 30 and mine.metadata["subset"]["source_name"] == str(
+        vault.resolve())
+    # the vault as the other side: its matched episodes are the twin, chosen by the seed
+    chosen = set()
+    for seed in range(4):
+        _, from_vault = mm.subsample("tests/near-v0", f"tests/near-{seed}-v0", like=vault,
+                                     like_dataset_id=f"tests/vault-{seed}-v0", seed=seed)
+        assert from_vault.total_episodes == 3 and from_vault.total_steps == 30
+        chosen.add(tuple(from_vault.metadata["subset"]["episode_ids"]))
+    assert len(chosen) > 1
+
+
+@pytest.mark.parametrize(("options", "error", "named"), [
+    ({"like_dataset_id": "tests/b-sim-v0", "max_steps": 10}, mm.InvalidOptionError,
+     "give like= too"),
+    ({"like": "tests/b-v0", "like_dataset_id": "tests/a-sim-v0"}, mm.InvalidOptionError,
+     "need two ids"),
+    ({"like": "tests/b-v0", "like_dataset_id": "tests/b-v0"}, mm.DatasetExistsError,
+     "'tests/b-v0' already exists"),
+    ({"like": "tests/b-v0", "like_dataset_id": "no version"}, mm.InvalidDatasetIdError,
+     "no version"),
+])
+def test_pair_mistakes_write_nothing(two_sources: tuple[Any, Any], options: dict[str, Any],
+                                     error: type[Exception], named: str) -> None:
+    with pytest.raises(error, match=named):
+        mm.subsample("tests/a-v0", "tests/a-sim-v0", seed=0, **options)
+    assert not dataset_dir("tests/a-sim-v0").exists()
+    assert not dataset_dir("tests/b-sim-v0").exists()
+
+
+def test_an_existing_first_id_writes_no_twin(two_sources: tuple[Any, Any]) -> None:
+    with pytest.raises(mm.DatasetExistsError, match="'tests/b-v0' already exists"):
+        mm.subsample("tests/a-v0", "tests/b-v0", like="tests/a-v0",
+                     like_dataset_id="tests/b-sim-v0")
+    assert not dataset_dir("tests/b-sim-v0").exists()
+
+
+def test_a_failed_second_write_leaves_the_first_and_says_how_to_finish(
+        two_sources: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process holds the twin's lock (a failure no check before writing can see): the
+    first subset stays, complete, and the same call writes the same pair once it is gone."""
+    import subprocess
+    import sys
+
+    import minari
+
+    child = Path(__file__).resolve().parents[1] / "support" / "durability_child.py"
+    holder = subprocess.Popen([sys.executable, str(child), "hold-lock", "tests/b-sim-v0",
+                               "unused", "0"], text=True, stdout=subprocess.PIPE)
+    options: dict[str, Any] = {"like": "tests/b-v0", "like_dataset_id": "tests/b-sim-v0",
+                               "tolerance": TOLERANCE, "seed": 5}
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        monkeypatch.setenv("MARL_MINARI_LOCK_TIMEOUT", "0.2")
+        with pytest.raises(mm.LockedError) as raised:
+            mm.subsample("tests/a-v0", "tests/a-sim-v0", **options)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert "'tests/a-sim-v0' was written, its twin 'tests/b-sim-v0' was not" in " ".join(
+        raised.value.__notes__)
+    half = mm.load_dataset("tests/a-sim-v0").metadata["subset"]
+    assert half["twin"] == "tests/b-sim-v0" and not dataset_dir("tests/b-sim-v0").exists()
+    minari.delete_dataset("tests/a-sim-v0")
+    mine, twin = mm.subsample("tests/a-v0", "tests/a-sim-v0", **options)
+    assert mine.metadata["subset"]["twin_episode_ids"] == half["twin_episode_ids"]
+    assert mine.metadata["subset"]["episode_ids"] == half["episode_ids"]

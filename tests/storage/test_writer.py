@@ -29,6 +29,7 @@ from marl_minari.errors import (
 )
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import remembered_digests
+from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.writer import append_to_dataset, write_dataset
 
@@ -240,6 +241,62 @@ def test_append_refuses_other_agents_or_spaces_and_missing_datasets() -> None:
     with pytest.raises(DatasetNotFoundError):
         append_to_dataset("team/missing-v0", episodes, spec)
     assert mm.load_dataset("team/fixed-v0").total_episodes == 1
+
+
+STATE = spaces.Box(-1, 1, (4,), dtype=np.float32)
+
+
+def _stated(count: int, state: bool, first_seed: int = 0) -> tuple[MultiAgentSpec, list]:
+    spec = _spec(SIMPLE_AGENTS, SIMPLE_OBS, SIMPLE_ACT, state_space=STATE if state else None)
+    return spec, [random_episode(SIMPLE_AGENTS, SIMPLE_OBS, SIMPLE_ACT, 2, first_seed + i,
+                                 state_space=STATE if state else None) for i in range(count)]
+
+
+@pytest.mark.parametrize("stored_state", [True, False])
+def test_a_dataset_never_mixes_episodes_with_and_without_state(stored_state: bool) -> None:
+    """All of a dataset's episodes have a global state or none has: a mix cannot be read
+    whole, so appends and writes that would make one are refused and change nothing."""
+    spec, episodes = _stated(2, stored_state)
+    other_spec, others = _stated(1, not stored_state, first_seed=10)
+    write_dataset("team/stated-v0", episodes, spec)
+    which = ("the dataset records a global state and the new episodes have none"
+             if stored_state else
+             "the new episodes have a global state and the dataset records none")
+    with pytest.raises(IncompatibleSourcesError, match=which):
+        append_to_dataset("team/stated-v0", others, other_spec)
+    # the spec says as the dataset, the episode not: refused by the file writer
+    with pytest.raises(IncompatibleSourcesError, match=r"episode 2 \(seed 10\) has "):
+        append_to_dataset("team/stated-v0", others, spec)
+    with pytest.raises(IncompatibleSourcesError, match=r"episode 1 \(seed 10\) has "):
+        write_dataset("team/mixed-v0", [episodes[0], *others], spec)
+    assert mm.load_dataset("team/stated-v0").total_episodes == 2
+    assert not dataset_dir("team/mixed-v0").exists()
+
+
+@pytest.mark.filterwarnings("ignore:algorithm_name, author")
+def test_a_refused_append_keeps_the_recorded_episodes(tmp_path: Path) -> None:
+    """Episodes recorded without the state the dataset has stay in the recording: they can
+    be written as a dataset of their own."""
+    def record(record_state: bool, seed: int) -> mm.ParallelDataCollector:
+        collector = mm.ParallelDataCollector(
+            mm.make_env("mpe2/simple_spread_v3", max_cycles=3), record_state=record_state,
+            recording_path=tmp_path / f"rec-{seed}")
+        for k in range(2):
+            collector.reset(seed=seed + k)
+            while collector.agents:
+                collector.step({a: 0 for a in collector.agents})
+        return collector
+
+    first = record(True, 0)
+    first.create_dataset("team/spread-v0")
+    first.close()
+    late = record(False, 10)
+    with pytest.raises(IncompatibleSourcesError, match="record_state"):
+        late.add_to_dataset("team/spread-v0")
+    assert mm.load_dataset("team/spread-v0").total_episodes == 2
+    late.create_dataset("team/spread-stateless-v0")
+    late.close()
+    assert mm.load_dataset("team/spread-stateless-v0").episode_seeds() == [10, 11]
 
 
 # --- plain Minari on a recorded dataset ------------------------------------------------------
