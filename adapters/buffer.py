@@ -33,6 +33,7 @@ from marl_minari.sources import (
     DatasetSource,
     check_chunk_steps,
     check_source_weights,
+    holding_chunk_bytes,
     is_vault,
     open_source,
     spec_of,
@@ -115,8 +116,9 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit :data:`~marl_minari.sources.DEFAULT_CHUNK_BYTES` (4 MiB), which keeps
-            peak memory near the buffer's own bytes (docs/benchmarks.md).
+            as fit a sixteenth of the buffer's bytes (1 to 32 MiB,
+            :func:`~marl_minari.sources.holding_chunk_bytes`), which keeps peak memory near
+            the buffer's own bytes (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -138,7 +140,11 @@ def make_buffer(
             "sample_batch_size, sample_sequence_length and period must be >= 1 "
             f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
     check_source_weights(weights, len(sources))
-    views = [_open_source(s, chunk_steps) for s in sources]
+    opened = [_open_source(s) for s in sources]
+    # The buffer holds every step anyway: chunks sized to it keep the peak near its bytes.
+    budget = holding_chunk_bytes(sum(_source_bytes(o) for o in opened))
+    views = [_vault_source(o, chunk_steps, budget) if isinstance(o, VaultReader)
+             else _dataset_source(o, chunk_steps, budget) for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
     experience_np = {path: _device_ready_zeros((1, total, *shape), dtype)
@@ -230,17 +236,32 @@ def _read_only(name: str) -> Callable[..., Any]:
 # --------------------------------------------------------------------------- sources
 
 
-def _open_source(source: Any, chunk_steps: int | None) -> _Source:
+def _open_source(source: Any) -> DatasetSource | VaultReader:
     if isinstance(source, (str, os.PathLike)) and is_vault(source):
-        return _vault_source(VaultReader(source), chunk_steps)
+        return VaultReader(source)
     dataset = open_source(source)
     require_layout(dataset)
-    return _dataset_source(dataset, chunk_steps)
+    return dataset
 
 
-def _dataset_source(dataset: DatasetSource, chunk_steps: int | None) -> _Source:
+def _source_bytes(source: DatasetSource | VaultReader) -> int:
+    if isinstance(source, VaultReader):
+        return source.num_streams * source.length * _row_bytes(_vault_keys(source))
+    return source.total_steps * source.step_bytes
+
+
+def _vault_keys(reader: VaultReader) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
+    return {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
+
+
+def _row_bytes(keys: dict[tuple[str, ...], tuple[tuple[int, ...], str]]) -> int:
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+               for shape, dtype in keys.values())
+
+
+def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
-    chunks = dataset.chunks(chunk_steps)
+    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget))
     first: list[Any] = [next(chunks)]  # handed over to the fill, which lets it go
     if record is not None:
         plan = plan_from_vault_record(dataset.spec, record)
@@ -272,8 +293,8 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int | None) -> _Source:
                    length=length, fill=fill)
 
 
-def _vault_source(reader: VaultReader, chunk_steps: int | None) -> _Source:
-    keys = {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
+def _vault_source(reader: VaultReader, chunk_steps: int | None, budget: int) -> _Source:
+    keys = _vault_keys(reader)
     ours = reader.metadata.get(VAULT_METADATA_KEY)
     agents = None
     spaces_ = None
@@ -282,9 +303,8 @@ def _vault_source(reader: VaultReader, chunk_steps: int | None) -> _Source:
         agents = checked_plan(reader, ours, spec).agents
         spaces_ = (spec.observation_spaces, spec.action_spaces)
     streams, length = reader.num_streams, reader.length
-    row_bytes = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-                    for shape, dtype in keys.values())
-    window = max(1, steps_per_chunk(chunk_steps, row_bytes) // max(1, streams))
+    window = max(1, steps_per_chunk(chunk_steps, _row_bytes(keys), budget=budget)
+                 // max(1, streams))
     if chunk_steps is None:
         # Whole zarr chunks by default: each is decoded once, not once per window it spans
         # (1.14x the buffer's bytes at peak, 1.19x for windows across chunk boundaries).

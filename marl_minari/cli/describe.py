@@ -46,7 +46,7 @@ def describe_command(
              "--compare).")] = None,
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps read at a time (memory is proportional to it; default: as many as fit "
-             "4 MiB, at most 65,536).", min=1)] = None,
+             "32 MiB, at most 65,536).", min=1)] = None,
 ) -> None:
     """Statistics of a dataset or vault: episodes, returns, actions, inactive agents, and
     with --coverage its state-action coverage (--coverage-plot: how often pairs repeat)."""

@@ -89,7 +89,7 @@ def compare_command(
         "--coverage/--no-coverage", help="Measure SACo and OACo (reads the observations).")
                         ] = True,
     chunk_steps: Annotated[int | None, typer.Option(
-        help="Steps read at a time (default: as many as fit 4 MiB, at most 65,536).",
+        help="Steps read at a time (default: as many as fit 32 MiB, at most 65,536).",
         min=1)] = None,
 ) -> None:
     """Compare datasets: team returns (two-sample Kolmogorov-Smirnov against the first, QQ

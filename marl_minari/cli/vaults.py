@@ -78,7 +78,7 @@ def convert(
         help="Fetch SOURCE from Minari's remote when it is not a local dataset.")] = False,
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps converted at a time; memory is proportional to it (default: as many as "
-             "fit 4 MiB, at most 65,536).", min=1)] = None,
+             "fit 32 MiB, at most 65,536).", min=1)] = None,
     compression: Annotated[Compression, typer.Option(
         help="Vault compressor (gzip is Flashbax's default).")] = Compression.gzip,
     dones: Annotated[DonesChoice, typer.Option(

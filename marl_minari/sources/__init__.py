@@ -12,11 +12,13 @@ episodes, at most ``chunk_steps`` steps each, by default as many as fit
 from marl_minari.sources.base import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_STEPS,
+    MIN_CHUNK_BYTES,
     DatasetSource,
     EpisodeAttributes,
     SourceKind,
     check_chunk_steps,
     check_source_weights,
+    holding_chunk_bytes,
     space_bytes,
     steps_per_chunk,
 )
@@ -36,6 +38,7 @@ from marl_minari.sources.vault import VaultSource, is_vault, vault_path_parts
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_CHUNK_STEPS",
+    "MIN_CHUNK_BYTES",
     "MOVED_KEYS",
     "SINGLE_AGENT",
     "SINGLE_AGENT_KEY",
@@ -57,6 +60,7 @@ __all__ = [
     "single_agent_spec",
     "space_bytes",
     "spec_of",
+    "holding_chunk_bytes",
     "steps_per_chunk",
     "vault_path_parts",
 ]

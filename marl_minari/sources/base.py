@@ -23,13 +23,17 @@ from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
 
-DEFAULT_CHUNK_BYTES: Final = 4 * 2**20
+DEFAULT_CHUNK_BYTES: Final = 32 * 2**20
 """Bytes of step data per chunk when no ``chunk_steps`` is given (:func:`steps_per_chunk`).
 
-Reading a chunk holds it about twice (as read, then as converted), so a reader's temporaries
-stay near 8 MiB whatever the row size: 4 MiB chunks kept ``make_buffer``'s peak at 1.13x the
-buffer's bytes on a 64 MB buffer of 2,500-byte steps (16 MiB chunks: 1.6x,
-docs/benchmarks.md); beyond about 1,000 steps a chunk, larger chunks read no faster."""
+Reading a chunk holds it about twice (as read, then as converted), so a streaming reader's
+temporaries stay near 64 MiB whatever the row size. Each chunk also pays a fixed cost (the
+file opened, its leaves found, index entries checked): on 1,480-byte steps one pass took
+0.64 s with 4 MiB chunks and 0.26 s with 32 MiB, the same as larger ones
+(docs/benchmarks.md). What holds the whole dataset in memory anyway passes a smaller
+``budget`` (:func:`holding_chunk_bytes`)."""
+MIN_CHUNK_BYTES: Final = 2**20
+"""The smallest chunk :func:`holding_chunk_bytes` gives."""
 DEFAULT_CHUNK_STEPS: Final = 65_536
 """The most steps a chunk holds when no ``chunk_steps`` is given (narrow rows)."""
 
@@ -207,10 +211,11 @@ def space_bytes(space: spaces.Space) -> int:
                for _, leaf in leaf_spaces(space))
 
 
-def steps_per_chunk(chunk_steps: int | None, step_bytes: int) -> int:
+def steps_per_chunk(chunk_steps: int | None, step_bytes: int, *,
+                    budget: int | None = None) -> int:
     """The one chunking policy of every reader: ``chunk_steps`` as the caller gives it, or by
-    default (``None``) as many steps of ``step_bytes`` as fit :data:`DEFAULT_CHUNK_BYTES`,
-    at most :data:`DEFAULT_CHUNK_STEPS` and at least one.
+    default (``None``) as many steps of ``step_bytes`` as fit ``budget`` bytes
+    (:data:`DEFAULT_CHUNK_BYTES`), at most :data:`DEFAULT_CHUNK_STEPS` and at least one.
 
     Raises:
         InvalidOptionError: ``chunk_steps`` is neither ``None`` nor an integer >= 1.
@@ -218,7 +223,18 @@ def steps_per_chunk(chunk_steps: int | None, step_bytes: int) -> int:
     check_chunk_steps(chunk_steps)
     if chunk_steps is not None:
         return int(chunk_steps)
-    return max(1, min(DEFAULT_CHUNK_STEPS, DEFAULT_CHUNK_BYTES // max(1, step_bytes)))
+    budget = DEFAULT_CHUNK_BYTES if budget is None else budget
+    return max(1, min(DEFAULT_CHUNK_STEPS, budget // max(1, step_bytes)))
+
+
+def holding_chunk_bytes(total_bytes: int) -> int:
+    """The chunk budget of a reader that fills arrays of ``total_bytes`` (``make_buffer``).
+
+    Its peak memory is the arrays plus about two chunks, so a chunk is a sixteenth of the
+    arrays (between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`): 4 MiB chunks
+    kept a 64 MB buffer's peak at 1.13x its bytes where 16 MiB gave 1.6x.
+    """
+    return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // 16))
 
 
 def check_chunk_steps(chunk_steps: int | None) -> None:
@@ -229,7 +245,7 @@ def check_chunk_steps(chunk_steps: int | None) -> None:
     if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, (int, np.integer)) or (
             chunk_steps < 1):
         raise InvalidOptionError(f"chunk_steps must be an integer >= 1 (or None: chunks of "
-                                 f"about 4 MiB), got {chunk_steps!r}")
+                                 f"about 32 MiB), got {chunk_steps!r}")
 
 
 def check_source_weights(weights: Sequence[float] | None, sources: int) -> None:

@@ -25,8 +25,10 @@ from marl_minari.format.ids import dataset_dir, local_dataset_ids
 from marl_minari.sources import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_STEPS,
+    MIN_CHUNK_BYTES,
     SINGLE_AGENT,
     DatasetSource,
+    holding_chunk_bytes,
     open_source,
     steps_per_chunk,
 )
@@ -76,12 +78,17 @@ def test_default_chunks_are_sized_by_bytes_and_a_given_size_is_kept(
         record_parallel: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # Wide rows get fewer steps per chunk; narrow rows stop at DEFAULT_CHUNK_STEPS; a step
     # wider than the budget is still read (one step, whole episodes); a given size is kept.
-    assert steps_per_chunk(None, 2_400) == DEFAULT_CHUNK_BYTES // 2_400 == 1_747
+    assert steps_per_chunk(None, 2_400) == DEFAULT_CHUNK_BYTES // 2_400 == 13_981
+    assert steps_per_chunk(None, 2_400, budget=4 * 2**20) == 1_747
     assert steps_per_chunk(None, 1) == DEFAULT_CHUNK_STEPS
     assert steps_per_chunk(None, 10 * DEFAULT_CHUNK_BYTES) == 1
     assert steps_per_chunk(100_000, 10 * DEFAULT_CHUNK_BYTES) == 100_000
     with pytest.raises(InvalidOptionError, match="chunk_steps"):
         steps_per_chunk(0, 1)
+    # What holds every step (make_buffer) reads a sixteenth of it at a time, 1 to 32 MiB.
+    assert holding_chunk_bytes(64 * 2**20) == 4 * 2**20
+    assert holding_chunk_bytes(1000) == MIN_CHUNK_BYTES
+    assert holding_chunk_bytes(10**12) == DEFAULT_CHUNK_BYTES
     _record_spread(record_parallel, "tests/spread-v0", episodes=3)  # 6 steps each
     source = open_source("tests/spread-v0")
     spec = source.spec
