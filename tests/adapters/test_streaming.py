@@ -60,4 +60,8 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 @pytest.mark.parametrize("conversion", ["to_vault", "restore", "import"])
 def test_peak_memory_stays_below_the_dataset(peak_growth: dict[str, int],
                                              conversion: str) -> None:
-    assert peak_growth[conversion] < DATA_BYTES / 3, (conversion, peak_growth, DATA_BYTES)
+    # Half the observations' bytes: a conversion holding the dataset needs all of them. The
+    # streaming conversions grow by 3-17 MB here, but to_vault once by 26 MB on a loaded
+    # machine (tensorstore's compressing threads each keep freed blocks in their own malloc
+    # arena), so a third of the data (19.2 MB) was too close.
+    assert peak_growth[conversion] < DATA_BYTES / 2, (conversion, peak_growth, DATA_BYTES)
