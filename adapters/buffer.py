@@ -246,17 +246,8 @@ def _open_source(source: Any) -> DatasetSource | VaultReader:
 
 def _source_bytes(source: DatasetSource | VaultReader) -> int:
     if isinstance(source, VaultReader):
-        return source.num_streams * source.length * _row_bytes(_vault_keys(source))
+        return source.num_streams * source.length * source.step_bytes
     return source.total_steps * source.step_bytes
-
-
-def _vault_keys(reader: VaultReader) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
-    return {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
-
-
-def _row_bytes(keys: dict[tuple[str, ...], tuple[tuple[int, ...], str]]) -> int:
-    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-               for shape, dtype in keys.values())
 
 
 def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
@@ -294,7 +285,7 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int
 
 
 def _vault_source(reader: VaultReader, chunk_steps: int | None, budget: int) -> _Source:
-    keys = _vault_keys(reader)
+    keys = {leaf.path: (leaf.row_shape, leaf.dtype) for leaf in reader.leaves}
     ours = reader.metadata.get(VAULT_METADATA_KEY)
     agents = None
     spaces_ = None
@@ -303,7 +294,7 @@ def _vault_source(reader: VaultReader, chunk_steps: int | None, budget: int) -> 
         agents = checked_plan(reader, ours, spec).agents
         spaces_ = (spec.observation_spaces, spec.action_spaces)
     streams, length = reader.num_streams, reader.length
-    window = max(1, steps_per_chunk(chunk_steps, _row_bytes(keys), budget=budget)
+    window = max(1, steps_per_chunk(chunk_steps, reader.step_bytes, budget=budget)
                  // max(1, streams))
     if chunk_steps is None:
         # Whole zarr chunks by default: each is decoded once, not once per window it spans

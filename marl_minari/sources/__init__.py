@@ -51,6 +51,7 @@ __all__ = [
     "check_chunk_steps",
     "check_dataset",
     "check_source_weights",
+    "holding_chunk_bytes",
     "is_vault",
     "load_dataset",
     "locate_dataset",
@@ -60,7 +61,6 @@ __all__ = [
     "single_agent_spec",
     "space_bytes",
     "spec_of",
-    "holding_chunk_bytes",
     "steps_per_chunk",
     "vault_path_parts",
 ]

@@ -206,8 +206,7 @@ def _max_action(reader: VaultReader, keys: KeyLayout) -> int:
     """The largest action in the vault (a pass over the actions only)."""
     path = keys.paths["actions"]
     leaf = next(leaf for leaf in reader.leaves if leaf.path == path)
-    row_bytes = int(np.prod(leaf.row_shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
-    window = max(1, time_chunk(row_bytes * reader.num_streams, 1 << 24))
+    window = max(1, time_chunk(leaf.row_bytes * reader.num_streams, 1 << 24))
     best = 0
     for t0 in range(0, reader.length, window):
         block = np.asarray(reader.read_async(leaf_name(path),

@@ -165,6 +165,11 @@ class LeafInfo:
         """Shape of one time step of one stream."""
         return self.shape[2:]
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one time step of one stream."""
+        return int(np.prod(self.row_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
 
 def _spec(base: Path, name: str) -> dict[str, Any]:
     return {"driver": "zarr",
@@ -292,10 +297,14 @@ class VaultReader:
         """Start reading ``store[index]``; ``.result()`` gives the numpy array."""
         return self._open(name)[index].read()
 
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of one time step of one stream, every leaf together."""
+        return sum(leaf.row_bytes for leaf in self.leaves)
+
     def time_chunk_rows(self) -> int:
         """Time steps per zarr chunk of the widest leaf (the unit tensorstore decodes)."""
-        widest = max(self.leaves, key=lambda leaf: int(np.prod(leaf.row_shape, dtype=np.int64))
-                     * np.dtype(leaf.dtype).itemsize)
+        widest = max(self.leaves, key=lambda leaf: leaf.row_bytes)
         shape = self._open(widest.name).chunk_layout.read_chunk.shape
         rows = shape[1] if shape is not None and len(shape) > 1 else None
         return int(rows) if rows else 1
