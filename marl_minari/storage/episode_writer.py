@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from marl_minari.errors import IncompatibleSourcesError, StepDataError
+from marl_minari.errors import CorruptedDataError, IncompatibleSourcesError, StepDataError
 from marl_minari.format import layout, offset_index
 from marl_minari.format.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.format.spaces import leaves
@@ -57,12 +57,15 @@ class EpisodeFileWriter:
         first_id: the id of the first episode to write, where the caller knows how many the
             file holds (counting the groups of a large file walks all of them); by default
             the file's groups are counted.
+        shown_as: how errors name the file (the dataset it becomes, where ``path`` is a
+            staged copy); ``path`` by default.
     """
 
     def __init__(self, path: Path, spec: MultiAgentSpec, *, jpeg_encoding: bool = True,
                  index: offset_index.OffsetIndex | None = None,
-                 first_id: int | None = None) -> None:
+                 first_id: int | None = None, shown_as: str | None = None) -> None:
         self._path = Path(path)
+        self._shown_as = str(self._path) if shown_as is None else shown_as
         self._file = h5py.File(self._path, "a")
         if layout.AGENTS_ATTRIBUTE not in self._file.attrs:  # the column order, for readers
             self._file.attrs[layout.AGENTS_ATTRIBUTE] = json.dumps(list(spec.possible_agents))
@@ -97,12 +100,21 @@ class EpisodeFileWriter:
         """Append one episode given as ``(path, array)`` pairs (see :func:`episode_leaves`).
 
         Raises:
+            CorruptedDataError: the file already holds a group of this episode's id.
             IncompatibleSourcesError: the episode has a global state and the spec none, or
                 the reverse (a dataset's episodes all have one or none has); the episode's
                 group is left in the file, which its caller discards (files are staged).
         """
         episode_id = self._next_id
-        group = h5py.h5g.create(self._file.id, f"episode_{episode_id}".encode())
+        name = f"episode_{episode_id}"
+        if name in self._file:
+            # The writer starts after the episodes the caller counted (an append: the
+            # committed ones, an interrupted append's leftovers removed); one already there
+            # means a damaged or edited file. The file is a staged copy, discarded with this.
+            raise CorruptedDataError(
+                f"{self._shown_as} already holds {name}, which the dataset's metadata.json does "
+                "not count: the file was damaged or edited; restore the dataset from a copy")
+        group = h5py.h5g.create(self._file.id, name.encode())
         _set_attr(group, "id", np.int64(episode_id))
         _set_attr(group, "total_steps", np.int64(total_steps))
         if seed is not None:
@@ -117,7 +129,7 @@ class EpisodeFileWriter:
         if has_state != (self._spec.state_space is not None):
             # the file is a staged copy: the error discards it, and the episode with it
             raise IncompatibleSourcesError(
-                f"{self._path}: episode {episode_id} (seed {seed}) "
+                f"{self._shown_as}: episode {episode_id} (seed {seed}) "
                 f"{'has a global state' if has_state else 'has no global state'} and the "
                 f"dataset {'records none' if has_state else 'records one'}; a dataset's "
                 "episodes all have one or none has (record_state= of the recorder, "

@@ -109,7 +109,8 @@ def write_dataset(
         steps = 0
         notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(data / layout.MAIN_FILE_NAME, spec,
-                               jpeg_encoding=jpeg_encoding) as writer:
+                               jpeg_encoding=jpeg_encoding,
+                               shown_as=f"new dataset {dataset_id!r}") as writer:
             label = progress if isinstance(progress, str) else f"writing {dataset_id}"
             for episode in tqdm(episodes, total=total, desc=label, unit="ep",
                                 disable=not progress):
@@ -186,7 +187,8 @@ def append_to_dataset(
         notes: list[dict[str, Any] | None] = []
         with EpisodeFileWriter(scratch, stored, jpeg_encoding=bool(
                 metadata.get("jpeg_encoding", True)),
-                index=offset_index.read(data), first_id=committed) as writer:
+                index=offset_index.read(data), first_id=committed,
+                shown_as=str(data / layout.MAIN_FILE_NAME)) as writer:
             for episode in tqdm(episodes, desc=f"adding to {dataset_id}", unit="ep",
                                 disable=not progress):
                 writer.write(episode)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from marl_strategies import agent_spaces, assert_episode_equal, random_episode
 
 import marl_minari as mm
 from marl_minari.errors import (
+    CorruptedDataError,
     DatasetExistsError,
     DatasetNotFoundError,
     IncompatibleSourcesError,
@@ -211,6 +213,24 @@ def test_append_adds_episodes_and_extends_the_index() -> None:
     plain = minari.load_dataset("team/grow-v0")
     assert plain.total_episodes == 4
     assert [int(e.id) for e in plain.iterate_episodes()] == [0, 1, 2, 3]
+
+
+def test_append_to_a_file_with_a_stray_later_episode_is_refused_and_changes_nothing() -> None:
+    """A data file holding an episode group past the committed ones, but not right after them
+    (no append leaves that: a damaged or edited file), stops the append with an error naming
+    the file; the dataset stays as it was."""
+    spec, first = _simple(2)
+    _, more = _simple(3, first_seed=10)
+    target = write_dataset("team/stray-v0", first, spec)
+    data_file = target / "data" / layout.MAIN_FILE_NAME
+    with h5py.File(data_file, "a") as file:
+        file.create_group("episode_3")  # episode_2 is absent: not an interrupted append's
+    before = data_file.read_bytes()
+    with pytest.raises(CorruptedDataError, match=re.escape(f"{data_file} already holds episode_3")):
+        append_to_dataset("team/stray-v0", more, spec)
+    assert data_file.read_bytes() == before
+    assert json.loads((target / "data" / layout.METADATA_FILE_NAME).read_text())[
+        "total_episodes"] == 2
 
 
 def test_append_does_not_hash_the_data_file(hashed_bytes: list[int]) -> None:
