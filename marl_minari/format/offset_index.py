@@ -139,14 +139,14 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
          total_steps: int) -> OffsetIndex | None:
     """The index of ``data_path`` if every cheap check passes, else ``None``.
 
-    Checks, in order of cost: it was written for a file of this size, covers
-    ``total_episodes`` episodes summing to ``total_steps``, and the file holds that many
-    groups (an episode deleted or added since invalidates it); every offset is ``-1`` or inside
+    Checks, in order of cost: it was written for a file of this size and covers
+    ``total_episodes`` episodes summing to ``total_steps``; every offset is ``-1`` or inside
     the file; the file holds the digest of exactly this index (:func:`seal`, so the index was
     not edited); the first, middle and last episodes' offsets equal HDF5's storage offsets.
-    Nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
-    before its bytes are read, and :func:`mismatches` checks every entry (the conformance
-    check does).
+    None of this grows with the number of episodes beyond reading the index itself, and
+    nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
+    before its bytes are read (so an episode deleted since is never read through the index),
+    and :func:`mismatches` checks every entry (the conformance check does).
     """
     index = read(data_path)
     if index is None:
@@ -154,7 +154,7 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     h5_path = Path(data_path) / layout.MAIN_FILE_NAME
     size = h5_path.stat().st_size
     if (index.file_size != size or len(index.steps) != total_episodes
-            or len(file) != total_episodes or int(index.steps.sum()) != total_steps
+            or int(index.steps.sum()) != total_steps
             or not _offsets_plausible(index, size)
             or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
         return None

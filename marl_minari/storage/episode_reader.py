@@ -36,6 +36,7 @@ from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.datafile import (
     MARL_GROUP,
     attribute_steps,
+    episode_group,
     hdf5_errors,
     open_data_file,
 )
@@ -140,6 +141,7 @@ class EpisodeReader:
         for name in ("rewards", "terminations", "truncations"):
             found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (),
                                False))
+        episode_group(self._file, first, self._path)  # a deleted episode is named as such
         group = self._file.get(f"episode_{first}/{MARL_GROUP}")
         if not isinstance(group, h5py.Group):
             raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
@@ -244,6 +246,7 @@ class EpisodeReader:
             target[...] = "" if leaf.text else 0  # fill values, as for an absent agent
             return
         if not isinstance(dataset, h5py.Dataset):
+            episode_group(self._file, index, self._path)  # the whole episode may be gone
             raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
         check_dataset(dataset.id, self._file.id, self._path, f"episode_{index}/{leaf.path}")
         if leaf.jpeg:

@@ -371,16 +371,30 @@ def test_info_columns_of_an_agent_that_appears_later_are_read_in_bulk(with_index
     assert dataset.to_arrays([0, 1]).agent_infos.keys() == {"p", "q"}
 
 
-def test_index_is_stale_after_any_write_even_one_keeping_the_file_size(written: tuple) -> None:
-    dataset, _ = written
+@pytest.mark.parametrize("deleted", [1, 2, 3])
+def test_a_deleted_episode_is_never_read_through_the_index(written: tuple,
+                                                           deleted: int) -> None:
+    """A write keeping the file's size (an episode deleted): the index may still load (the
+    open checks do not grow with the number of episodes), but no entry of the deleted episode
+    is trusted, the others still read right, and the deleted one is named where it is read."""
+    dataset, episodes = written
     path = _main(dataset)
     size = path.stat().st_size
     with h5py.File(path, "r+") as file:
-        del file["episode_1"]
+        del file[f"episode_{deleted}"]
     assert path.stat().st_size == size
-    assert not _index_used(dataset)
-    with pytest.raises(CorruptedDataError, match="counts 4 episodes but the file holds 3"):
-        mm.load_dataset("read/mixed-v0")
+    if deleted == 3:  # the last one: the count in metadata.json no longer holds
+        with pytest.raises(CorruptedDataError, match="counts 4 episodes but the file holds 3"):
+            mm.load_dataset("read/mixed-v0")
+        return
+    reloaded = mm.load_dataset("read/mixed-v0")
+    kept = [i for i in range(4) if i != deleted]
+    _assert_arrays_match(reloaded.to_arrays(kept), episodes, kept)
+    for asked in ([deleted], [0, deleted]):
+        with pytest.raises(CorruptedDataError, match=f"episode_{deleted} is missing"):
+            reloaded.to_arrays(asked)
+    with pytest.raises(CorruptedDataError, match=f"missing \\['episode_{deleted}'\\]"):
+        mm.check_dataset("read/mixed-v0")
 
 
 def test_every_index_entry_is_checked_by_mismatches(written: tuple) -> None:
