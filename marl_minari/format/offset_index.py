@@ -238,6 +238,7 @@ class _Binding:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.whole_file: bool | None = None  # None: not hashed; else digest == the index's
+        self.looked_up = False  # whether a known digest of the file was looked for
         self.checked: dict[tuple[str, str], np.ndarray] = {}  # (path, dtype+shape) -> entries
         self.spent = 0  # entries compared with HDF5 so far
 
@@ -250,7 +251,9 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
     An entry is trusted when HDF5 says ``episode_<e>/<path>`` is stored contiguously at the
     indexed offset, with exactly that type and shape (then its bytes are that dataset's, as
     h5py would read them), or when the whole file's BLAKE3 equals the index's (the file was
-    not written since it was indexed). Entries are compared one by one, once per process and
+    not written since it was indexed). When that digest is known without reading the file
+    (its writer remembered it for the file's current state, or this process hashed it), every
+    entry is trusted at once. Otherwise entries are compared one by one, once per process and
     file state, until that has cost about as much as hashing the file (``ENTRY_COST_BYTES``
     per entry against the file's size); only then is the file hashed, once. So reading one
     episode or one chunk costs what it touches, and reading everything at most about twice
@@ -264,6 +267,13 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
     dtype = np.dtype(dtype)
     ids = np.asarray(episode_ids, dtype=np.int64)
     with binding.lock:
+        if binding.whole_file is None and not binding.looked_up and index.fingerprint:
+            # The file's digest may be known without reading it (its writer remembered it,
+            # or this process hashed it): then no entry needs comparing, for any read.
+            binding.looked_up = True
+            known = _known_fingerprint(file)
+            if known is not None:
+                binding.whole_file = known == index.fingerprint
         if binding.whole_file:
             return np.ones(len(ids), dtype=bool)
         checked = binding.checked.setdefault(
@@ -308,6 +318,19 @@ def _identity(file: h5py.File) -> tuple[int, ...]:
     return stat_key(os.fstat(file.id.get_vfd_handle()))
 
 
+def _known_fingerprint(file: h5py.File) -> str | None:
+    """BLAKE3 of the file ``file`` has open if it is known without reading the file (see
+    :func:`fingerprint`) and its path still names that file; else ``None``."""
+    h5_path = Path(file.filename)
+    try:
+        state = _identity(file)
+        if stat_key(os.stat(h5_path)) != state:
+            return None
+    except OSError:
+        return None
+    return _cached_fingerprint(h5_path, state)
+
+
 def _same_file_hash(file: h5py.File, expected: str) -> bool:
     h5_path = Path(file.filename)
     try:
@@ -336,22 +359,32 @@ def fingerprint(h5_path: Path) -> str:
     """BLAKE3 of the file: remembered by the dataset when still valid, else hashed (once per
     file state and process)."""
     h5_path = Path(h5_path)
-    key = (str(h5_path.resolve()), stat_key(os.stat(h5_path)))
+    state = stat_key(os.stat(h5_path))
+    known = _cached_fingerprint(h5_path, state)
+    if known is not None:
+        return known
+    digest = hash_file(h5_path, (BLAKE3,))[1][BLAKE3]
+    if stat_key(os.stat(h5_path)) != state:  # written while hashed: do not remember
+        return digest
+    with _FINGERPRINTS_LOCK:
+        _FINGERPRINTS[(str(h5_path.resolve()), state)] = digest
+    return digest
+
+
+def _cached_fingerprint(h5_path: Path, state: tuple[int, ...]) -> str | None:
+    """BLAKE3 of the file at ``h5_path`` in stat state ``state``, if this process hashed it
+    in that state or the dataset's remembered digests describe that state; else ``None``."""
+    key = (str(h5_path.resolve()), state)
     with _FINGERPRINTS_LOCK:
         known = _FINGERPRINTS.get(key)
     if known is not None:
         return known
-    remembered = remembered_digests(h5_path.parent.parent).get(
-        f"data/{h5_path.name}")
-    if remembered is not None and remembered.stat == key[1]:
-        digest = remembered.digests.blake3
-    else:
-        digest = hash_file(h5_path, (BLAKE3,))[1][BLAKE3]
-        if stat_key(os.stat(h5_path)) != key[1]:  # written while hashed: do not remember
-            return digest
+    remembered = remembered_digests(h5_path.parent.parent).get(f"data/{h5_path.name}")
+    if remembered is None or remembered.stat != state:
+        return None
     with _FINGERPRINTS_LOCK:
-        _FINGERPRINTS[key] = digest
-    return digest
+        _FINGERPRINTS[key] = remembered.digests.blake3
+    return remembered.digests.blake3
 
 
 def _offsets_plausible(index: OffsetIndex, file_size: int) -> bool:

@@ -4,7 +4,9 @@ kept by appends."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from marl_strategies import assert_episode_equal, random_episode
 
 import marl_minari as mm
 from marl_minari.format import layout, offset_index
+from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.writer import append_to_dataset, write_dataset
@@ -85,7 +88,9 @@ def test_first_read_of_a_copied_dataset_reads_a_fraction_of_the_file() -> None:
     assert _all_trusted(copy, [5])
 
 
-def test_an_entry_that_no_longer_matches_the_file_is_not_used() -> None:
+@pytest.mark.parametrize("remembered", [False, True])
+def test_an_entry_that_no_longer_matches_the_file_is_not_used(
+        monkeypatch: pytest.MonkeyPatch, remembered: bool) -> None:
     # Episodes 1 and 2 get each other's rewards behind the index's back: same shapes, same
     # seal, same episodes 0, 3 and 5 (the ones every load compares), only the entries moved.
     episodes = _episodes(SMALL, [4] * 6)
@@ -97,6 +102,10 @@ def test_an_entry_that_no_longer_matches_the_file_is_not_used() -> None:
         file.move(f"episode_2/{REWARDS}", f"episode_1/{REWARDS}")
         file.move("episode_1/kept", f"episode_2/{REWARDS}")
     _set_index_file_size(dataset.data_path, main.stat().st_size)  # as if it had not grown
+    if remembered:  # the edited file's digest is known: it is not the index's
+        time.sleep(0.05)  # past the clock tick of the last write
+        remember_digests(main.parent.parent, [f"data/{layout.MAIN_FILE_NAME}"])
+        monkeypatch.setattr(offset_index, "_BINDINGS", {})
     reloaded = mm.load_dataset("trust/swap-v0")
     assert not _all_trusted(reloaded, [1]) and _all_trusted(reloaded, [0, 3, 5])
     arrays = reloaded.to_arrays()
@@ -165,3 +174,41 @@ def test_append_after_a_foreign_write_keeps_reads_right() -> None:
     assert offset_index.read(dataset.data_path) is not None
     assert not _all_trusted(dataset, [1]) and _all_trusted(dataset, [0, 2, 3])
     np.testing.assert_array_equal(dataset.to_arrays([1]).episode(0).rewards, replacement[1:])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+@pytest.mark.parametrize("touched", [False, True])
+def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
+        monkeypatch: pytest.MonkeyPatch, touched: bool) -> None:
+    """Read in a fresh process (nothing hashed or bound yet): the digest the writer remembered
+    still describes the file, so no entry is compared with HDF5 and the file is not read;
+    once the file's times change, the remembered digest no longer applies and entries are
+    compared again (the data read is the same either way)."""
+    episodes = _episodes(WIDE, [40] * 6)
+    write_dataset("trust/remembered-v0", episodes, _spec(WIDE))
+    dataset = mm.load_dataset("trust/remembered-v0")
+    main = dataset.data_path / layout.MAIN_FILE_NAME
+    # Remembered again once a clock tick has surely passed since the last write (a digest
+    # taken in the same tick is never trusted, and the writer may have been that quick).
+    time.sleep(0.05)
+    remember_digests(main.parent.parent, [f"data/{layout.MAIN_FILE_NAME}"])
+    if touched:
+        stat = main.stat()
+        os.utime(main, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    compared = []
+    real = offset_index._agrees
+
+    def counting(*args: Any) -> bool:
+        compared.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(offset_index, "_agrees", counting)
+    before = _bytes_read()
+    arrays = mm.load_dataset("trust/remembered-v0").to_arrays([2, 4])
+    read = _bytes_read() - before
+    for position, expected in enumerate([2, 4]):
+        assert_episode_equal(arrays.episode(position), episodes[expected])
+    assert read < main.stat().st_size / 2
+    assert bool(compared) == touched
