@@ -318,6 +318,23 @@ def _identity(file: h5py.File) -> tuple[int, ...]:
     return stat_key(os.fstat(file.id.get_vfd_handle()))
 
 
+def prepare_pass(data_path: Path, episode_ids: np.ndarray) -> None:
+    """Before reading ``episode_ids`` in several calls (a pass in chunks): hash the data file
+    now if comparing their index entries one by one would reach the point where
+    :func:`trusted` hashes it anyway (``ENTRY_COST_BYTES`` per entry against the file's size),
+    so the entries compared before that point are not paid for too. A pass over few large
+    episodes keeps comparing entries and never reads the whole file; nothing is hashed when
+    the index has no digest or the file's digest is already known.
+    """
+    index = read(data_path)
+    if index is None or index.fingerprint is None:
+        return
+    ids = np.asarray(episode_ids, dtype=np.int64)
+    entries = sum(int((offsets[ids] >= 0).sum()) for offsets in index.offsets.values())
+    if entries * ENTRY_COST_BYTES >= index.file_size:
+        fingerprint(Path(data_path) / layout.MAIN_FILE_NAME)
+
+
 def _known_fingerprint(file: h5py.File) -> str | None:
     """BLAKE3 of the file ``file`` has open if it is known without reading the file (see
     :func:`fingerprint`) and its path still names that file; else ``None``."""

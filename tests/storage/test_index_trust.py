@@ -212,3 +212,43 @@ def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
         assert_episode_equal(arrays.episode(position), episodes[expected])
     assert read < main.stat().st_size / 2
     assert bool(compared) == touched
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+@pytest.mark.parametrize("shape", ["many small episodes", "few wide episodes"])
+def test_a_pass_in_chunks_hashes_the_file_first_only_where_comparing_entries_costs_more(
+        monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """A copied dataset (no digest known) read in small chunks: with many small episodes,
+    comparing every entry would cost more than one read of the file, so the file is hashed
+    before the first chunk and no entry is compared; with few wide episodes the entries are
+    compared and the file is never read whole."""
+    from marl_minari.sources import open_source
+
+    small = shape == "many small episodes"
+    obs, lengths = (SMALL, [4] * 40) if small else (WIDE, [100] * 8)
+    episodes = _episodes(obs, lengths)
+    write_dataset("trust/pass-v0", episodes, _spec(obs))
+    shutil.copytree(dataset_dir("trust/pass-v0"), dataset_dir("trust/pass-copy-v0"))
+    size = (dataset_dir("trust/pass-copy-v0") / "data" / layout.MAIN_FILE_NAME).stat().st_size
+    compared = []
+    real = offset_index._agrees
+
+    def counting(*args: Any) -> bool:
+        compared.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(offset_index, "_agrees", counting)
+    before = _bytes_read()
+    chunks = list(open_source("trust/pass-copy-v0").chunks(chunk_steps=8 if small else 100))
+    read = _bytes_read() - before
+    assert len(chunks) == (20 if small else 8)
+    position = 0
+    for arrays in chunks:
+        for index in range(len(arrays.episode_lengths)):
+            assert_episode_equal(arrays.episode(index), episodes[position])
+            position += 1
+    assert position == len(episodes)
+    if small:
+        assert not compared and read >= size
+    else:
+        assert compared and read < size / 2
