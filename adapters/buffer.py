@@ -116,8 +116,9 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a sixteenth of the buffer's bytes (1 to 32 MiB,
-            :func:`~marl_minari.sources.holding_chunk_bytes`), which keeps peak memory near
+            as fit a thirty-second of the buffer's bytes for a dataset and a sixteenth for a
+            vault, which is read straight into the buffer (1 to 32 MiB,
+            :func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
             the buffer's own bytes (docs/benchmarks.md).
 
     Returns:
@@ -142,9 +143,11 @@ def make_buffer(
     check_source_weights(weights, len(sources))
     opened = [_open_source(s) for s in sources]
     # The buffer holds every step anyway: chunks sized to it keep the peak near its bytes.
-    budget = holding_chunk_bytes(sum(_source_bytes(o) for o in opened))
-    views = [_vault_source(o, chunk_steps, budget) if isinstance(o, VaultReader)
-             else _dataset_source(o, chunk_steps, budget) for o in opened]
+    total_bytes = sum(_source_bytes(o) for o in opened)
+    views = [_vault_source(o, chunk_steps, holding_chunk_bytes(total_bytes, in_place=True))
+             if isinstance(o, VaultReader)
+             else _dataset_source(o, chunk_steps, holding_chunk_bytes(total_bytes))
+             for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
     experience_np = {path: _device_ready_zeros((1, total, *shape), dtype)

@@ -15,7 +15,12 @@ the same run:
   own vault) against ``minari.create_dataset_from_buffers`` writing the same episodes from
   buffers already in memory (target: at least as fast);
 * :func:`make_buffer` from two sources (the dataset and the vault) and ``jit(sample)``
-  throughput at batch 256 x sequence 20.
+  throughput at batch 256 x sequence 20;
+* :func:`make_buffer`'s peak memory from one source (the dataset, then the vault) against
+  Flashbax's own ways of filling a buffer with the same vault: ``Vault.read()`` (what OG-MARL
+  and Mava hand to ``buffer.sample``) and ``make_trajectory_buffer`` ``init`` + ``add`` of what
+  it read (target: at most 1.2x the buffer's bytes). Peak memory is the growth of the peak
+  resident set during the call, after a warm-up call on a small source.
 
 The data is synthetic with 3m's shapes: 3 agents, 30-float observations, 48-float state,
 9 actions with an ``action_mask`` in the agents' infos, episodes of 10-36 steps, agents dying
@@ -44,6 +49,8 @@ FULL_EPISODES = 43_559
 AGENTS = ("agent_0", "agent_1", "agent_2")
 OBS, STATE, ACTIONS = 30, 48, 9
 DATASET_ID = "bench/smac_3m_like-v0"
+TINY_ID = "bench/smac_3m_like-tiny-v0"
+TINY_EPISODES = 20
 
 
 # --------------------------------------------------------------------------- synthetic data
@@ -137,6 +144,13 @@ def step_make(work: Path, scale: float) -> dict[str, Any]:
     with Timer() as timer:
         write_dataset(DATASET_ID, synthetic_episodes(lengths), make_spec(), total=episodes,
                       algorithm_name="synthetic", description="3m-shaped synthetic data")
+    # Warm-up sources for the peak memory steps (imports, caches, compilations).
+    from marl_minari.adapters import to_vault
+
+    tiny = episode_lengths(TINY_EPISODES, TINY_EPISODES * 20)
+    write_dataset(TINY_ID, synthetic_episodes(tiny), make_spec(), total=TINY_EPISODES,
+                  algorithm_name="synthetic", description="warm-up")
+    to_vault(TINY_ID, work / "vaults", "tiny", "gzip")
     return timer.result(steps=steps, episodes=episodes)
 
 
@@ -266,6 +280,89 @@ def step_buffer(work: Path) -> dict[str, Any]:
                         steps=int(state.current_index), device=str(jax.devices()[0]))
 
 
+def _peak_growth(run: Any) -> tuple[int, dict[str, Any]]:
+    """Bytes the peak resident set grew by while ``run()`` ran, and its timing (Linux:
+    ``/proc/self/clear_refs`` restarts the peak from the current resident set)."""
+    def status(field: str) -> int:
+        with open("/proc/self/status") as handle:
+            line = next(x for x in handle if x.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+    before = status("VmRSS")
+    with Timer() as timer:
+        run()
+    return status("VmHWM") - before, timer.result()
+
+
+def _state_bytes(state: Any) -> int:
+    import jax
+
+    return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(state.experience))
+
+
+def step_buffer_memory(work: Path, which: str) -> dict[str, Any]:
+    import jax
+    from marl_minari.adapters import make_buffer
+
+    big, tiny = ((DATASET_ID, TINY_ID) if which == "dataset" else
+                 (str(work / "vaults" / "flashbax" / "gzip"),
+                  str(work / "vaults" / "tiny" / "gzip")))
+    jax.block_until_ready(make_buffer([tiny], sample_batch_size=256,
+                                      sample_sequence_length=20)[1])
+    built: dict[str, Any] = {}
+
+    def run() -> None:
+        built["state"] = make_buffer([big], sample_batch_size=256, sample_sequence_length=20)[1]
+        jax.block_until_ready(built["state"])
+
+    growth, timing = _peak_growth(run)
+    data = _state_bytes(built["state"])
+    return {**timing, "growth_mb": growth / 2**20, "data_mb": data / 2**20,
+            "ratio": growth / data}
+
+
+def step_flashbax_fill(work: Path, add: bool) -> dict[str, Any]:
+    """Flashbax's own ways: ``Vault.read()`` alone, or followed by ``make_trajectory_buffer``'s
+    ``init`` and ``add`` (jitted with the state donated, as Flashbax's examples do; compiled
+    before the measurement)."""
+    import flashbax as fbx
+    import jax
+    from flashbax.vault import Vault
+
+    def vault(name: str) -> Any:
+        return Vault(name, rel_dir=str(work / "vaults"), vault_uid="gzip")
+
+    jax.block_until_ready(vault("tiny").read())
+    length = vault("flashbax").vault_index
+    one = vault("flashbax").read(timesteps=1).experience
+    buffer = fbx.make_trajectory_buffer(
+        add_batch_size=1, sample_batch_size=256, sample_sequence_length=20, period=1,
+        min_length_time_axis=20, max_length_time_axis=length)
+    timestep = jax.tree.map(lambda x: x[0, 0], one)
+    init = jax.jit(buffer.init).lower(timestep).compile()
+    batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, length, *x.shape[2:]), x.dtype),
+                         one)
+    adder = jax.jit(buffer.add, donate_argnums=0).lower(
+        jax.eval_shape(buffer.init, timestep), batch).compile()
+    built: dict[str, Any] = {}
+
+    def run() -> None:
+        read = vault("flashbax").read()
+        if add:
+            built["state"] = adder(init(timestep), read.experience)
+            del read
+        else:
+            built["state"] = read
+        jax.block_until_ready(built["state"])
+
+    growth, timing = _peak_growth(run)
+    data = _state_bytes(built["state"])
+    return {**timing, "growth_mb": growth / 2**20, "data_mb": data / 2**20,
+            "ratio": growth / data}
+
+
 STEPS = {
     "make": lambda w, a: step_make(w, a.scale),
     "to_vault": lambda w, a: step_to_vault(w, "gzip"),
@@ -277,6 +374,10 @@ STEPS = {
     "from_vault_restore": lambda w, a: step_from_vault(w, "restore"),
     "minari_baseline": lambda w, a: step_minari_baseline(w),
     "buffer": lambda w, a: step_buffer(w),
+    "buffer_memory_dataset": lambda w, a: step_buffer_memory(w, "dataset"),
+    "buffer_memory_vault": lambda w, a: step_buffer_memory(w, "vault"),
+    "fbx_vault_read": lambda w, a: step_flashbax_fill(w, add=False),
+    "fbx_fill": lambda w, a: step_flashbax_fill(w, add=True),
 }
 
 
@@ -369,6 +470,24 @@ def render(results: dict[str, dict[str, Any]], scale: float) -> str:
         f"256 x sequence 20: compile {buf['compile_seconds']:.2f} s, "
         f"**{buf['sample_ms']:.2f} ms per call** "
         f"({256 * 20 / buf['sample_ms'] / 1e3:,.1f}M steps/s).",
+        "",
+        "Peak memory of filling a buffer from one source: growth of the peak resident set "
+        "over the buffer's bytes (lower is better; a second full copy makes it >= 2):",
+        "",
+        "| way | buffer | peak growth | ratio | wall |",
+        "|---|---|---|---|---|",
+        *(f"| {label} | {results[name]['data_mb']:,.1f} MB | "
+          f"{results[name]['growth_mb']:,.1f} MB | **{results[name]['ratio']:.2f}x** | "
+          f"{results[name]['seconds']:.2f} s |"
+          for label, name in (
+              ("`make_buffer` from the dataset", "buffer_memory_dataset"),
+              ("`make_buffer` from the Flashbax vault", "buffer_memory_vault"),
+              ("Flashbax: `Vault.read()`", "fbx_vault_read"),
+              ("Flashbax: `Vault.read()` + `make_trajectory_buffer` `init` + `add`",
+               "fbx_fill"))),
+        "",
+        f"(target: `make_buffer` <= 1.2x; Flashbax's fill "
+        f"{results['fbx_fill']['ratio']:.2f}x.)",
     ]
     return "\n".join(lines) + "\n"
 

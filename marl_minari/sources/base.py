@@ -227,14 +227,21 @@ def steps_per_chunk(chunk_steps: int | None, step_bytes: int, *,
     return max(1, min(DEFAULT_CHUNK_STEPS, budget // max(1, step_bytes)))
 
 
-def holding_chunk_bytes(total_bytes: int) -> int:
+def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False) -> int:
     """The chunk budget of a reader that fills arrays of ``total_bytes`` (``make_buffer``).
 
-    Its peak memory is the arrays plus about two chunks, so a chunk is a sixteenth of the
-    arrays (between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`): 4 MiB chunks
-    kept a 64 MB buffer's peak at 1.13x its bytes where 16 MiB gave 1.6x.
+    A chunk converted on the host (a dataset's: read, then made into rows) adds up to about
+    five chunks' bytes to the arrays at its peak (the chunk's arrays, the rows made from them,
+    the file's pages read for them: short episodes store about as many bytes of HDF5 headers
+    as of data), so it is a thirty-second of the arrays: on 338 MB of 10-36-step episodes the
+    peak was 1.13x the arrays' bytes, 1.23x with a sixteenth. A window read straight into the
+    arrays (``in_place``: a vault's) holds only what decoding it needs, so it is a sixteenth:
+    1.14x on a 64 MB buffer, 1.43x with 32 MiB windows, and smaller windows only cost time.
+    Both stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
+    (docs/benchmarks.md).
     """
-    return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // 16))
+    share = 16 if in_place else 32
+    return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // share))
 
 
 def check_chunk_steps(chunk_steps: int | None) -> None:

@@ -406,12 +406,14 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...],
     if plan.state == "env":
         if arrays.state is None:
             raise LayoutError("the plan needs the recorded global state, the data has none")
-        state = arrays.state[obs_rows]
-        out[STATE] = state.reshape((steps, *plan.state_shape)).astype(plan.state_dtype)
+        state = arrays.state[obs_rows]  # a new array: converting it in place is safe
+        out[STATE] = state.reshape((steps, *plan.state_shape)).astype(plan.state_dtype,
+                                                                       copy=False)
     elif plan.state == "observations":
         out[STATE] = obs_flat.reshape(steps, -1).astype(plan.state_dtype)
     for path, name, shape, dtype in plan.extras:
-        out[path] = arrays.extras[name][obs_rows].reshape((steps, *shape)).astype(dtype)
+        out[path] = arrays.extras[name][obs_rows].reshape((steps, *shape)).astype(
+            dtype, copy=False)
     return out
 
 

@@ -85,8 +85,10 @@ def test_default_chunks_are_sized_by_bytes_and_a_given_size_is_kept(
     assert steps_per_chunk(100_000, 10 * DEFAULT_CHUNK_BYTES) == 100_000
     with pytest.raises(InvalidOptionError, match="chunk_steps"):
         steps_per_chunk(0, 1)
-    # What holds every step (make_buffer) reads a sixteenth of it at a time, 1 to 32 MiB.
-    assert holding_chunk_bytes(64 * 2**20) == 4 * 2**20
+    # What holds every step (make_buffer) reads a thirty-second of it at a time, 1 to 32 MiB;
+    # a sixteenth where the reads go straight into the arrays (a vault).
+    assert holding_chunk_bytes(64 * 2**20) == 2 * 2**20
+    assert holding_chunk_bytes(64 * 2**20, in_place=True) == 4 * 2**20
     assert holding_chunk_bytes(1000) == MIN_CHUNK_BYTES
     assert holding_chunk_bytes(10**12) == DEFAULT_CHUNK_BYTES
     _record_spread(record_parallel, "tests/spread-v0", episodes=3)  # 6 steps each
