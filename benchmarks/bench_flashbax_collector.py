@@ -32,11 +32,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 warnings.simplefilter("ignore")
+
+from h5_floor import h5_contents, high_level_floor, low_level_floor  # noqa: E402
 
 
 def _states(envs: int, steps: int, rollout: int) -> tuple[list[Any], int]:
@@ -54,64 +55,6 @@ def _timed(run: Any) -> float:
     start = time.perf_counter()
     run()
     return time.perf_counter() - start
-
-
-def _h5_contents(path: Path) -> list[tuple[str, dict[str, Any], list[tuple[str, Any, dict]]]]:
-    """Every episode group of a file: (name, attrs, [(dataset path, data, create kwargs)])."""
-    out = []
-    with h5py.File(path, "r") as file:
-        for name, group in file.items():
-            items: list[tuple[str, Any, dict]] = []
-
-            def visit(sub: str, obj: Any, items: list = items) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    items.append((sub, obj[()], {"compression": obj.compression,
-                                                 "compression_opts": obj.compression_opts,
-                                                 "chunks": obj.chunks}))
-
-            group.visititems(visit)
-            out.append((name, dict(group.attrs), items))
-    return out
-
-
-def _h5_floor(contents: list, target: Path) -> None:
-    with h5py.File(target, "w") as file:
-        for name, attrs, items in contents:
-            group = file.create_group(name)
-            for key, value in attrs.items():
-                group.attrs[key] = value
-            for sub, data, kwargs in items:
-                group.create_dataset(sub, data=data, **kwargs)
-
-
-def _h5_low_floor(contents: list, target: Path) -> None:
-    """The same groups, attributes and (contiguous) datasets through h5py's low-level API:
-    the floor of the one-group-per-episode layout."""
-    with h5py.File(target, "w") as file:
-        types: dict[Any, Any] = {}
-        for name, attrs, items in contents:
-            root = h5py.h5g.create(file.id, name.encode())
-            for key, value in attrs.items():
-                file[name].attrs[key] = value
-            groups: dict[str, Any] = {"": root}
-            for sub, data, _ in items:
-                parent_path, _, leaf = sub.rpartition("/")
-                parent = groups.get(parent_path)
-                if parent is None:
-                    parent = root
-                    built = ""
-                    for part in parent_path.split("/"):
-                        built = f"{built}/{part}" if built else part
-                        if built not in groups:
-                            groups[built] = h5py.h5g.create(parent, part.encode())
-                        parent = groups[built]
-                array = np.ascontiguousarray(data)
-                type_id = types.get(array.dtype)
-                if type_id is None:
-                    type_id = types[array.dtype] = h5py.h5t.py_create(array.dtype, logical=True)
-                dataset = h5py.h5d.create(parent, leaf.encode(), type_id,
-                                          h5py.h5s.create_simple(array.shape))
-                dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
 
 
 def main() -> None:
@@ -149,10 +92,10 @@ def main() -> None:
                 d, description="bench"))
             collector.close()
             data = work / "datasets" / "bench" / f"collected-{run}-v0" / "data" / "main_data.hdf5"
-            contents = _h5_contents(data)
+            contents = h5_contents(data)
             episodes = len(contents)
-            floor_s = _timed(lambda c=contents: _h5_floor(c, work / "floor.hdf5"))
-            low_s = _timed(lambda c=contents: _h5_low_floor(c, work / "low-floor.hdf5"))
+            floor_s = _timed(lambda c=contents: high_level_floor(c, work / "floor.hdf5"))
+            low_s = _timed(lambda c=contents: low_level_floor(c, work / "low-floor.hdf5"))
             runs.append((write_s, create_s, floor_s, low_s))
             print(f"run {run + 1}: create_dataset {create_s:.2f} s, low-level floor "
                   f"{low_s:.2f} s ({low_s / create_s:.2f}x)")
