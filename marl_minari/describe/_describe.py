@@ -33,8 +33,8 @@ def describe(source: Any, *, coverage: bool = False, chunk_steps: int | None = N
             is proportional to it, plus a few numbers per episode.
         progress: show a progress bar.
         vault_options: keyword arguments for :func:`marl_minari.adapters.from_vault` (agent
-            names, spaces, ``cut_on``, ``infer_dead``, ``reward_aggregation``...), which
-            imports a vault into a temporary dataset that is described and then removed.
+            names, spaces, ``cut_on``, ``infer_dead``, ``reward_aggregation``...); the vault is
+            read in place, nothing is copied.
 
     Returns:
         The :class:`DatasetDescription`.

@@ -21,7 +21,8 @@ __all__ = ["SINGLE_AGENT", "_Source", "_open_source"]
 
 _VAULT_DROPPED_KEYS = ("dataset_id", "dataset_size", "data_format", "minari_version",
                        "total_episodes", "total_steps", "layout_version", "library_version")
-"""Provenance of the temporary dataset a vault is imported into, which says nothing."""
+"""Dataset provenance a vault read as a dataset does not have (its ids, sizes and versions are
+placeholders); the vault's own record is shown instead."""
 
 
 @dataclass(frozen=True)
