@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import blake3
 import pytest
+from clock import after_last_change
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,7 +62,7 @@ def dataset(record_parallel: Callable[..., Any]) -> Path:
     dataset, _ = record_parallel("mpe2/simple_spread_v3", 2, max_cycles=10,
                                  dataset_id="tests/digests-v0")
     folder = Path(dataset.data_path).parent
-    time.sleep(0.05)
+    after_last_change(*(folder / name for name in DATA_FILES))
     remember_digests(folder, DATA_FILES)
     return folder
 

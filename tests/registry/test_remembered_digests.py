@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import blake3
 import pytest
+from clock import after_last_change
 from marl_minari.registry.transfer import copy_file_and_hash
 
 from marl_minari import registry
@@ -28,7 +28,7 @@ def remembered(small_dataset: Callable[..., str]) -> str:
     """A small real dataset whose digests are remembered a clock tick after its last write."""
     dataset_id = small_dataset()
     folder = dataset_dir(dataset_id)
-    time.sleep(0.05)
+    after_last_change(*(folder / "data").iterdir())
     remember_digests(folder, [p.relative_to(folder).as_posix()
                               for p in (folder / "data").iterdir()])
     return dataset_id
@@ -100,7 +100,7 @@ def test_copy_refuses_a_source_changed_since_it_was_hashed(tmp_path: Path) -> No
     copied, digests = copy_file_and_hash(source, tmp_path / "copy.bin", (), expect=identity)
     assert (copied, digests) == (16, {})
     assert (tmp_path / "copy.bin").read_bytes() == b"remembered bytes"
-    time.sleep(0.01)
+    after_last_change(source)
     source.write_bytes(b"changed  bytes!!")
     with pytest.raises(CorruptedDataError, match="changed after its digests"):
         copy_file_and_hash(source, tmp_path / "again.bin", (), expect=identity)

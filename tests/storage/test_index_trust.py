@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
+from clock import after_last_change
 from gymnasium import spaces
 from marl_strategies import assert_episode_equal, random_episode
 
@@ -103,7 +103,7 @@ def test_an_entry_that_no_longer_matches_the_file_is_not_used(
         file.move("episode_1/kept", f"episode_2/{REWARDS}")
     _set_index_file_size(dataset.data_path, main.stat().st_size)  # as if it had not grown
     if remembered:  # the edited file's digest is known: it is not the index's
-        time.sleep(0.05)  # past the clock tick of the last write
+        after_last_change(main)
         remember_digests(main.parent.parent, [f"data/{layout.MAIN_FILE_NAME}"])
         monkeypatch.setattr(offset_index, "_BINDINGS", {})
     reloaded = mm.load_dataset("trust/swap-v0")
@@ -188,9 +188,9 @@ def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
     write_dataset("trust/remembered-v0", episodes, _spec(WIDE))
     dataset = mm.load_dataset("trust/remembered-v0")
     main = dataset.data_path / layout.MAIN_FILE_NAME
-    # Remembered again once a clock tick has surely passed since the last write (a digest
-    # taken in the same tick is never trusted, and the writer may have been that quick).
-    time.sleep(0.05)
+    # Remembered again once the clock has moved past the last write (a digest taken in the
+    # same tick is never trusted, and the writer may have been that quick).
+    after_last_change(main)
     remember_digests(main.parent.parent, [f"data/{layout.MAIN_FILE_NAME}"])
     if touched:
         stat = main.stat()
