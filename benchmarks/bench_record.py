@@ -92,7 +92,7 @@ def main() -> None:
 
     plan = actions_for(mm.make_env(args.env), args.episodes, 0)
     labels = ("bare", "bare joint", "marl-minari", "marl-minari+state", "marl-minari+bg",
-              "minari", "minari+state")
+              "marl-minari+nosync", "create_dataset", "minari", "minari+state")
     best = dict.fromkeys(labels, np.inf)
     steps = 0
     for repeat in range(args.repeats):
@@ -103,12 +103,16 @@ def main() -> None:
 
         for label, kwargs in (("marl-minari", {"record_state": False}),
                               ("marl-minari+state", {}),
-                              ("marl-minari+bg", {"background_writing": True})):
+                              ("marl-minari+bg", {"background_writing": True}),
+                              ("marl-minari+nosync", {"durability": "none"})):
             collector = mm.ParallelDataCollector(mm.make_env(args.env), **kwargs)
             start = clock()
             run_parallel(collector, plan)
+            saving = clock()
             collector.create_dataset(f"bench/ours-{label.replace('+', '-')}-{repeat}-v0")
             best[label] = min(best[label], clock() - start)
+            if label == "marl-minari+state":
+                best["create_dataset"] = min(best["create_dataset"], clock() - saving)
             collector.close()
 
         bare_joint = mm.JointEnv(mm.make_env(args.env))
@@ -151,6 +155,17 @@ def main() -> None:
     print(f"  background_writing=True       {background:8.1f} us/step (episodes written by a"
           " thread)")
     print(f"  ratio with background_writing=True {background / theirs:8.3f}")
+    # Where the default's overhead goes: each part as a share of Minari's overhead, the
+    # budget the target allows being 0.1.
+    nosync = (best["marl-minari+nosync"] - best["bare"]) / steps * 1e6
+    saving = best["create_dataset"] / steps * 1e6
+    print("default's overhead by part (us/step, share of Minari's overhead):")
+    for part, cost in (("create_dataset (journal to HDF5)", saving),
+                       ("env.state() and its row", default - no_state),
+                       ("journal flush per episode", default - nosync),
+                       ("the rest: copying rows, journal records",
+                        default - saving - (default - no_state) - (default - nosync))):
+        print(f"  {part:40s}{cost:8.1f}  {cost / theirs:6.3f}")
 
 if __name__ == "__main__":
     main()
