@@ -27,7 +27,9 @@ import numpy as np
 def _record(env_id: str, episodes: int, seed: int) -> object:
     import marl_minari as mm
 
-    env = mm.ParallelDataCollector(mm.make_env(env_id), durability="none")
+    # Default durability: the append flushes what it wrote (the whole copied file where
+    # the filesystem copies it), as a user's append does.
+    env = mm.ParallelDataCollector(mm.make_env(env_id))
     rng = np.random.default_rng(seed)
     for episode in range(episodes):
         env.reset(seed=seed * 100_000 + episode)
