@@ -197,14 +197,7 @@ def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
         os.utime(main, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
     monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    compared = []
-    real = offset_index._agrees
-
-    def counting(*args: Any) -> bool:
-        compared.append(args[1])
-        return real(*args)
-
-    monkeypatch.setattr(offset_index, "_agrees", counting)
+    compared = _count_entry_checks(monkeypatch)
     before = _bytes_read()
     arrays = mm.load_dataset("trust/remembered-v0").to_arrays([2, 4])
     read = _bytes_read() - before
@@ -230,14 +223,7 @@ def test_a_pass_in_chunks_hashes_the_file_first_only_where_comparing_entries_cos
     write_dataset("trust/pass-v0", episodes, _spec(obs))
     shutil.copytree(dataset_dir("trust/pass-v0"), dataset_dir("trust/pass-copy-v0"))
     size = (dataset_dir("trust/pass-copy-v0") / "data" / layout.MAIN_FILE_NAME).stat().st_size
-    compared = []
-    real = offset_index._agrees
-
-    def counting(*args: Any) -> bool:
-        compared.append(args[1])
-        return real(*args)
-
-    monkeypatch.setattr(offset_index, "_agrees", counting)
+    compared = _count_entry_checks(monkeypatch)
     before = _bytes_read()
     chunks = list(open_source("trust/pass-copy-v0").chunks(chunk_steps=8 if small else 100))
     read = _bytes_read() - before
@@ -252,3 +238,16 @@ def test_a_pass_in_chunks_hashes_the_file_first_only_where_comparing_entries_cos
         assert not compared and read >= size
     else:
         assert compared and read < size / 2
+
+
+def _count_entry_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The index entries compared with HDF5 one by one from now on, in order."""
+    compared: list[Any] = []
+    real = offset_index._agrees
+
+    def counting(*args: Any) -> bool:
+        compared.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(offset_index, "_agrees", counting)
+    return compared
