@@ -54,9 +54,10 @@ def _timed(run: Callable[[], object]) -> float:
 
 
 def _data_file(dataset_id: str) -> Path:
+    from marl_minari.format import layout
     from marl_minari.format.ids import dataset_dir
 
-    return dataset_dir(dataset_id) / "data" / "main_data.hdf5"
+    return dataset_dir(dataset_id) / "data" / layout.MAIN_FILE_NAME
 
 
 def _writers(work: Path, episodes: list, run: int) -> dict[str, Callable[[], str]]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 
 def after_last_change(*paths: Path) -> None:
-    """Return once a file written now in the first path's folder gets a later modification
-    time than the last change (ctime) of every path.
+    """Return once a file written now beside the first of ``paths`` (files) gets a later
+    modification time than the last change (ctime) of every one of them.
 
     A digest remembered in the same clock tick as a file's last write is never trusted (the
     racy-clean rule of ``marl_minari.format.digests``), and a write in the same tick as a
@@ -18,8 +18,7 @@ def after_last_change(*paths: Path) -> None:
     filesystem (nanoseconds on ext4, seconds on some), this asks the filesystem itself.
     """
     latest = max(os.stat(path).st_ctime_ns for path in paths)
-    first = paths[0]
-    probe = (first if first.is_dir() else first.parent) / f".tick-{uuid.uuid4().hex}"
+    probe = paths[0].parent / f".tick-{uuid.uuid4().hex}"
     try:
         while True:
             probe.write_bytes(b"")
