@@ -1,0 +1,66 @@
+"""Byte suppliers: random access to one data file's bytes, local or remote, by ranges.
+
+The range reader plans a pass over a dataset as ``(offset, length)`` ranges of
+``main_data.hdf5`` and asks a :class:`ByteRanges` for them. A local file and a published file
+on a remote registry are two suppliers of the same bytes; everything above this protocol reads
+them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from marl_minari.errors import CorruptedDataError
+
+
+@runtime_checkable
+class ByteRanges(Protocol):
+    """Random access to the bytes of one file.
+
+    Attributes:
+        name: how errors name the file (a path or a URL).
+        size: the file's length in bytes.
+    """
+
+    name: str
+    size: int
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """The bytes of every ``(offset, length)`` range, in the order asked.
+
+        Raises:
+            CorruptedDataError: a range reaches past the end of the file, or its bytes could
+                not be verified.
+        """
+        ...
+
+
+class LocalFileRanges:
+    """A local file read with ``pread``: the supplier for datasets on this machine."""
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self._fd = os.open(path, os.O_RDONLY)
+        self.size = os.fstat(self._fd).st_size
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        out: list[memoryview] = []
+        for offset, length in ranges:
+            if offset < 0 or length < 0 or offset + length > self.size:
+                raise CorruptedDataError(
+                    f"{self.name}: range {offset}+{length} reaches past the file's "
+                    f"{self.size} bytes; the file is truncated: download or copy it again")
+            out.append(memoryview(os.pread(self._fd, length, offset)))
+        return out
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> LocalFileRanges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
