@@ -8,10 +8,11 @@ them the same way.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from marl_minari.errors import CorruptedDataError
 
@@ -64,3 +65,39 @@ class LocalFileRanges:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RangesFile(io.RawIOBase):
+    """A read-only, seekable file object over a :class:`ByteRanges`, for ``h5py.File(...)``.
+
+    HDF5 reads its metadata (superblock, object headers, B-trees) through this; bulk leaf bytes
+    go through :meth:`ByteRanges.read_ranges` directly, where they can be coalesced.
+    """
+
+    def __init__(self, source: ByteRanges) -> None:
+        super().__init__()
+        self.source = source
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.source.size}
+        self._position = max(0, base[whence] + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        count = max(0, min(len(view), self.source.size - self._position))
+        if count:
+            (data,) = self.source.read_ranges([(self._position, count)])
+            view[:count] = data
+            self._position += count
+        return count
