@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+from gymnasium import spaces
 
 from marl_minari.format import layout
 from marl_minari.format.spaces import is_image_space, leaf_spaces
@@ -77,20 +78,30 @@ class FrameRows:
 def jpeg_paths(spec: MultiAgentSpec, jpeg_encoding: bool) -> frozenset[str]:
     """Leaves (HDF5 paths inside an episode group) stored as JPEG frames.
 
-    Image-like observation and action leaves when ``jpeg_encoding`` is on (Minari's rule), and
-    the global state when its ``state_encoding`` is ``"jpeg"``.
+    The one rule the recorder, the readers and the check share (docs/format.md, *JPEG-encoded
+    leaves*): Minari's image-like observation and action leaves when ``jpeg_encoding`` is on
+    (:func:`image_leaf_paths`), and the global state when its ``state_encoding`` is
+    ``"jpeg"``, whatever ``jpeg_encoding`` says. No other info leaf is ever encoded.
     """
-    paths = set()
-    if jpeg_encoding:
-        for field, by_agent in (("observations", spec.observation_spaces),
-                                ("actions", spec.action_spaces)):
-            for agent, space in by_agent.items():
-                for path, leaf in leaf_spaces(space, f"{field}/{agent}"):
-                    if is_image_space(leaf):
-                        paths.add(path)
+    paths = set(image_leaf_paths(spec.observation_space, spec.action_space, jpeg_encoding))
     if spec.state_encoding == "jpeg":
         paths.add(layout.STATE_PATH)
     return frozenset(paths)
+
+
+def image_leaf_paths(observation_space: spaces.Space, action_space: spaces.Space,
+                     jpeg_encoding: bool) -> frozenset[str]:
+    """Observation and action leaves Minari stores as JPEG frames (also in plain datasets).
+
+    ``observation_space`` and ``action_space`` are the dataset's own (metadata.json's); the
+    paths are ``observations/...`` and ``actions/...`` as in an episode group.
+    """
+    if not jpeg_encoding:
+        return frozenset()
+    return frozenset(path
+                     for field, space in (("observations", observation_space),
+                                          ("actions", action_space))
+                     for path, leaf in leaf_spaces(space, field) if is_image_space(leaf))
 
 
 def encode_frame(frame: np.ndarray) -> np.ndarray:

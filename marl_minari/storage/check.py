@@ -22,8 +22,9 @@ from gymnasium import spaces
 
 from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format import layout, offset_index
+from marl_minari.format.jpeg import image_leaf_paths, jpeg_paths
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
-from marl_minari.format.spaces import is_image_space, leaf_dtype, leaf_shape, leaf_spaces
+from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.datafile import cross_check, hdf5_errors, open_data_file
 from marl_minari.storage.self_contained import check_file
@@ -78,7 +79,9 @@ def check_data_folder(data_path: Path) -> CheckReport:
     spec = (MultiAgentSpec.from_metadata(metadata, observation_space, action_space)
             if layout.METADATA_KEY in metadata else None)
     h5_path = data_path / layout.MAIN_FILE_NAME
-    jpeg = bool(metadata.get("jpeg_encoding", True))
+    jpeg_encoding = bool(metadata.get("jpeg_encoding", True))
+    jpeg = (jpeg_paths(spec, jpeg_encoding) if spec is not None
+            else image_leaf_paths(observation_space, action_space, jpeg_encoding))
     with open_data_file(h5_path) as file, hdf5_errors(h5_path):
         check_file(file, h5_path)
         _check_groups(file, total_episodes, h5_path)
@@ -107,8 +110,8 @@ def _check_groups(file: h5py.File, total_episodes: int, h5_path: Path) -> None:
 
 
 def _check_episode(file: h5py.File, index: int, spec: MultiAgentSpec | None,
-                   observation_space: spaces.Space, action_space: spaces.Space, jpeg: bool,
-                   h5_path: Path) -> int:
+                   observation_space: spaces.Space, action_space: spaces.Space,
+                   jpeg: frozenset[str], h5_path: Path) -> int:
     where = f"{h5_path}: episode_{index}"
     group = file[f"episode_{index}"]
     if not isinstance(group, h5py.Group):
@@ -123,18 +126,20 @@ def _check_episode(file: h5py.File, index: int, spec: MultiAgentSpec | None,
     for field_name, space, rows in (("observations", observation_space, steps + 1),
                                     ("actions", action_space, steps)):
         for path, leaf in leaf_spaces(space, field_name):
-            expect.leaf(path, leaf, rows, jpeg=jpeg and is_image_space(leaf))
+            expect.leaf(path, leaf, rows, jpeg=path in jpeg)
     if spec is not None:
-        _check_marl(expect, spec, steps)
+        _check_marl(expect, spec, steps, jpeg)
     return steps
 
 
-def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int) -> None:
+def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int,
+                jpeg: frozenset[str]) -> None:
     width = (spec.num_agents,)
     for name, dtype in _AGENT_COLUMNS.items():
         expect.column(f"{_MARL}/{name}", steps + 1, width, dtype=dtype)
-    if spec.state_space is not None and f"{_MARL}/{layout.STATE}" in expect.group:
-        expect.leaf(f"{_MARL}/{layout.STATE}", spec.state_space, steps + 1, jpeg=False)
+    if spec.state_space is not None and layout.STATE_PATH in expect.group:
+        expect.leaf(layout.STATE_PATH, spec.state_space, steps + 1,
+                    jpeg=layout.STATE_PATH in jpeg)
     for name, dataset in _datasets(expect.group, f"{_MARL}/{layout.AGENT_INFOS}"):
         agent = name.split("/")[3]
         if agent not in spec.possible_agents:

@@ -23,9 +23,9 @@ from gymnasium import spaces
 from marl_minari.errors import CorruptedDataError, InvalidOptionError, LayoutError
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import stat_key
+from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import (
     build_tree,
-    is_image_space,
     leaf_dtype,
     leaf_shape,
     leaf_spaces,
@@ -81,7 +81,7 @@ class EpisodeReader:
         self._path = data_path / layout.MAIN_FILE_NAME
         self._file = open_data_file(self._path)
         self._spec = spec
-        self._jpeg = bool(metadata.get("jpeg_encoding", True))
+        self._jpeg = jpeg_paths(spec, bool(metadata.get("jpeg_encoding", True)))
         self._map: np.ndarray | None = None
         self._mmap: mmap.mmap | None = None
         cache = cache or IndexCache()
@@ -136,7 +136,7 @@ class EpisodeReader:
             for agent in spec.possible_agents:
                 for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
                     found.append(Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
-                                       jpeg=self._jpeg and is_image_space(space),
+                                       jpeg=path in self._jpeg,
                                        text=leaf_dtype(space).kind == "O"))
         for name in ("rewards", "terminations", "truncations"):
             found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (),
@@ -148,9 +148,10 @@ class EpisodeReader:
 
         def visitor(prefix: str) -> Any:
             def visit(name: str, obj: Any) -> None:
-                if name == layout.STATE and spec.state_encoding == "jpeg" and (
+                path = f"{prefix}/{name}"
+                if path == layout.STATE_PATH and path in self._jpeg and (
                         spec.state_space is not None):
-                    found.append(Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
+                    found.append(Leaf(path, np.dtype(np.uint8),
                                        leaf_shape(spec.state_space), True, jpeg=True))
                 elif isinstance(obj, h5py.Dataset):
                     text = h5py.check_string_dtype(obj.dtype) is not None

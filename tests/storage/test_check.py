@@ -180,3 +180,37 @@ def test_episode_count_is_cross_checked_at_every_load(spread: Any, total: int) -
         mm.load_dataset(DATASET)
     with pytest.raises(CorruptedDataError, match=f"counts {total} episodes"):
         mm.describe(DATASET)
+
+
+@pytest.mark.parametrize(("jpeg_encoding", "state_encoding", "encoded"), [
+    (True, None, {"observations/piston_0", layout.STATE_PATH}),  # the recorder's defaults
+    (False, "jpeg", {layout.STATE_PATH}),
+    (True, "raw", {"observations/piston_0"}),
+])
+def test_jpeg_leaves_pass_wherever_the_layout_puts_them(
+        jpeg_encoding: bool, state_encoding: str | None, encoded: set[str],
+        tmp_path: Path) -> None:
+    from marl_minari.collectors.collect import collect
+
+    from marl_minari import registry
+
+    dataset = collect("butterfly/pistonball_v6", 1, dataset_id="check/pistonball-v0",
+                      env_kwargs={"n_pistons": 3, "max_cycles": 2},
+                      jpeg_encoding=jpeg_encoding, state_encoding=state_encoding,
+                      author="tests", author_email="tests@example.com",
+                      code_permalink="https://example.com/tests")
+    with h5py.File(_main(dataset)) as file:
+        stored_as_bytes = {path for path in ("observations/piston_0", layout.STATE_PATH)
+                           if file[f"episode_0/{path}"].ndim == 2}
+    assert stored_as_bytes == encoded
+    assert mm.check_dataset("check/pistonball-v0").total_episodes == 1
+    registry.publish("check/pistonball-v0", (tmp_path / "registry").as_uri())
+
+    metadata_path = Path(dataset.data_path) / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    metadata["jpeg_encoding"] = not jpeg_encoding
+    metadata["marl_minari"]["state_encoding"] = (
+        "raw" if layout.STATE_PATH in encoded else "jpeg")
+    metadata_path.write_text(json.dumps(metadata))
+    with pytest.raises(LayoutError, match="episode_0/(observations/piston_0|infos/marl/state)"):
+        mm.check_dataset("check/pistonball-v0")
