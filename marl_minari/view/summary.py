@@ -30,7 +30,7 @@ def dataset_summary(source: DatasetSource, *, coverage: bool = False) -> dict[st
 
     Returns:
         A JSON-ready dict: ``name``, ``agents``, ``api``, ``card`` (metadata shown first),
-        ``metadata`` (the rest), ``counts``, ``coverage`` (or ``None``), ``episodes``
+        ``metadata`` (the rest), ``counts``, ``coverage`` (one line, or ``None``), ``episodes``
         (columns of the episode table) and ``histograms``.
     """
     description = describe(source, coverage=coverage)
@@ -54,7 +54,7 @@ def dataset_summary(source: DatasetSource, *, coverage: bool = False) -> dict[st
                    "truncated": description.truncated_episodes,
                    "unfinished": description.unfinished_episodes,
                    "inactive_share": description.inactive_share},
-        "coverage": None if measured is None else json_safe(measured.to_dict()),
+        "coverage": None if measured is None else measured.brief(),
         "episodes": table,
         "histograms": {
             "returns": histograms(list(returns.T)),

@@ -192,3 +192,28 @@ def cli_run() -> Callable[..., subprocess.CompletedProcess[str]]:
                               capture_output=True, text=True, timeout=300)
 
     return run
+
+
+def test_a_plain_dataset_is_one_agent_and_coverage_is_on_the_card(
+        record_cartpole: Callable[..., Any]) -> None:
+    dataset = record_cartpole("tests/cartpole-v0", 2)
+    with open_source(dataset) as source:
+        summary = dataset_summary(source, coverage=True)
+        payload = episode_payload(source, 1)
+    assert summary["agents"] == ["agent_0"] and summary["kind"] == "single_agent"
+    assert summary["coverage"].startswith("SACo ")
+    assert payload["agents"][0]["action"]["kind"] == "discrete"
+    assert len(payload["agents"][0]["reward"]) == payload["steps"]
+
+
+def test_a_vault_is_a_source_like_any_other(recorded: Callable[..., Any],
+                                            tmp_path: Path) -> None:
+    from marl_minari.adapters import to_vault
+
+    recorded(SPREAD, 2, max_cycles=4)
+    to_vault("tests/recorded-v0", tmp_path / "vaults", "spread", "Random")
+    out = write_page(tmp_path / "vaults" / "spread" / "Random", tmp_path / "vault.html")
+    data = json.loads(out.read_text().split('type="application/json">', 1)[1]
+                      .split("</script>", 1)[0])
+    assert data["summary"]["kind"] == "vault" and len(data["sample"]) == 2
+    assert data["summary"]["agents"] == ["agent_0", "agent_1", "agent_2"]

@@ -226,3 +226,57 @@ def test_compare_shows_identical_episodes(datasets: dict[str, Path], open_page: 
         assert page.locator("#comparison .uplot").count() == 4  # team and each agent
         page.locator("#comparison").screenshot(path=shots / "spread-compare.png")
         assert problems == []
+
+
+def _with_a_death(agents: int, length: int) -> Any:
+    """An episode of ``agents`` agents in which ``agent_1`` terminates at step 3 and the
+    others play on to the end."""
+    from marl_minari.storage.episode import MultiAgentEpisode
+
+    rng = np.random.default_rng(0)
+    names = tuple(f"agent_{i}" for i in range(agents))
+    active = np.ones((length + 1, agents), dtype=bool)
+    acted = np.ones((length, agents), dtype=bool)
+    terminations = np.zeros((length, agents), dtype=bool)
+    active[4:, 1], acted[4:, 1], terminations[3, 1] = False, False, True
+    terminations[-1, :] = True
+    terminations[-1, 1] = False
+    rewards = np.where(acted, rng.normal(size=(length, agents)), 0.0)
+    observations = {a: np.where(active[:, [i]], rng.uniform(-1, 1, (length + 1, 2)), 0)
+                    .astype(np.float32) for i, a in enumerate(names)}
+    actions = {a: np.where(acted[:, i], rng.integers(3, size=length), 0)
+               for i, a in enumerate(names)}
+    ends = np.zeros(length, dtype=bool)
+    ends[-1] = True
+    return MultiAgentEpisode(
+        possible_agents=names, observations=observations, actions=actions, rewards=rewards,
+        terminations=terminations, truncations=np.zeros((length, agents), dtype=bool),
+        active=active, acted=acted, team_rewards=rewards.sum(axis=1),
+        episode_terminations=ends, episode_truncations=np.zeros(length, dtype=bool), seed=0)
+
+
+def test_many_agents_and_a_death(open_page: Callable, shots: Path,
+                                 datasets_root: Path) -> None:
+    from gymnasium import spaces
+
+    from marl_minari.format.spec import MultiAgentSpec
+
+    names = tuple(f"agent_{i}" for i in range(12))
+    spec = MultiAgentSpec(api="parallel", possible_agents=names,
+                          observation_spaces={a: spaces.Box(-1, 1, (2,), np.float32)
+                                              for a in names},
+                          action_spaces={a: spaces.Discrete(3) for a in names})
+    mm.write_dataset("tests/twelve-v0", [_with_a_death(12, 10)], spec, fsync=False)
+    with serve("tests/twelve-v0") as server:
+        page, problems = open_page(server.url)
+        assert page.locator(".agent-panel h3").all_inner_texts() == list(names)
+        headers = page.locator("#episode-table th").all_inner_texts()
+        assert "lowest agent return" in headers and "agent_0" not in headers
+        deaths = page.locator("#episode-table tbody td").last.inner_text()
+        assert deaths == "1"  # agent_1 left at step 3 while the others played on
+        _open_episode(page, 0)
+        page.evaluate("window.mmView.setStep(5)")
+        rows = page.locator("#readout tbody tr").all_inner_texts()
+        assert len(rows) == 12 and rows[1].split("\t")[1] == "absent"
+        page.locator("#episode").screenshot(path=shots / "twelve-agents-episode.png")
+        assert problems == []

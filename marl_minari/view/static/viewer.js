@@ -19,9 +19,13 @@
   const state = { sortKey: "id", sortDir: 1, episode: null, charts: [], syncing: false,
                   step: 0 };
 
+  /* Tableau's ten, then hues 47 degrees apart; always #rrggbb, so fills can add alpha. */
   function color(i) {
     if (i < PALETTE.length) return PALETTE[i];
-    return "hsl(" + ((i * 47) % 360) + ", 55%, 48%)";
+    const h = (i * 47) % 360 / 60, s = 0.55, l = 0.48;
+    const c = (1 - Math.abs(2 * l - 1)) * s, x = c * (1 - Math.abs(h % 2 - 1)), m = l - c / 2;
+    const rgb = [[c, x, 0], [x, c, 0], [0, c, x], [0, x, c], [x, 0, c], [c, 0, x]][Math.floor(h)];
+    return "#" + rgb.map((v) => Math.round((v + m) * 255).toString(16).padStart(2, "0")).join("");
   }
 
   function el(tag, attrs, children) {
@@ -255,7 +259,7 @@
   function timelineChart(target, title, xs, series, width, height, stepped) {
     const opts = {
       title: title, width: width, height: height,
-      scales: { x: { time: false, range: () => [0, xs.length - 1] } },
+      scales: { x: { time: false, range: () => [0, Math.max(1, xs.length - 1)] } },
       axes: [{ size: 28, font: "11px sans-serif", incrs: STEP_TICKS },
              { size: GUTTER, font: "11px sans-serif", gap: 4 }],
       series: [{ label: "step" }].concat(series.map((s) => Object.assign({
@@ -384,7 +388,7 @@
       } else if (lane.kind === "presence") {
         const ended = firstEnd(a);
         a.active.forEach((on, k) => {
-          ctx.fillStyle = on ? "#59a14f" : (ended !== null && k > ended ? "#e15759" : "#cccccc");
+          ctx.fillStyle = on ? "#59a14f" : (ended !== null && k >= ended ? "#e15759" : "#cccccc");
           ctx.fillRect(x(k), y + 3, Math.max(1, cell - 0.5), h - 6);
         });
         ctx.fillStyle = "#111";
