@@ -76,13 +76,17 @@ def main() -> None:
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
 
+        page_clock: list[float] = []
+
         def drawn(url: str, then: Callable[[Any], None] | None = None) -> tuple[float, float]:
-            """(seconds to the drawn page, seconds of ``then`` on it)."""
+            """(seconds to the drawn page, seconds of ``then`` on it); the page's own clock
+            (from navigation to drawn) goes to ``page_clock``."""
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             begin = time.perf_counter()
             page.goto(url)
             page.wait_for_selector("body[data-ready='1']", state="attached", timeout=120_000)
             loaded = time.perf_counter() - begin
+            page_clock.append(float(page.evaluate("document.body.dataset.drawnMs")) / 1000)
             extra = 0.0
             if then is not None:
                 begin = time.perf_counter()
@@ -105,8 +109,11 @@ def main() -> None:
         total = median(args.repeats, to_drawn_page)
         ready = statistics.median(p[0] for p in parts)
         loaded = statistics.median(p[1] for p in parts)
-        print(f"view ID -> drawn page, {args.episodes} x 25 steps: {total:.2f} s "
-              f"(server ready {ready:.2f} s, page loaded and drawn {loaded:.2f} s)")
+        in_page = statistics.median(page_clock)
+        print(f"view ID -> drawn page, {args.episodes} x 25 steps: {ready + in_page:.2f} s "
+              f"(server ready {ready:.2f} s, then navigation to drawn page {in_page:.2f} s "
+              f"by the page's clock); through the driver {total:.2f} s (page {loaded:.2f} s)")
+        page_clock.clear()
 
         out = root / "short.html"
         begin = time.perf_counter()
@@ -114,7 +121,8 @@ def main() -> None:
         written = time.perf_counter() - begin
         opened = median(args.repeats, lambda: drawn(out.as_uri())[0])
         print(f"written file: {out.stat().st_size / 1e6:.2f} MB in {written:.2f} s; "
-              f"opens and draws from disk in {opened:.2f} s")
+              f"opens and draws from disk in {statistics.median(page_clock):.2f} s by the "
+              f"page's clock ({opened:.2f} s through the driver)")
 
         in_page: list[float] = []
 

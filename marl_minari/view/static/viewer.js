@@ -13,6 +13,7 @@
   const GUTTER = 150;        // px left of every timeline: lane names and chart axes
   const LANE = 16;           // px of one lane
   const MAX_TABLE_AGENTS = 6; // agent return columns in the table (beyond: lowest/highest)
+  const MAX_ROWS = 2000;      // table rows drawn at once (sorting picks which)
   const STEP_TICKS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000,
                       1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6]; // steps are whole numbers
 
@@ -197,6 +198,7 @@
                        state.sortKey = col.key; fill(); } }, [el("span", { text: col.label })])));
     const table = el("table", { class: "episodes", id: "episode-table" },
                      [el("thead", {}, [head]), body]);
+    const note = el("p", { class: "small", id: "table-note" });
     function fill() {
       const col = cols.find((c) => c.key === state.sortKey);
       const order = SUMMARY.episodes.id.map((_, i) => i);
@@ -208,7 +210,9 @@
         th.classList.toggle("asc", th.dataset.key === state.sortKey && state.sortDir > 0);
         th.classList.toggle("desc", th.dataset.key === state.sortKey && state.sortDir < 0);
       }
-      const rows = order.map((i) => {
+      note.textContent = order.length > MAX_ROWS ? "Showing the first " +
+        num(MAX_ROWS) + " of " + num(order.length) + " episodes in this order." : "";
+      const rows = order.slice(0, MAX_ROWS).map((i) => {
         const id = SUMMARY.episodes.id[i];
         const held = DATA.mode === "server" || (String(id) in DATA.sample);
         return el("tr", { "data-id": id, class: held ? "" : "absent",
@@ -227,7 +231,7 @@
     return section("Episodes", "episodes", [
       el("p", { class: "small", text: "Click a column to sort, a row to open the episode." +
                 (DATA.mode === "file" ? " Greyed rows are not in this file." : "") }),
-      el("div", { class: "scroll" }, [table])]);
+      note, el("div", { class: "scroll" }, [table])]);
   }
 
   /* ---------------------------------------------------------------- one episode */
