@@ -13,7 +13,7 @@ from marl_minari.errors import InvalidOptionError
 from marl_minari.format.spaces import is_image_space, leaf_spaces, leaves
 from marl_minari.sources import DatasetSource
 from marl_minari.storage.arrays import MultiAgentArrays, recorded_mask
-from marl_minari.view.frames import MAX_FRAMES, frame_rows, frames
+from marl_minari.view.frames import FRAMES_PER_EPISODE, MAX_FRAMES, frame_rows, frames
 
 MAX_COLUMNS: Final = 64
 """Most columns of a continuous action, a mask or a flattened state the page draws (every
@@ -27,7 +27,8 @@ def episode_payload(source: DatasetSource, episode_id: int, *,
     Args:
         source: an open source (the caller owns it).
         episode_id: a stored episode this source reads.
-        max_frames: most image frames kept per agent (evenly spaced; 0 keeps none).
+        max_frames: most image frames kept per agent (evenly spaced; 0 keeps none); fewer
+            when the episode's image streams would pass :data:`FRAMES_PER_EPISODE`.
 
     Raises:
         InvalidOptionError: ``episode_id`` is not one of the source's episodes.
@@ -42,7 +43,8 @@ def episode_payload(source: DatasetSource, episode_id: int, *,
     spec = source.spec
     agents = list(spec.possible_agents)
     steps = int(arrays.episode_lengths[0])
-    kept_rows = frame_rows(steps + 1, max_frames)
+    streams = image_streams(spec.observation_spaces, spec.state_space)
+    kept_rows = frame_rows(steps + 1, min(max_frames, FRAMES_PER_EPISODE // max(streams, 1)))
     per_agent = []
     for column, agent in enumerate(agents):
         per_agent.append({
@@ -71,6 +73,15 @@ def episode_payload(source: DatasetSource, episode_id: int, *,
         "state": _state(arrays, spec.state_space, kept_rows),
         "frame_rows": kept_rows.tolist(),
     }
+
+
+def image_streams(observation_spaces: dict[str, spaces.Space],
+                  state_space: spaces.Space | None) -> int:
+    """How many image streams an episode shows: agents with an image observation leaf, and
+    an image state."""
+    agents = sum(any(is_image_space(leaf) for _, leaf in leaf_spaces(space))
+                 for space in observation_spaces.values())
+    return agents + int(state_space is not None and is_image_space(state_space))
 
 
 def action_track(actions: Any, space: spaces.Space, acted: np.ndarray) -> dict[str, Any]:

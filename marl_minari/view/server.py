@@ -62,6 +62,11 @@ class ViewServer:
         with self._read_lock:
             return to_json(episode_payload(self.source, episode_id)).encode("utf-8")
 
+    def hosts(self) -> set[str]:
+        """The ``Host`` headers the server answers: its own address, by number or as
+        ``localhost``."""
+        return {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
+
     def page(self) -> bytes:
         """The page's HTML."""
         return self._page
@@ -90,6 +95,12 @@ def _handler(view: ViewServer) -> type[BaseHTTPRequestHandler]:
         server_version = "marl-minari-view"
 
         def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+            if self.headers.get("Host", "") not in view.hosts():
+                # a page elsewhere that points a name of its own at 127.0.0.1 (DNS
+                # rebinding) must not read the dataset through the user's browser
+                self._error(HTTPStatus.FORBIDDEN, "this server answers only requests for "
+                            f"{LOOPBACK}:{view.port} or localhost:{view.port}")
+                return
             path = self.path.split("?", 1)[0]
             if path in ("/", "/index.html"):
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", view.page())

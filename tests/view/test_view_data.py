@@ -32,7 +32,7 @@ from marl_minari.view.summary import agent_deaths
 SPREAD = "mpe2/simple_spread_v3"
 
 
-def _get(url: str) -> tuple[int, dict[str, Any]]:
+def _get(url: str | urllib.request.Request) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             return response.status, json.loads(response.read())
@@ -106,6 +106,12 @@ def test_the_server_answers_episodes_on_loopback_only(recorded: Callable[..., An
         assert status == 404 and "episode 5 is not in" in body["error"]
         status, body = _get(server.url + "etc/passwd")
         assert status == 404 and "nothing at /etc/passwd" in body["error"]
+        # another name pointed at 127.0.0.1 (DNS rebinding) gets nothing
+        status, body = _get(urllib.request.Request(
+            server.url + "api/episode/1", headers={"Host": f"evil.example:{server.port}"}))
+        assert status == 403 and "answers only requests for 127.0.0.1" in body["error"]
+        status, _ = _get(f"http://localhost:{server.port}/api/episode/1")
+        assert status == 200
 
 
 def test_a_taken_port_is_a_typed_error(recorded: Callable[..., Any]) -> None:
@@ -217,3 +223,25 @@ def test_a_vault_is_a_source_like_any_other(recorded: Callable[..., Any],
                       .split("</script>", 1)[0])
     assert data["summary"]["kind"] == "vault" and len(data["sample"]) == 2
     assert data["summary"]["agents"] == ["agent_0", "agent_1", "agent_2"]
+
+
+def test_frames_are_small_and_share_one_budget_per_episode() -> None:
+    import base64
+    import io
+
+    from gymnasium import spaces
+    from PIL import Image
+
+    from marl_minari.view.episode import image_streams
+    from marl_minari.view.frames import FRAMES_PER_EPISODE, MAX_FRAMES, frame_rows, frames
+
+    image = spaces.Box(0, 255, (64, 64, 3), np.uint8)
+    flat = spaces.Box(-1, 1, (2,), np.float32)
+    assert image_streams({"a": image, "b": spaces.Dict({"rgb": image, "x": flat}),
+                          "c": flat}, image) == 3
+    rows = frame_rows(1001, min(MAX_FRAMES, FRAMES_PER_EPISODE // 21))
+    assert len(rows) == 28 and rows[0] == 0 and rows[-1] == 1000
+    tall = np.random.default_rng(0).integers(0, 256, (3, 457, 120, 3), dtype=np.uint8)
+    shown = frames(tall, np.array([2]))
+    picture = Image.open(io.BytesIO(base64.b64decode(shown[0].split(",", 1)[1])))
+    assert picture.format == "JPEG" and max(picture.size) <= 200 and picture.size[1] > 150
