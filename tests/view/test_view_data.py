@@ -245,3 +245,17 @@ def test_frames_are_small_and_share_one_budget_per_episode() -> None:
     shown = frames(tall, np.array([2]))
     picture = Image.open(io.BytesIO(base64.b64decode(shown[0].split(",", 1)[1])))
     assert picture.format == "JPEG" and max(picture.size) <= 200 and picture.size[1] > 150
+
+
+def test_view_serves_or_writes(recorded: Callable[..., Any], tmp_path: Path) -> None:
+    from marl_minari.view import ViewServer, view
+
+    dataset = recorded(SPREAD, 1, max_cycles=3)
+    written = view(dataset, out=tmp_path / "page.html")
+    assert written == tmp_path / "page.html" and written.is_file()
+    served = view(dataset, port=0)
+    try:
+        assert isinstance(served, ViewServer) and _get(served.url + "api/episode/0")[0] == 200
+    finally:
+        assert isinstance(served, ViewServer)
+        served.close()
