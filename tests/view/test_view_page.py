@@ -221,7 +221,7 @@ def test_compare_shows_identical_episodes(datasets: dict[str, Path], open_page: 
     with serve(datasets["spread"], compare=copy) as server:
         page, problems = open_page(server.url)
         assert page.inner_text("#identical") == (
-            f"6 of 6 episodes of {datasets['spread']} are identical to episodes of {copy}: "
+            f"All 6 episodes of {datasets['spread']} are identical to episodes of {copy}: "
             "the same data.")
         assert page.locator("#comparison .uplot").count() == 4  # team and each agent
         page.locator("#comparison").screenshot(path=shots / "spread-compare.png")

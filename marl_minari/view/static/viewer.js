@@ -113,7 +113,8 @@
       title: title || undefined, width: width, height: 170,
       legend: { show: labels.length > 1, live: false },
       scales: { x: { time: false, range: () => [edges[0], edges[edges.length - 1]] } },
-      axes: [{ size: 30, font: "11px sans-serif" }, { size: 44, font: "11px sans-serif" }],
+      axes: [{ size: 30, font: "11px sans-serif" },
+             { size: 44, font: "11px sans-serif", incrs: STEP_TICKS }], // counts: whole
       cursor: { show: false }, series: series,
     };
     return new uPlot(opts, [centres].concat(hist.counts), target);
@@ -151,10 +152,12 @@
       histogram(panel, "", hist, names, colors, 330);
     }
     const same = cmp.identical.length;
+    const n = cmp.episodes[0];
     const verdict = same === 0 ? "No episode of " + names[0] + " is also in " + names[1] + "."
-      : same + " of " + cmp.episodes[0] + " episodes of " + names[0] +
+      : (same < n ? same + " of " + n : "All " + n) + " episodes of " + names[0] +
         " are identical to episodes of " + names[1] +
-        (same === cmp.episodes[0] ? ": the same data." : ".");
+        (same < n ? "." : n === cmp.episodes[1] ? ": the same data."
+          : ": " + names[0] + " is a subset of " + names[1] + ".");
     const list = cmp.identical.slice(0, 50).map(([a, b]) => a + " = " + b).join(", ");
     return section("Compared with " + names[1], "comparison", [
       el("p", { class: same ? "warn" : "", id: "identical", text: verdict }),
