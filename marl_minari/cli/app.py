@@ -6,7 +6,7 @@ import numpy as np
 import typer
 from tqdm.auto import tqdm
 
-from marl_minari.cli import datasets, describe, export, registry, tools, vaults
+from marl_minari.cli import datasets, describe, export, registry, tools, vaults, view
 from marl_minari.cli.errors import CommandGroup, install_warning_format
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     epilog="Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
            "130 interrupted. See docs/cli.md.",
 )
-for commands in (datasets, vaults, registry, describe, tools, export):
+for commands in (datasets, vaults, registry, describe, tools, export, view):
     commands.register(app)
 
 
