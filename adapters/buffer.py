@@ -56,7 +56,7 @@ SOURCE_KEY = "source"
 """Experience leaf holding, for every step, the index of its source in ``sources``."""
 
 
-@chex.dataclass(frozen=True)
+@dataclass(frozen=True)
 class SamplingTable:
     """Where :func:`make_buffer`'s ``sample`` may start a sequence, and how sources are drawn.
 
@@ -70,9 +70,9 @@ class SamplingTable:
         source_weights: ``(S,)`` float32, probability of drawing a sequence from each source.
     """
 
-    starts: chex.Array
-    source_offsets: chex.Array
-    source_weights: chex.Array
+    starts: jax.Array
+    source_offsets: jax.Array
+    source_weights: jax.Array
 
 
 def sampling_table(buffer: TrajectoryBuffer) -> SamplingTable:
