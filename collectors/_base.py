@@ -21,7 +21,6 @@ from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY, JournalWriter
 from marl_minari.storage.recording import Recording
 
-StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
 
 

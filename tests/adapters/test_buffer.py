@@ -19,7 +19,7 @@ from marl_minari.errors import IncompatibleSourcesError
 def test_dataset_and_vaults_sampled_under_jit(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=3, max_cycles=9)
     write_vault(vaults, "og", "u", streams=2, steps=20, max_cycles=6)
-    to_vault(dataset, vaults, "ours", "u")
+    to_vault(dataset, rel_dir=vaults, vault_name="ours", vault_uid="u")
     sources = [dataset, str(vaults / "og" / "u"), str(vaults / "ours" / "u")]
     buffer, state = make_buffer(sources, sample_batch_size=64, sample_sequence_length=4)
     assert isinstance(buffer, TrajectoryBuffer)
@@ -168,7 +168,8 @@ def test_mismatched_sources_are_rejected(recorded, vaults: Path) -> None:
                        match=r"source 1 \(dataset 'tests/speaker-v0'\).*different agents"):
         make_buffer([spread, speaker], sample_batch_size=2, sample_sequence_length=2)
     write_vault(vaults, "og", "u", steps=8, max_cycles=4)
-    renamed = from_vault(vaults, "og", "u", "tests/renamed-v0", agents=["x", "y", "z"])
+    renamed = from_vault(rel_dir=vaults, vault_name="og", vault_uid="u",
+                         dataset_id="tests/renamed-v0", agents=["x", "y", "z"])
     with pytest.raises(IncompatibleSourcesError, match="different agents"):
         make_buffer([spread, renamed], sample_batch_size=2, sample_sequence_length=2)
     write_vault(vaults, "smac", "u", kind="smac", steps=8)

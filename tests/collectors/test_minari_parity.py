@@ -16,7 +16,7 @@ import pytest
 
 import marl_minari as mm
 from marl_minari.envs.resolve import untrusted_env_references
-from marl_minari.errors import EnvDescriptorError, InvalidOptionError
+from marl_minari.errors import EnvDescriptorError, InvalidOptionError, StepDataError
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -263,3 +263,78 @@ def test_minari_dataset_api_checks_pass_on_a_multi_agent_dataset() -> None:
     joint = plain.recover_environment()
     assert joint.spec == plain.env_spec
     assert joint.observation_space == dataset.observation_space
+
+
+class _DoubledRewards(minari.StepDataCallback):
+    """A Minari StepDataCallback as Minari's docs write one: super() then edit its dict."""
+
+    calls: list[tuple[str, ...]] = []
+
+    def __call__(self, env: Any, **kwargs: Any) -> Any:
+        step_data = super().__call__(env, **kwargs)
+        _DoubledRewards.calls.append(tuple(sorted(step_data["observation"])))
+        if step_data["reward"] is not None:
+            step_data["reward"] = {agent: 2.0 * reward
+                                   for agent, reward in step_data["reward"].items()}
+        return step_data
+
+
+def _record_still(**collector_kwargs: Any) -> Any:
+    """One episode of spread where nobody moves: the same rewards every time."""
+    collector = mm.ParallelDataCollector(mm.make_env(SPREAD, max_cycles=6), **collector_kwargs)
+    collector.reset(seed=3)
+    while collector.agents:
+        collector.step({agent: 0 for agent in collector.agents})
+    return collector
+
+
+def test_minari_step_data_callback_class_gets_minaris_contract_by_agent() -> None:
+    _DoubledRewards.calls.clear()
+    plain = _record_still()
+    mine = _record_still(step_data_callback=_DoubledRewards)
+    ours = plain.create_dataset("parity/plain-v0", algorithm_name="still")[0]
+    doubled = mine.create_dataset("parity/doubled-v0", algorithm_name="still")[0]
+    plain.close()
+    mine.close()
+    assert len(_DoubledRewards.calls) == 7  # the reset and six steps
+    assert _DoubledRewards.calls[0] == ("agent_0", "agent_1", "agent_2")
+    assert np.any(ours.rewards != 0)
+    np.testing.assert_array_equal(doubled.rewards, 2.0 * ours.rewards)
+    np.testing.assert_array_equal(doubled.observations["agent_0"], ours.observations["agent_0"])
+
+
+class _ExtraKey(minari.StepDataCallback):
+    def __call__(self, env: Any, **kwargs: Any) -> Any:
+        step_data = super().__call__(env, **kwargs)
+        step_data["environment_states"] = {"x": 1}
+        return step_data
+
+
+def test_a_minari_callback_adding_keys_is_told_where_they_go() -> None:
+    with pytest.raises(StepDataError, match="environment_states.*info"):
+        _record_spread(episodes=1, step_data_callback=_ExtraKey)
+    with pytest.raises(InvalidOptionError, match="StepDataCallback subclass"):
+        mm.ParallelDataCollector(mm.make_env(SPREAD), step_data_callback=dict)
+
+
+def test_describe_and_card_show_returns_normalised_as_minari_does(tmp_path: Path) -> None:
+    collector = _record_spread(episodes=3)
+    dataset = collector.create_dataset("parity/spread-v0", ref_min_score=-40.0,
+                                       ref_max_score=-5.0, algorithm_name="random")
+    collector.close()
+    description = mm.describe(dataset)
+    team = np.asarray([float(np.sum(episode.team_rewards)) for episode in dataset])
+    expected = minari.get_normalized_score(dataset.minari, team)
+    normalised = description.normalized_team_returns
+    assert normalised is not None
+    assert normalised.mean == pytest.approx(float(np.mean(expected)))
+    assert normalised.max == pytest.approx(float(np.max(expected)))
+    assert "normalised     mean" in description.to_text()
+    assert description.to_dict()["normalized_team_returns"]["count"] == 3
+    card = Path(mm.dataset_card(description, tmp_path / "README.md")).read_text()
+    assert "| team, normalised | 3 |" in card
+    unscored = _record_spread(episodes=1)
+    plain = unscored.create_dataset("parity/unscored-v0", algorithm_name="random")
+    unscored.close()
+    assert mm.describe(plain).normalized_team_returns is None
+    assert "normalised" not in mm.describe(plain).to_text()
