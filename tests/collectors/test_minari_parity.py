@@ -338,3 +338,19 @@ def test_describe_and_card_show_returns_normalised_as_minari_does(tmp_path: Path
     unscored.close()
     assert mm.describe(plain).normalized_team_returns is None
     assert "normalised" not in mm.describe(plain).to_text()
+
+
+def test_every_collector_takes_minaris_create_dataset_arguments_in_order() -> None:
+    import inspect
+
+    from marl_minari.collectors import FlashbaxDataCollector
+
+    minaris = list(inspect.signature(minari.DataCollector.create_dataset).parameters)
+    for collector in (mm.ParallelDataCollector, mm.AECDataCollector, FlashbaxDataCollector):
+        ours = inspect.signature(collector.create_dataset).parameters
+        positional = [name for name, p in ours.items()
+                      if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert positional == minaris, collector.__name__
+        assert ours["num_episodes_average_score"].default == 100
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY
+                   for name, p in ours.items() if name not in minaris)
