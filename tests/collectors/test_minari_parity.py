@@ -235,35 +235,65 @@ def test_aec_expert_policy_scores_the_team_return_under_the_datasets_aggregation
     assert stored == [1.0]
 
 
+def _rows(tree: Any, count: int) -> list[Any]:
+    """The ``count`` rows of a nested dict of arrays, each row a nested dict."""
+    if isinstance(tree, dict):
+        columns = {key: _rows(value, count) for key, value in tree.items()}
+        return [{key: rows[i] for key, rows in columns.items()} for i in range(count)]
+    assert len(tree) == count
+    return list(tree)
+
+
 def test_minari_dataset_api_checks_pass_on_a_multi_agent_dataset() -> None:
-    """The checks of Minari's test suite (``tests/common.py``: ``check_data_integrity``,
-    ``check_env_recovery``) on the attributes a ``MinariDataset`` answers."""
+    """The checks Minari's test suite makes of every dataset (its ``tests/common.py``:
+    ``check_data_integrity``, ``check_env_recovery``, ``check_load_and_delete_dataset``),
+    written again here against the attributes a ``MinariDataset`` answers."""
     collector = _record_spread(episodes=3)
     env = mm.make_env(SPREAD, max_cycles=6)
-    dataset = collector.create_dataset("parity/spread-v0", algorithm_name="random")
+    evaluation = mm.make_env(SPREAD, max_cycles=4)
+    dataset = collector.create_dataset("parity/spread-v0", evaluation, algorithm_name="random")
     collector.close()
     plain = minari.load_dataset("parity/spread-v0")
-    assert dataset.id == plain.id == "parity/spread-v0"
+    assert dataset.id == plain.id == plain.spec.dataset_id == "parity/spread-v0"
     assert dataset.minari_version == plain.minari_version
     assert dataset.combined_datasets == plain.combined_datasets == []
     assert dataset.observation_space == plain.observation_space
     assert dataset.action_space == plain.action_space
     assert dataset.env_spec == plain.env_spec
-    assert dataset.storage.total_episodes == plain.storage.total_episodes == 3
-    # check_data_integrity: episode count and steps agree with the episodes themselves.
-    assert dataset.total_episodes == len(dataset.episode_indices) == 3
-    assert dataset.total_steps == sum(episode.total_steps for episode in dataset) == 18
-    for episode in dataset:
-        assert len(episode.team_rewards) == episode.total_steps
-    # check_env_recovery: the recovered env's spaces are the dataset's.
+    # check_data_integrity: through the storage, every episode at its index, T + 1
+    # observations and T of everything else, every row inside its space, steps adding up.
+    storage = dataset.storage
+    episodes = list(storage.get_episodes(dataset.episode_indices))
+    assert storage.total_episodes == len(episodes) == dataset.total_episodes == 3
+    assert [int(episode["id"]) for episode in episodes] == list(dataset.episode_indices)
+    steps = 0
+    for episode in episodes:
+        length = len(episode["rewards"])
+        steps += length
+        for row in _rows(episode["observations"], length + 1):
+            assert dataset.observation_space.contains(row)
+        for row in _rows(episode["actions"], length):
+            assert dataset.action_space.contains(row)
+        for key in ("rewards", "terminations", "truncations"):
+            assert len(episode[key]) == length
+    assert steps == storage.total_steps == dataset.total_steps == 18
+    # check_env_recovery: the recovered env's spec and spaces are the recording's, and the
+    # evaluation env comes back as given.
+    joint = plain.recover_environment()
+    assert joint.spec == plain.env_spec
+    assert joint.observation_space == dataset.observation_space
+    assert joint.action_space == dataset.action_space
     recovered = dataset.recover_environment()
     for agent in env.possible_agents:
         assert recovered.observation_space(agent) == dataset.observation_space[agent]
         assert recovered.action_space(agent) == dataset.action_space[agent]
-    joint = plain.recover_environment()
-    assert joint.spec == plain.env_spec
-    assert joint.observation_space == dataset.observation_space
-
+    assert plain.recover_environment(eval_env=True).spec.kwargs["descriptor"]["kwargs"][
+        "max_cycles"] == 4
+    assert dataset.recover_environment(eval_env=True).unwrapped.max_cycles == 4
+    # check_load_and_delete_dataset.
+    assert "parity/spread-v0" in minari.list_local_datasets()
+    minari.delete_dataset("parity/spread-v0")
+    assert "parity/spread-v0" not in minari.list_local_datasets()
 
 class _DoubledRewards(minari.StepDataCallback):
     """A Minari StepDataCallback as Minari's docs write one: super() then edit its dict."""
