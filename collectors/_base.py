@@ -281,8 +281,8 @@ class DatasetRecorderMixin:
         """
         self._warn_in_progress(dataset_id)
         scores = reference_scores(
-            self._core.spec, type(self), eval_env=eval_env, ref_min_score=ref_min_score,
-            ref_max_score=ref_max_score, expert_policy=expert_policy,
+            self._core.spec, type(self), dataset_id=dataset_id, eval_env=eval_env,
+            ref_min_score=ref_min_score, ref_max_score=ref_max_score, expert_policy=expert_policy,
             num_episodes_average_score=num_episodes_average_score).metadata
         folder = self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,

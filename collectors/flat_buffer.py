@@ -273,8 +273,8 @@ class FlashbaxDataCollector:
             EnvDescriptorError: reference scores asked for without an ``eval_env``.
         """
         scores = reference_scores(
-            self.spec, ParallelDataCollector, eval_env=eval_env, ref_min_score=ref_min_score,
-            ref_max_score=ref_max_score, expert_policy=expert_policy,
+            self.spec, ParallelDataCollector, dataset_id=dataset_id, eval_env=eval_env,
+            ref_min_score=ref_min_score, ref_max_score=ref_max_score, expert_policy=expert_policy,
             num_episodes_average_score=num_episodes_average_score).metadata
         self._end_unfinished()
         folder = self._recording.write_dataset(dataset_id, **minari_metadata(

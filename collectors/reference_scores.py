@@ -21,8 +21,9 @@ import numpy as np
 
 from marl_minari.envs.make import describe_env, make_env, recreate_env
 from marl_minari.envs.policies import RandomPolicy
-from marl_minari.errors import EnvDescriptorError, InvalidOptionError
+from marl_minari.errors import DatasetExistsError, EnvDescriptorError, InvalidOptionError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
+from marl_minari.format.ids import dataset_dir
 from marl_minari.format.returns import sequential_sums
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.journal_writer import JournalWriter
@@ -82,6 +83,7 @@ def reference_scores(
     spec: MultiAgentSpec,
     recorder: RecorderFactory,
     *,
+    dataset_id: str,
     eval_env: Any,
     ref_min_score: float | None,
     ref_max_score: float | None,
@@ -93,6 +95,8 @@ def reference_scores(
     Args:
         spec: the recording's spec (its env descriptor and ``reward_aggregation``).
         recorder: the collector class that plays the reference episodes.
+        dataset_id: the dataset to be created: checked before any episode is played, so a
+            taken or malformed id fails at once.
         eval_env: as for :func:`eval_env_descriptor`; the scoring env (the recorded env
             re-created by default). An env object is played as it is.
         ref_min_score, ref_max_score: given scores (Minari's).
@@ -103,6 +107,8 @@ def reference_scores(
         InvalidOptionError: both ``expert_policy`` and ``ref_max_score``, or fewer than one
             episode to average.
         EnvDescriptorError: the scoring env cannot be made.
+        InvalidDatasetIdError, DatasetExistsError: scores are to be played for an id that
+            is malformed or taken.
     """
     if expert_policy is not None and ref_max_score is not None:
         raise InvalidOptionError(
@@ -127,6 +133,10 @@ def reference_scores(
         raise InvalidOptionError(
             "create_dataset: num_episodes_average_score must be a positive int, got "
             f"{num_episodes_average_score!r}")
+    if dataset_dir(dataset_id).exists():
+        raise DatasetExistsError(
+            f"dataset {dataset_id!r} already exists: choose another id (bump -vN); no "
+            "reference episodes were played")
     env = eval_env if _is_env(eval_env) else _scoring_env(descriptor or spec.env, spec.api)
     owned = env is not eval_env
     try:

@@ -16,7 +16,13 @@ import pytest
 
 import marl_minari as mm
 from marl_minari.envs.resolve import untrusted_env_references
-from marl_minari.errors import EnvDescriptorError, InvalidOptionError, StepDataError
+from marl_minari.errors import (
+    DatasetExistsError,
+    EnvDescriptorError,
+    InvalidDatasetIdError,
+    InvalidOptionError,
+    StepDataError,
+)
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -102,6 +108,24 @@ def test_expert_policy_and_ref_max_score_together_are_refused() -> None:
                                  num_episodes_average_score=0)
     collector.close()
     assert "parity/spread-v0" not in minari.list_local_datasets()
+
+
+def test_a_taken_id_fails_before_any_reference_episode_is_played() -> None:
+    collector = _record_spread()
+    collector.create_dataset("parity/spread-v0", algorithm_name="random")
+    _record_more(collector)
+    played: list[Any] = []
+
+    def watched(observations: dict[str, Any]) -> dict[str, int]:
+        played.append(observations)
+        return _still(observations)
+
+    with pytest.raises(DatasetExistsError, match="no reference episodes were played"):
+        collector.create_dataset("parity/spread-v0", expert_policy=watched)
+    with pytest.raises(InvalidDatasetIdError):
+        collector.create_dataset("bad id", expert_policy=watched)
+    collector.close()
+    assert played == []
 
 
 def test_our_options_are_keyword_only() -> None:
