@@ -228,11 +228,15 @@ def sample(state: TrajectoryBufferState, rng_key: chex.PRNGKey, *, table: Sampli
            batch_size: int, sequence_length: int) -> TrajectoryBufferSample:
     """Draw ``batch_size`` sequences: a source by its weight, then a valid start uniformly."""
     source_key, item_key = jax.random.split(rng_key)
-    logits = jnp.log(table.source_weights)
-    chosen = jax.random.categorical(source_key, logits, shape=(batch_size,))
-    low = table.source_offsets[chosen]
-    high = table.source_offsets[chosen + 1]
-    item = jax.random.randint(item_key, (batch_size,), low, high)
+    if table.source_weights.shape[0] == 1:
+        # One source: every start is equally likely, with no source to draw first.
+        item = jax.random.randint(item_key, (batch_size,), 0, table.starts.shape[0])
+    else:
+        logits = jnp.log(table.source_weights)
+        chosen = jax.random.categorical(source_key, logits, shape=(batch_size,))
+        low = table.source_offsets[chosen]
+        high = table.source_offsets[chosen + 1]
+        item = jax.random.randint(item_key, (batch_size,), low, high)
     start = table.starts[item]
     index = start[:, None] + jnp.arange(sequence_length, dtype=start.dtype)
     experience = jax.tree.map(lambda x: x[0, index], state.experience)

@@ -182,3 +182,16 @@ def test_mismatched_sources_are_rejected(recorded, vaults: Path) -> None:
                              r"vs \(3, 18\) float32"):
         make_buffer([spread, str(vaults / "smac" / "plain")], sample_batch_size=2,
                     sample_sequence_length=2)
+
+
+def test_one_source_draws_every_valid_start_uniformly(recorded) -> None:
+    """A single source skips the draw of a source: its starts are still every valid one,
+    equally likely, and none crosses an episode boundary."""
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=7)
+    buffer, state = make_buffer([dataset], sample_batch_size=500, sample_sequence_length=3)
+    every = _valid_starts(state, 3, 1)[0]
+    assert np.array_equal(np.asarray(sampling_table(buffer).starts), every)
+    drawn = _sampled_starts(buffer, state, 20_000)
+    assert set(drawn.tolist()) == set(every)
+    counts = np.asarray([np.sum(drawn == start) for start in every])
+    _assert_uniform(counts, np.ones(len(every)), "one source: every valid start equally likely")
