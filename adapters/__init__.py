@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from marl_minari.vaults.layout import EXTRA_PREFIX
     from marl_minari.vaults.view import PAD_VALUE
 
-    from .buffer import SOURCE_KEY, MultiSourceBufferState, make_buffer
+    from .buffer import SOURCE_KEY, SamplingTable, make_buffer, sampling_table
     from .minari_to_vault import to_vault
     from .tensordicts import make_torchrl_buffer, to_tensordict
     from .vault_to_minari import from_vault
@@ -35,7 +35,8 @@ _EXPORTS = {
     "PAD_VALUE": "marl_minari.vaults.view",
     "SINGLE_AGENT": "marl_minari.sources",
     "SOURCE_KEY": f"{__name__}.buffer",
-    "MultiSourceBufferState": f"{__name__}.buffer",
+    "SamplingTable": f"{__name__}.buffer",
+    "sampling_table": f"{__name__}.buffer",
     "from_vault": f"{__name__}.vault_to_minari",
     "is_vault": "marl_minari.sources",
     "make_buffer": f"{__name__}.buffer",
@@ -51,11 +52,12 @@ __all__ = [
     "PAD_VALUE",
     "SINGLE_AGENT",
     "SOURCE_KEY",
-    "MultiSourceBufferState",
+    "SamplingTable",
     "from_vault",
     "is_vault",
     "make_buffer",
     "make_torchrl_buffer",
+    "sampling_table",
     "to_tensordict",
     "to_vault",
     "vault_path_parts",

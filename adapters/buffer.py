@@ -56,23 +56,35 @@ SOURCE_KEY = "source"
 """Experience leaf holding, for every step, the index of its source in ``sources``."""
 
 
-@chex.dataclass(frozen=True)
-class MultiSourceBufferState(TrajectoryBufferState):
-    """A :class:`TrajectoryBufferState` plus the table that sampling draws from.
+@dataclass(frozen=True)
+class SamplingTable:
+    """Where :func:`make_buffer`'s ``sample`` may start a sequence, and how sources are drawn.
+
+    It lives in the buffer's ``sample`` function, not in its state, so that the state is a
+    plain :class:`TrajectoryBufferState`, the exact type Flashbax's ``make_mixer`` accepts.
 
     Attributes:
-        experience: ``{key: (1, L, ...)}`` every source's steps end to end, plus ``source``.
-        current_index: ``L`` (the buffer is full).
-        is_full: ``True``.
         starts: ``(K,)`` int32, valid sequence start positions, grouped by source.
         source_offsets: ``(S + 1,)`` int32, source ``s``'s starts are
             ``starts[source_offsets[s]:source_offsets[s + 1]]``.
         source_weights: ``(S,)`` float32, probability of drawing a sequence from each source.
     """
 
-    starts: chex.Array
-    source_offsets: chex.Array
-    source_weights: chex.Array
+    starts: jax.Array
+    source_offsets: jax.Array
+    source_weights: jax.Array
+
+
+def sampling_table(buffer: TrajectoryBuffer) -> SamplingTable:
+    """The :class:`SamplingTable` of a buffer :func:`make_buffer` built.
+
+    Raises:
+        InvalidOptionError: ``buffer`` was not built by :func:`make_buffer`.
+    """
+    table = getattr(buffer.sample, "keywords", {}).get("table")
+    if not isinstance(table, SamplingTable):
+        raise InvalidOptionError("sampling_table takes a buffer built by make_buffer")
+    return table
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,7 @@ def make_buffer(
     weights: Sequence[float] | None = None,
     respect_episode_boundaries: bool = True,
     chunk_steps: int | None = None,
-) -> tuple[TrajectoryBuffer, MultiSourceBufferState]:
+) -> tuple[TrajectoryBuffer, TrajectoryBufferState]:
     """Build a Flashbax trajectory buffer and its state on the default JAX device.
 
     Args:
@@ -126,7 +138,12 @@ def make_buffer(
         ``(sample_batch_size, sample_sequence_length, ...)`` arrays: ``observations``
         ``(.., N, O)``, ``actions``, ``rewards``, ``terminals``, ``truncations`` ``(.., N)``,
         ``infos.legals`` ``(.., N, A)``, ``infos.state`` ``(.., S)`` (when the sources have
-        them), and ``source`` ``(..)`` int32. The buffer is read-only (``add`` raises).
+        them), and ``source`` ``(..)`` int32. ``state`` is a plain Flashbax
+        ``TrajectoryBufferState`` (the sampling table lives in ``buffer.sample``, see
+        :func:`sampling_table`), so ``flashbax.make_mixer([buffer, online_buffer], ...)``
+        mixes it with a live ``make_trajectory_buffer`` whose timesteps have the same
+        structure (``docs/adapters.md``). The buffer itself is read-only (``add`` and
+        ``init`` raise, naming what to use instead).
 
     Raises:
         IncompatibleSourcesError: two sources differ; the message names the first mismatch.
@@ -171,20 +188,20 @@ def make_buffer(
     experience: dict[str, Any] = nest({path: jax.device_put(experience_np.pop(path))
                                        for path in list(experience_np)})
     experience[SOURCE_KEY] = jax.device_put(source_ids)
-    state = MultiSourceBufferState(
+    state = TrajectoryBufferState(
         experience=experience,
         current_index=jnp.asarray(total, dtype=jnp.int32),
         is_full=jnp.asarray(True),
-        starts=jax.device_put(starts),
-        source_offsets=jax.device_put(offsets),
-        source_weights=jax.device_put(probabilities),
     )
+    table = SamplingTable(starts=jax.device_put(starts),
+                          source_offsets=jax.device_put(offsets),
+                          source_weights=jax.device_put(probabilities))
     buffer = TrajectoryBuffer(
         init=_read_only("init"),
         add=_read_only("add"),
-        sample=partial(sample, batch_size=sample_batch_size,
+        sample=partial(sample, table=table, batch_size=sample_batch_size,
                        sequence_length=sample_sequence_length),
-        can_sample=can_sample,
+        can_sample=partial(can_sample, table=table),
     )
     return buffer, state
 
@@ -207,31 +224,40 @@ def _device_ready_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return raw[skip:skip + size].view(dtype).reshape(shape)
 
 
-def sample(state: MultiSourceBufferState, rng_key: chex.PRNGKey, *, batch_size: int,
-           sequence_length: int) -> TrajectoryBufferSample:
+def sample(state: TrajectoryBufferState, rng_key: chex.PRNGKey, *, table: SamplingTable,
+           batch_size: int, sequence_length: int) -> TrajectoryBufferSample:
     """Draw ``batch_size`` sequences: a source by its weight, then a valid start uniformly."""
     source_key, item_key = jax.random.split(rng_key)
-    logits = jnp.log(state.source_weights)
-    chosen = jax.random.categorical(source_key, logits, shape=(batch_size,))
-    low = state.source_offsets[chosen]
-    high = state.source_offsets[chosen + 1]
-    item = jax.random.randint(item_key, (batch_size,), low, high)
-    start = state.starts[item]
+    if table.source_weights.shape[0] == 1:
+        # One source: every start is equally likely, with no source to draw first.
+        item = jax.random.randint(item_key, (batch_size,), 0, table.starts.shape[0])
+    else:
+        logits = jnp.log(table.source_weights)
+        chosen = jax.random.categorical(source_key, logits, shape=(batch_size,))
+        low = table.source_offsets[chosen]
+        high = table.source_offsets[chosen + 1]
+        item = jax.random.randint(item_key, (batch_size,), low, high)
+    start = table.starts[item]
     index = start[:, None] + jnp.arange(sequence_length, dtype=start.dtype)
     experience = jax.tree.map(lambda x: x[0, index], state.experience)
     return TrajectoryBufferSample(experience=experience)
 
 
-def can_sample(state: MultiSourceBufferState) -> chex.Array:
+def can_sample(state: TrajectoryBufferState, *, table: SamplingTable) -> chex.Array:
     """Whether any valid sequence exists."""
-    return state.starts.shape[0] > 0
+    del state  # the offline data never changes: the table alone decides
+    return jnp.asarray(table.starts.shape[0] > 0)
 
 
 def _read_only(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ReadOnlyBufferError(
-            f"the buffer from make_buffer is read-only offline data: {name}() is not "
-            "available; build a new buffer from the sources to change its contents")
+            f"the buffer from make_buffer holds read-only offline data: {name}() is not "
+            "available. To learn from offline and new experience together, add the new "
+            "experience to a flashbax.make_trajectory_buffer and sample both with "
+            "flashbax.make_mixer([offline_buffer, online_buffer], batch_size, proportions) "
+            "(docs/adapters.md, offline-to-online); to change the offline data, build a new "
+            "buffer from the sources")
 
     return refuse
 

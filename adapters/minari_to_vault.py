@@ -48,10 +48,10 @@ FORMAT_VERSION: Final = 1
 
 def to_vault(
     dataset_or_id: Any,
-    rel_dir: str | os.PathLike[str] = "vaults",
-    vault_name: str | None = None,
-    vault_uid: str | None = None,
     *,
+    vault_name: str | None = None,
+    rel_dir: str | os.PathLike[str] = "vaults",
+    vault_uid: str | None = None,
     chunk_steps: int | None = None,
     compression: dict[str, Any] | None | str = "default",
     dones: Dones | None = None,
@@ -63,6 +63,10 @@ def to_vault(
     remote: str | None = None,
 ) -> Path:
     """Convert a Minari dataset into a Flashbax vault in OG-MARL's conventions.
+
+    The vault is named by keywords, Flashbax's ``Vault`` names (``vault_name``, ``rel_dir``,
+    ``vault_uid``): ``to_vault(ds, vault_name="spread.vlt", vault_uid="Random")`` writes
+    ``vaults/spread.vlt/Random``; a positional folder part is a ``TypeError``, never a swap.
 
     The vault holds one stream (``B = 1``; a dataset converted from a ``B > 1`` vault gets its
     streams back) with ``observations`` f32 ``(B, T, N, O)``, ``actions`` int32 ``(B, T, N)``
@@ -76,9 +80,9 @@ def to_vault(
         dataset_or_id: anything :func:`marl_minari.sources.open_source` opens: a dataset id,
             a dataset folder, a ``MinariDataset`` or a ``MultiAgentDataset``. A plain
             single-agent dataset becomes one agent, ``agent_0``.
-        rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
         vault_name: the vault's name (may hold ``/``, as OG-MARL's do); by default the
             dataset id with ``.vlt`` appended: ``mpe2/simple_spread/random-v0.vlt``.
+        rel_dir: base folder of vaults (relative to the working directory, as Flashbax does).
         vault_uid: the vault's uid; by default the dataset's ``algorithm_name`` with its first
             letter upper-cased (``random`` -> ``Random``, as OG-MARL names uids), or the
             current time (Flashbax's default) when it has none that is one path-safe word.

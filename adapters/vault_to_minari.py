@@ -39,11 +39,11 @@ from .sources import writer_metadata
 
 
 def from_vault(
-    rel_dir: str | os.PathLike[str],
     vault_name: str,
+    *,
+    rel_dir: str | os.PathLike[str] = "vaults",
     vault_uid: str,
     dataset_id: str,
-    *,
     keys: Mapping[str, str] | None = None,
     agents: Sequence[str] | None = None,
     observation_spaces: Mapping[str, spaces.Space] | None = None,
@@ -61,9 +61,14 @@ def from_vault(
 ) -> MultiAgentDataset:
     """Convert a Flashbax vault into a multi-agent Minari dataset.
 
+    The vault is named as Flashbax's ``Vault(vault_name, ..., rel_dir=, vault_uid=)`` names it:
+    ``from_vault("smac_v1/3m.vlt", vault_uid="Good", dataset_id=...)`` reads
+    ``vaults/smac_v1/3m.vlt/Good``. Only ``vault_name`` is positional (Flashbax's second
+    positional argument is the experience structure), so no call can swap the folder parts.
+
     Args:
+        vault_name: the vault's name (may hold ``/``, as OG-MARL's do).
         rel_dir: base folder of vaults (relative to the working directory, as Flashbax).
-        vault_name: the vault's name.
         vault_uid: the vault's uid (``Good``, ``Medium``, a timestamp...).
         dataset_id: id of the new dataset (``namespace/name-vN``).
         keys: ``{role: key}`` for a vault in neither OG-MARL's nor Mava's naming: roles

@@ -150,7 +150,7 @@ def step_make(work: Path, scale: float) -> dict[str, Any]:
     tiny = episode_lengths(TINY_EPISODES, TINY_EPISODES * 20)
     write_dataset(TINY_ID, synthetic_episodes(tiny), make_spec(), total=TINY_EPISODES,
                   algorithm_name="synthetic", description="warm-up")
-    to_vault(TINY_ID, work / "vaults", "tiny", "gzip")
+    to_vault(TINY_ID, rel_dir=work / "vaults", vault_name="tiny", vault_uid="gzip")
     return timer.result(steps=steps, episodes=episodes)
 
 
@@ -160,7 +160,8 @@ def step_to_vault(work: Path, compression: str, seeds: bool = True) -> dict[str,
     comp = {"id": "gzip", "level": 5} if compression == "gzip" else {"id": "zstd", "level": 3}
     uid = compression if seeds else f"{compression}-seedless"
     with Timer() as timer:
-        to_vault(DATASET_ID, work / "vaults", "ours", uid, compression=comp, seeds=seeds)
+        to_vault(DATASET_ID, rel_dir=work / "vaults", vault_name="ours", vault_uid=uid,
+                 compression=comp, seeds=seeds)
     return timer.result()
 
 
@@ -211,7 +212,7 @@ def step_from_vault(work: Path, which: str) -> dict[str, Any]:
     name, uid, dataset = (("flashbax", "gzip", "bench/imported-v0") if which == "import"
                           else ("ours", "gzip", "bench/restored-v0"))
     with Timer() as timer:
-        from_vault(work / "vaults", name, uid, dataset)
+        from_vault(rel_dir=work / "vaults", vault_name=name, vault_uid=uid, dataset_id=dataset)
     return timer.result()
 
 

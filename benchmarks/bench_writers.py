@@ -88,12 +88,14 @@ def _writers(work: Path, episodes: list, run: int) -> dict[str, Callable[[], str
 
     def imported() -> str:
         dataset_id = f"bench/imported-{run}-v0"
-        from_vault(work / "vaults", "flashbax", "gzip", dataset_id)
+        from_vault(rel_dir=work / "vaults", vault_name="flashbax", vault_uid="gzip",
+                   dataset_id=dataset_id)
         return dataset_id
 
     def restored() -> str:
         dataset_id = f"bench/restored-{run}-v0"
-        from_vault(work / "vaults", "ours", "gzip", dataset_id)
+        from_vault(rel_dir=work / "vaults", vault_name="ours", vault_uid="gzip",
+                   dataset_id=dataset_id)
         return dataset_id
 
     return {"write_dataset": write, "recover_recording": recover,
@@ -106,7 +108,7 @@ def _make_vaults(work: Path) -> None:
     from flashbax.vault import Vault
     from marl_minari.adapters import to_vault
 
-    to_vault(SOURCE_ID, work / "vaults", "ours", "gzip")
+    to_vault(SOURCE_ID, rel_dir=work / "vaults", vault_name="ours", vault_uid="gzip")
     state, length = _view_state(work)
     vault = Vault("flashbax", state.experience, rel_dir=str(work / "vaults"), vault_uid="gzip")
     vault.write(state, source_interval=(0, length))

@@ -8,19 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from marl_minari.collectors.builder import EpisodeBuilder
+from marl_minari.collectors.in_place import dataset_id_of, refreshed, stored_episode_count
+from marl_minari.collectors.reference_scores import JointPolicy, reference_scores
 
 from marl_minari.envs.make import describe_env
 from marl_minari.errors import EnvApiError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.spec import MultiAgentSpec, resolve_state_encoding
-from marl_minari.sources import load_dataset
 from marl_minari.storage.dataset import open_written
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY, JournalWriter
 from marl_minari.storage.recording import Recording
 
-StepCallback = Callable[[dict[str, Any]], dict[str, Any]]
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
 
 
@@ -235,11 +235,34 @@ class DatasetRecorderMixin:
         code_permalink: str | None = None,
         ref_min_score: float | None = None,
         ref_max_score: float | None = None,
+        expert_policy: JointPolicy | None = None,
+        num_episodes_average_score: int = 100,
         description: str | None = None,
         requirements: list[str] | None = None,
+        *,
         extra_metadata: dict[str, Any] | None = None,
     ) -> Any:
-        """Create a Minari dataset from every episode finished so far (Minari's signature).
+        """Create a Minari dataset from every episode finished so far.
+
+        The arguments are Minari's ``DataCollector.create_dataset``'s, in its order, with
+        its meaning for many agents; ours follow, keyword-only.
+
+        Args:
+            dataset_id: ``(namespace/)name-vN``.
+            eval_env: the env to evaluate on (a PettingZoo env, an id
+                :func:`marl_minari.make_env` accepts, or an ``EnvDescriptor``); recorded as
+                ``eval_env_spec``, so ``recover_environment(eval_env=True)`` makes it. By
+                default the recorded env.
+            algorithm_name, author, author_email, code_permalink, description,
+                requirements: provenance, as Minari's.
+            ref_min_score, ref_max_score: reference scores for
+                ``minari.get_normalized_score`` (team returns).
+            expert_policy: ``policy(observations_by_agent) -> actions_by_agent``; its mean
+                team return over ``num_episodes_average_score`` episodes of the evaluation
+                env becomes ``ref_max_score``, and, unless ``ref_min_score`` is given, a
+                random policy's (legal actions) becomes ``ref_min_score``, as Minari does.
+            num_episodes_average_score: episodes averaged per reference score.
+            extra_metadata: more top-level ``metadata.json`` keys.
 
         An episode in progress is not cut: recording goes on, and the next ``create_dataset``
         or ``add_to_dataset`` writes it whole, from its reset. To end it here, call ``reset``
@@ -252,23 +275,40 @@ class DatasetRecorderMixin:
         Raises:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken (datasets are immutable; bump ``-vN``).
+            InvalidOptionError: both ``expert_policy`` and ``ref_max_score``.
+            EnvDescriptorError: ``eval_env`` is not an env, id or descriptor, or the scoring
+                env cannot be made.
         """
-        del eval_env  # the recorded env is re-created from the dataset's env descriptor
         self._warn_in_progress(dataset_id)
+        scores = reference_scores(
+            self._core.spec, type(self), dataset_id=dataset_id, eval_env=eval_env,
+            ref_min_score=ref_min_score, ref_max_score=ref_max_score, expert_policy=expert_policy,
+            num_episodes_average_score=num_episodes_average_score).metadata
         folder = self._core.create_dataset(dataset_id, minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
-            ref_min_score, ref_max_score, extra_metadata))
+            scores.pop("ref_min_score", None), scores.pop("ref_max_score", None),
+            {**scores, **(extra_metadata or {})}))
         return open_written(folder / "data", self._core.spec,
                             jpeg_encoding=self._core.jpeg_encoding)
 
-    def add_to_dataset(self, dataset_id: str) -> Any:
-        """Append every episode finished so far to the existing dataset ``dataset_id``.
+    def add_to_dataset(self, dataset: Any) -> Any:
+        """Append every episode finished so far to an existing dataset.
+
+        Args:
+            dataset: the dataset, as Minari's ``add_to_dataset`` takes it (a
+                ``MultiAgentDataset`` or ``MinariDataset``, updated in place: its episode
+                count and ``episode_indices`` include the new episodes), or its id.
 
         As for :meth:`create_dataset`, an episode in progress is not cut.
+
+        Returns:
+            The dataset: the object given, updated, or the dataset opened from the id.
         """
+        dataset_id = dataset_id_of(dataset)
         self._warn_in_progress(dataset_id)
+        before = stored_episode_count(dataset)
         self._core.add_to_dataset(dataset_id)
-        return load_dataset(dataset_id)
+        return refreshed(dataset, before)
 
     def _warn_in_progress(self, dataset_id: str) -> None:
         steps = self._core.builder.steps

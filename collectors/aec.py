@@ -37,9 +37,9 @@ from ._base import (
     DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
-    StepCallback,
     state_space_of,
 )
+from .step_data import step_callback
 
 NO_AGENT = -1
 """``extras/agent_selection`` value of rows where no agent is selected (episode over)."""
@@ -68,10 +68,12 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
 
     Args:
         env: the turn-based environment to record.
-        step_data_callback: called with each step's dict (``observations`` of every live
-            agent, ``actions`` (``{acting agent: action}``), ``rewards``, ``terminations``,
-            ``truncations``, ``infos``; at reset only ``observations`` and ``infos``) and
-            returns the dict to record.
+        step_data_callback: edits what is recorded at each reset and step: a
+            ``minari.StepDataCallback`` subclass (Minari's contract, each value a dict by
+            agent) or a function of the step's dict (``observations`` of every live agent,
+            ``actions`` (``{acting agent: action}``), ``rewards``, ``terminations``,
+            ``truncations``, ``infos``; at reset only ``observations`` and ``infos``)
+            returning the dict to record (:mod:`marl_minari.collectors.step_data`).
         episode_metadata_callback: called with each finished :class:`MultiAgentEpisode`; the
             dicts it returns are stored under ``episode_metadata`` in the dataset's metadata.
         record_infos: record the env's per-agent info dicts (action masks are always kept).
@@ -115,7 +117,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
     def __init__(
         self,
         env: AECEnv,
-        step_data_callback: StepCallback | None = None,
+        step_data_callback: Any = None,
         episode_metadata_callback: EpisodeMetadataCallback | None = None,
         record_infos: bool = False,
         jpeg_encoding: bool = True,
@@ -140,7 +142,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         )
         self._has_state = self._core.spec.state_space is not None
         self._observe_every_agent = observe_every_agent
-        self._step_callback = step_data_callback
+        self._step_callback = step_callback(step_data_callback, env)
         self._episode_callback = episode_metadata_callback
         agents = self._core.spec.possible_agents
         self._index: dict[Any, int] = {agent: i for i, agent in enumerate(agents)}

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from marl_minari.collectors._base import close_recording, minari_metadata
+from marl_minari.collectors.in_place import dataset_id_of, refreshed, stored_episode_count
+from marl_minari.collectors.parallel import ParallelDataCollector
+from marl_minari.collectors.reference_scores import JointPolicy, reference_scores
 
 from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError
-from marl_minari.sources import load_dataset
 from marl_minari.storage.dataset import MultiAgentDataset, open_written
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.recording import Recording
@@ -248,31 +250,47 @@ class FlashbaxDataCollector:
         code_permalink: str | None = None,
         ref_min_score: float | None = None,
         ref_max_score: float | None = None,
+        expert_policy: JointPolicy | None = None,
+        num_episodes_average_score: int = 100,
         description: str | None = None,
         requirements: list[str] | None = None,
+        *,
         extra_metadata: dict[str, Any] | None = None,
     ) -> MultiAgentDataset:
-        """Create a Minari dataset from every episode so far (Minari's signature).
+        """Create a Minari dataset from every episode so far (Minari's arguments, in its
+        order, as the PettingZoo collectors' ``create_dataset``).
 
         Each stream's steps after its last done end here as a truncated episode, as Minari's
-        ``DataCollector`` saves an unfinished episode; later writes start new episodes.
+        ``DataCollector`` saves an unfinished episode; later writes start new episodes. A JAX
+        env is not re-created from the dataset: ``eval_env`` (a PettingZoo env or id of the
+        same game) is what ``recover_environment`` can make, and the env the reference
+        scores of ``expert_policy`` are played in.
 
         Raises:
             InvalidDatasetIdError: malformed id.
             DatasetExistsError: the id is taken.
+            InvalidOptionError: both ``expert_policy`` and ``ref_max_score``.
+            EnvDescriptorError: reference scores asked for without an ``eval_env``.
         """
-        del eval_env  # a JAX env is not re-created from the dataset
+        scores = reference_scores(
+            self.spec, ParallelDataCollector, dataset_id=dataset_id, eval_env=eval_env,
+            ref_min_score=ref_min_score, ref_max_score=ref_max_score, expert_policy=expert_policy,
+            num_episodes_average_score=num_episodes_average_score).metadata
         self._end_unfinished()
         folder = self._recording.write_dataset(dataset_id, **minari_metadata(
             algorithm_name, author, author_email, code_permalink, description, requirements,
-            ref_min_score, ref_max_score, extra_metadata))
+            scores.pop("ref_min_score", None), scores.pop("ref_max_score", None),
+            {**scores, **(extra_metadata or {})}))
         return open_written(folder / "data", self.spec, jpeg_encoding=self.jpeg_encoding)
 
-    def add_to_dataset(self, dataset_id: str) -> MultiAgentDataset:
-        """Append every episode so far (unfinished ones end truncated) to ``dataset_id``."""
+    def add_to_dataset(self, dataset: Any) -> MultiAgentDataset:
+        """Append every episode so far (unfinished ones end truncated) to a dataset: the
+        dataset object (updated in place, as Minari's) or its id."""
+        dataset_id = dataset_id_of(dataset)
+        before = stored_episode_count(dataset)
         self._end_unfinished()
         self._recording.add_to_dataset(dataset_id)
-        return load_dataset(dataset_id)
+        return refreshed(dataset, before)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Close the journal; episodes in no dataset yet stay recoverable (with a warning).

@@ -16,9 +16,9 @@ from ._base import (
     DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
-    StepCallback,
     state_space_of,
 )
+from .step_data import step_callback
 
 
 class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
@@ -33,10 +33,14 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
 
     Args:
         env: the parallel environment to record.
-        step_data_callback: called with each step's dict (``observations``, ``actions``,
+        step_data_callback: edits what is recorded at each reset and step. A
+            ``minari.StepDataCallback`` subclass gets Minari's contract (one instance, called
+            with ``env``, ``obs``, ``info``, ``action``, ``rew``, ``terminated``,
+            ``truncated``, each value a dict by agent; it returns Minari's step-data dict);
+            a function is called with the step's dict (``observations``, ``actions``,
             ``rewards``, ``terminations``, ``truncations``, ``infos``; at reset only
-            ``observations`` and ``infos``) and returns the dict to record, as Minari's
-            ``StepDataCallback`` does for single-agent data.
+            ``observations`` and ``infos``) and returns the dict to record
+            (:mod:`marl_minari.collectors.step_data`).
         episode_metadata_callback: called with each finished :class:`MultiAgentEpisode`; the
             dicts it returns are stored under ``episode_metadata`` in the dataset's metadata.
         record_infos: record the env's per-agent info dicts (action masks are always kept).
@@ -75,7 +79,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
     def __init__(
         self,
         env: ParallelEnv,
-        step_data_callback: StepCallback | None = None,
+        step_data_callback: Any = None,
         episode_metadata_callback: EpisodeMetadataCallback | None = None,
         record_infos: bool = False,
         jpeg_encoding: bool = True,
@@ -98,7 +102,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
             background_writing=background_writing, writer_queue=writer_queue,
         )
         self._has_state = self._core.spec.state_space is not None
-        self._step_callback = step_data_callback
+        self._step_callback = step_callback(step_data_callback, env)
         self._episode_callback = episode_metadata_callback
 
     # Attributes the ParallelEnv base class defines at class level are forwarded explicitly.

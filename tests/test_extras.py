@@ -92,7 +92,7 @@ def test_envs_name_the_envs_extra(tmp_path: Path, blocked: set[str], env_id: str
 
 @pytest.mark.parametrize(("blocked", "call", "extra"), [
     ({"jax", "flashbax", "tensorstore", "chex"},
-     "from marl_minari.adapters import to_vault; to_vault('extras/base-v0', 'vaults')", "jax"),
+     "from marl_minari.adapters import to_vault; to_vault('extras/base-v0')", "jax"),
     ({"jax", "flashbax", "tensorstore", "chex"},
      "import marl_minari.adapters as A; A.make_buffer(['extras/base-v0'])", "jax"),
     ({"torch", "torchrl", "tensordict"},

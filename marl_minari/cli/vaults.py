@@ -114,7 +114,8 @@ def convert(
         parse_dataset_id(target)
         rel_dir, name, uid = vault_path_parts(source)
         dataset = from_vault(
-            rel_dir, name, uid, target, chunk_steps=chunk_steps, trailing=trailing.value,
+            name, rel_dir=rel_dir, vault_uid=uid, dataset_id=target, chunk_steps=chunk_steps,
+            trailing=trailing.value,
             agents=None if agents is None else [a.strip() for a in agents.split(",")],
             restore=restore, progress=True)
         typer.echo(f"wrote {dataset.total_episodes} episodes, {dataset.total_steps} steps "
@@ -124,7 +125,8 @@ def convert(
     rel_dir, vault_name, vault_uid = ((Path("vaults"), None, None) if target is None
                                       else _vault_target(target))
     _require_dataset(source, download=download)
-    path = to_vault(source, rel_dir, vault_name, vault_uid, chunk_steps=chunk_steps,
+    path = to_vault(source, rel_dir=rel_dir, vault_name=vault_name, vault_uid=vault_uid,
+                    chunk_steps=chunk_steps,
                     compression=COMPRESSORS[compression], dones=dones.value,
                     terminals=None if terminals is None else terminals.value,
                     state=state.value, seeds=seeds, progress=True)

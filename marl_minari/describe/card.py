@@ -181,6 +181,8 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         body += ["Undiscounted return per episode (team: the sum of the team reward column).",
                  "", "| | count | mean | std | min | 25% | median | 75% | max |",
                  "|---|---|---|---|---|---|---|---|---|", _summary_row("team", d.team_returns)]
+        if d.normalized_team_returns is not None:
+            body.append(_summary_row("team, normalised", d.normalized_team_returns))
     body += [_summary_row(f"`{a.name}`", a.returns) for a in d.agents]
     body += _outcome_lines(d)
     body += ["", "### Agents", "",

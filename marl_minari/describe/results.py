@@ -370,6 +370,8 @@ class DatasetDescription:
             "total_episodes": self.total_episodes, "total_steps": self.total_steps,
             "episode_lengths": self.episode_lengths.to_dict(),
             "team_returns": self.team_returns.to_dict(),
+            "normalized_team_returns": (None if self.normalized_team_returns is None
+                                        else self.normalized_team_returns.to_dict()),
             "terminated_episodes": self.terminated_episodes,
             "truncated_episodes": self.truncated_episodes,
             "unfinished_episodes": self.unfinished_episodes,
@@ -401,6 +403,13 @@ class DatasetDescription:
             f"truncated {self.truncated_episodes}, unfinished {self.unfinished_episodes})",
             f"steps          {self.total_steps}  (length {self.episode_lengths.brief()})",
             f"team return    {self._team_return_text()}",
+        ]
+        normalized = self.normalized_team_returns
+        if normalized is not None:
+            lines.append(f"normalised     {normalized.brief()}  (by ref_min_score "
+                         f"{self.metadata['ref_min_score']:g}, ref_max_score "
+                         f"{self.metadata['ref_max_score']:g}, as minari.get_normalized_score)")
+        lines += [
             f"inactive       {self.inactive_share:.2%} of agent-steps",
         ]
         coverage = self.coverage
@@ -428,6 +437,19 @@ class DatasetDescription:
                     o = agent.outcome
                     lines.append(f"{agent.name:<15} {o.wins:>12} {o.draws:>9} {o.losses:>9}")
         return "\n".join(lines)
+
+    @property
+    def normalized_team_returns(self) -> Summary | None:
+        """Team returns normalised by the reference scores, as
+        ``minari.get_normalized_score`` does: ``(return - ref_min_score) / (ref_max_score -
+        ref_min_score)``; ``None`` unless both scores exist and differ."""
+        scores = [self.metadata.get("ref_min_score"), self.metadata.get("ref_max_score")]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores):
+            return None
+        low, high = float(scores[0]), float(scores[1])  # type: ignore[arg-type]
+        if high == low:
+            return None
+        return Summary.of((self.episode_team_returns - low) / (high - low))
 
     @property
     def team_return_always_zero(self) -> bool:

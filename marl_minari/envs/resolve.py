@@ -200,8 +200,8 @@ def untrusted_env_references(metadata: dict[str, Any]) -> list[str]:
     """What re-creating the environment of a dataset with this ``metadata.json`` would import
     from outside the trusted packages, as ``"<where>: <entry point or id> (<why>)"`` lines.
 
-    Looked at: the ``marl_minari`` env descriptor, the descriptor inside ``env_spec``'s kwargs
-    and, for a multi-agent dataset, ``env_spec``'s own entry point (which must be
+    Looked at: the ``marl_minari`` env descriptor, the descriptor inside ``env_spec``'s and
+    ``eval_env_spec``'s kwargs and, for a multi-agent dataset, their own entry points (which must be
     :data:`JOINT_ENV_ENTRY_POINT`). A plain Minari dataset's ``env_spec`` entry point is left
     to Minari, which imports it on ``recover_environment`` as it always has.
     """
@@ -210,19 +210,20 @@ def untrusted_env_references(metadata: dict[str, Any]) -> list[str]:
     descriptors: list[tuple[str, Any]] = []
     if isinstance(marl, dict):
         descriptors.append(("marl_minari.env", marl.get("env")))
-    env_spec: Any = metadata.get("env_spec")
-    if isinstance(env_spec, str):
-        try:
-            env_spec = json.loads(env_spec)
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
-            env_spec = None
-    if isinstance(env_spec, dict):
-        entry = env_spec.get("entry_point")
-        if isinstance(marl, dict) and entry not in (None, JOINT_ENV_ENTRY_POINT):
-            found.append(f"env_spec.entry_point: {entry}")
-        kwargs = env_spec.get("kwargs")
-        if isinstance(kwargs, dict):
-            descriptors.append(("env_spec.kwargs.descriptor", kwargs.get("descriptor")))
+    for spec_key in ("env_spec", "eval_env_spec"):  # the recorded env, the evaluation env
+        env_spec: Any = metadata.get(spec_key)
+        if isinstance(env_spec, str):
+            try:
+                env_spec = json.loads(env_spec)
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
+                env_spec = None
+        if isinstance(env_spec, dict):
+            entry = env_spec.get("entry_point")
+            if isinstance(marl, dict) and entry not in (None, JOINT_ENV_ENTRY_POINT):
+                found.append(f"{spec_key}.entry_point: {entry}")
+            kwargs = env_spec.get("kwargs")
+            if isinstance(kwargs, dict):
+                descriptors.append((f"{spec_key}.kwargs.descriptor", kwargs.get("descriptor")))
     for where, described in descriptors:
         if not isinstance(described, dict):
             continue

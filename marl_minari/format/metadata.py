@@ -16,8 +16,9 @@ from typing import Any
 
 import minari
 
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
 from marl_minari.format import layout
+from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.recovered_layout import with_recovered_layout
 from marl_minari.format.space_json import space_from_json, space_to_json
 from marl_minari.format.spec import MultiAgentSpec
@@ -73,6 +74,37 @@ def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
         raise CorruptedDataError(
             f"{Path(data_path) / layout.METADATA_FILE_NAME}: {key} is missing or not a "
             f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc
+
+
+EVAL_ENV_SPEC_KEY = "eval_env_spec"
+"""Minari's key for the evaluation env: a joint-view ``EnvSpec`` JSON whose
+``kwargs.descriptor`` is the evaluation env's descriptor (``docs/format.md``)."""
+
+
+def eval_env_descriptor(metadata: dict[str, Any], data_path: Path) -> EnvDescriptor | None:
+    """The env descriptor of a dataset's evaluation env (``None`` when it records none).
+
+    Raises:
+        CorruptedDataError: ``eval_env_spec`` is not a joint-view spec with a descriptor.
+    """
+    text = metadata.get(EVAL_ENV_SPEC_KEY)
+    if text is None:
+        return None
+    where = f"{Path(data_path) / layout.METADATA_FILE_NAME}: {EVAL_ENV_SPEC_KEY}"
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        parsed = None
+    kwargs = parsed.get("kwargs") if isinstance(parsed, dict) else None
+    described = kwargs.get("descriptor") if isinstance(kwargs, dict) else None
+    if not isinstance(described, dict):
+        raise CorruptedDataError(
+            f"{where} is not an EnvSpec JSON whose kwargs hold an env descriptor; restore the "
+            "metadata from a copy, or drop the key to evaluate on the recorded env")
+    try:
+        return EnvDescriptor.from_dict(described)
+    except MarlMinariError as exc:
+        raise CorruptedDataError(f"{where}: {exc}") from exc
 
 
 def dataset_metadata(

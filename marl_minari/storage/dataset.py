@@ -29,8 +29,13 @@ from marl_minari.errors import (
     MarlMinariError,
 )
 from marl_minari.format import layout
-from marl_minari.format.env_descriptor import Api
-from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.env_descriptor import Api, EnvDescriptor
+from marl_minari.format.metadata import (
+    eval_env_descriptor,
+    metadata_count,
+    metadata_space,
+    read_metadata,
+)
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.minari_compat import storage_class
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -83,6 +88,60 @@ class MultiAgentDataset:
     def spec(self) -> MultiAgentSpec:
         """Agents, per-agent spaces and env descriptor."""
         return self._spec
+
+    # What a MinariDataset answers, with its names and meaning.
+
+    @property
+    def id(self) -> str:
+        """The dataset id (``MinariDataset.id``)."""
+        return str(self._minari.id)
+
+    @property
+    def observation_space(self) -> spaces.Space:
+        """The joint observation space, ``Dict({agent: space})`` (``MinariDataset``'s)."""
+        return self._minari.observation_space
+
+    @property
+    def action_space(self) -> spaces.Space:
+        """The joint action space, ``Dict({agent: space})`` (``MinariDataset``'s)."""
+        return self._minari.action_space
+
+    @property
+    def env_spec(self) -> Any:
+        """Gymnasium ``EnvSpec`` of the joint view of the recorded env (``MinariDataset``'s;
+        ``gymnasium.make`` of it gives :class:`marl_minari.envs.joint.JointEnv`)."""
+        return self._minari.env_spec
+
+    @property
+    def storage(self) -> Any:
+        """Minari's storage of the dataset's files (``MinariDataset.storage``)."""
+        return self._minari.storage
+
+    @property
+    def minari_version(self) -> str:
+        """The Minari version the dataset was written for (``MinariDataset``'s)."""
+        return str(self._minari.minari_version)
+
+    @property
+    def combined_datasets(self) -> list[str]:
+        """Ids of the datasets this one was combined from (``MinariDataset``'s)."""
+        return list(self._minari.combined_datasets)
+
+    def include_new_episodes(self, first_id: int) -> None:
+        """Take in episodes appended to the files since this object was opened: the stored
+        ids from ``first_id`` on join :attr:`episode_indices` (as Minari's
+        ``add_to_dataset`` extends the dataset it is given).
+
+        Raises:
+            CorruptedDataError: the files no longer agree with their metadata.
+        """
+        self._metadata = read_metadata(self._data_path)
+        stored = metadata_count(self._metadata, "total_episodes", self._data_path)
+        added = np.arange(int(first_id), stored, dtype=np.int64)
+        self._stored_episodes = stored
+        self._ids = np.append(self._ids, added)
+        self._minari.episode_indices = np.append(self._minari.episode_indices, added)
+        self._index_cache = IndexCache()
 
     @property
     def possible_agents(self) -> tuple[str, ...]:
@@ -224,23 +283,39 @@ class MultiAgentDataset:
 
     # ------------------------------------------------------------------ environment
 
-    def recover_environment(self, api: Api | None = None, *, trust_remote_code: bool = False,
-                            **overrides: Any) -> Any:
+    def recover_environment(self, eval_env: bool = False, api: Api | None = None, *,
+                            trust_remote_code: bool = False, **overrides: Any) -> Any:
         """Re-create the PettingZoo environment the data was recorded from.
 
-        Only environments of trusted packages are made (see
-        :func:`marl_minari.trusted_env_packages`) unless ``trust_remote_code`` is true.
+        Args:
+            eval_env: as Minari's: the env given as ``eval_env`` when the dataset was
+                created (its ``eval_env_spec``), or the recorded env when none was given.
+            api: ``"parallel"`` or ``"aec"``; by default the recorded one.
+            trust_remote_code: make an env of a package outside the trusted ones (see
+                :func:`marl_minari.trusted_env_packages`); only for authors you trust.
+            overrides: constructor arguments replacing the recorded ones.
 
         Raises:
             EnvDescriptorError: the dataset does not say how to make its environment, or names
                 one outside the trusted packages.
+            InvalidOptionError: ``eval_env`` is not a bool (e.g. an API name passed first).
         """
-        if self._spec.env is None:
+        if not isinstance(eval_env, (bool, np.bool_)):
+            raise InvalidOptionError(
+                f"recover_environment's first argument is eval_env (a bool, as Minari's), got "
+                f"{eval_env!r}; pass the PettingZoo API as api={eval_env!r}")
+        descriptor = self._eval_descriptor() if eval_env else None
+        descriptor = descriptor or self._spec.env
+        if descriptor is None:
             raise EnvDescriptorError(
                 f"dataset {self._metadata.get('dataset_id')!r} records no environment "
                 "descriptor, so its environment cannot be re-created; make it yourself")
-        return recreate_env(self._spec.env, api, trust_remote_code=trust_remote_code,
+        return recreate_env(descriptor, api, trust_remote_code=trust_remote_code,
                             **overrides)
+
+    def _eval_descriptor(self) -> EnvDescriptor | None:
+        """The env descriptor inside ``eval_env_spec`` (``None`` when there is none)."""
+        return eval_env_descriptor(self._metadata, self._data_path)
 
 
 def split_dataset(dataset: MultiAgentDataset, sizes: Sequence[int],

@@ -10,7 +10,7 @@ import pytest
 from adapter_helpers import write_vault
 from flashbax.buffers.trajectory_buffer import TrajectoryBuffer, TrajectoryBufferState
 from marl_minari.adapters import SOURCE_KEY, from_vault, make_buffer, to_vault
-from marl_minari.adapters.buffer import MultiSourceBufferState
+from marl_minari.adapters.buffer import sampling_table
 from scipy.stats import chisquare
 
 from marl_minari.errors import IncompatibleSourcesError
@@ -19,7 +19,7 @@ from marl_minari.errors import IncompatibleSourcesError
 def test_dataset_and_vaults_sampled_under_jit(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=3, max_cycles=9)
     write_vault(vaults, "og", "u", streams=2, steps=20, max_cycles=6)
-    to_vault(dataset, vaults, "ours", "u")
+    to_vault(dataset, rel_dir=vaults, vault_name="ours", vault_uid="u")
     sources = [dataset, str(vaults / "og" / "u"), str(vaults / "ours" / "u")]
     buffer, state = make_buffer(sources, sample_batch_size=64, sample_sequence_length=4)
     assert isinstance(buffer, TrajectoryBuffer)
@@ -50,7 +50,7 @@ def test_dataset_and_vaults_sampled_under_jit(recorded, vaults: Path) -> None:
         buffer.add(state, batch)
 
 
-def _episode_pieces(state: MultiSourceBufferState) -> list[tuple[int, int, int]]:
+def _episode_pieces(state: TrajectoryBufferState) -> list[tuple[int, int, int]]:
     """``(source, first, length)`` of every episode in the buffer, found from the stored
     ``terminals``/``truncations`` and ``source`` columns alone (a source's last piece may be
     an unfinished episode)."""
@@ -66,7 +66,7 @@ def _episode_pieces(state: MultiSourceBufferState) -> list[tuple[int, int, int]]
     return pieces
 
 
-def _valid_starts(state: MultiSourceBufferState, length: int, period: int
+def _valid_starts(state: TrajectoryBufferState, length: int, period: int
                   ) -> dict[int, list[int]]:
     """Per source: every start of ``length`` steps inside one episode, every ``period`` steps
     from the episode's first step."""
@@ -76,7 +76,7 @@ def _valid_starts(state: MultiSourceBufferState, length: int, period: int
     return out
 
 
-def _sampled_starts(buffer: TrajectoryBuffer, state: MultiSourceBufferState, draws: int
+def _sampled_starts(buffer: TrajectoryBuffer, state: TrajectoryBufferState, draws: int
                     ) -> np.ndarray:
     """Start position of ``draws`` sampled sequences, found by their first observation."""
     observations = np.asarray(state.experience["observations"][0])
@@ -106,7 +106,7 @@ def test_sampling_distribution(recorded, vaults: Path) -> None:
     buffer, state = make_buffer(sources, sample_batch_size=500, sample_sequence_length=3)
     valid = _valid_starts(state, 3, 1)
     every = sorted(valid[0] + valid[1])
-    assert np.array_equal(np.asarray(state.starts), every)
+    assert np.array_equal(np.asarray(sampling_table(buffer).starts), every)
     drawn = _sampled_starts(buffer, state, 40_000)
     assert set(drawn.tolist()) == set(every)  # every valid start, nothing across an episode
     counts = np.asarray([np.sum(drawn == start) for start in every])
@@ -124,12 +124,13 @@ def test_sampling_distribution(recorded, vaults: Path) -> None:
         _assert_uniform(counts, np.ones(len(starts)), f"uniform inside source {source}")
 
     for period in (2, 3):  # sampling draws from the start table, checked above
-        _, state = make_buffer(sources, sample_batch_size=500, sample_sequence_length=2,
-                               period=period)
+        periodic, state = make_buffer(sources, sample_batch_size=500,
+                                      sample_sequence_length=2, period=period)
         valid = _valid_starts(state, 2, period)
         every = sorted(valid[0] + valid[1])
-        assert np.array_equal(np.asarray(state.starts), every), period
-        assert np.array_equal(np.asarray(state.source_offsets),
+        table = sampling_table(periodic)
+        assert np.array_equal(np.asarray(table.starts), every), period
+        assert np.array_equal(np.asarray(table.source_offsets),
                               [0, len(valid[0]), len(every)]), period
 
     zero, only_vault = make_buffer(sources, sample_batch_size=32, sample_sequence_length=3,
@@ -142,9 +143,10 @@ def test_boundaries_and_bad_weights(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
     write_vault(vaults, "og", "u", steps=12, max_cycles=5)
     path = str(vaults / "og" / "u")
-    _, state = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3)
-    _, crossing = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3,
-                              respect_episode_boundaries=False)
+    inside, _ = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3)
+    across, _ = make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=3,
+                            respect_episode_boundaries=False)
+    state, crossing = sampling_table(inside), sampling_table(across)
     # Without episode boundaries a sequence may cross episodes, never sources.
     source_lengths = [dataset.total_steps, 12]
     assert np.array_equal(np.asarray(crossing.starts), list(range(source_lengths[0] - 2)) + list(
@@ -166,7 +168,8 @@ def test_mismatched_sources_are_rejected(recorded, vaults: Path) -> None:
                        match=r"source 1 \(dataset 'tests/speaker-v0'\).*different agents"):
         make_buffer([spread, speaker], sample_batch_size=2, sample_sequence_length=2)
     write_vault(vaults, "og", "u", steps=8, max_cycles=4)
-    renamed = from_vault(vaults, "og", "u", "tests/renamed-v0", agents=["x", "y", "z"])
+    renamed = from_vault(rel_dir=vaults, vault_name="og", vault_uid="u",
+                         dataset_id="tests/renamed-v0", agents=["x", "y", "z"])
     with pytest.raises(IncompatibleSourcesError, match="different agents"):
         make_buffer([spread, renamed], sample_batch_size=2, sample_sequence_length=2)
     write_vault(vaults, "smac", "u", kind="smac", steps=8)
@@ -179,3 +182,16 @@ def test_mismatched_sources_are_rejected(recorded, vaults: Path) -> None:
                              r"vs \(3, 18\) float32"):
         make_buffer([spread, str(vaults / "smac" / "plain")], sample_batch_size=2,
                     sample_sequence_length=2)
+
+
+def test_one_source_draws_every_valid_start_uniformly(recorded) -> None:
+    """A single source skips the draw of a source: its starts are still every valid one,
+    equally likely, and none crosses an episode boundary."""
+    dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=7)
+    buffer, state = make_buffer([dataset], sample_batch_size=500, sample_sequence_length=3)
+    every = _valid_starts(state, 3, 1)[0]
+    assert np.array_equal(np.asarray(sampling_table(buffer).starts), every)
+    drawn = _sampled_starts(buffer, state, 20_000)
+    assert set(drawn.tolist()) == set(every)
+    counts = np.asarray([np.sum(drawn == start) for start in every])
+    _assert_uniform(counts, np.ones(len(every)), "one source: every valid start equally likely")

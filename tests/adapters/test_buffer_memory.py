@@ -68,7 +68,7 @@ def peak_growth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         vaults = root / "vaults"
         for name, episodes in (("warm", 4), ("large", EPISODES)):
             dataset = synthetic_dataset(f"mem/buffer-{name}-v0", episodes, steps=STEPS)
-            to_vault(dataset, vaults, name, "u")
+            to_vault(dataset, rel_dir=vaults, vault_name=name, vault_uid="u")
         found = {}
         for kind, chunk in CASES:  # each in a fresh process
             found[f"{kind}-{chunk}"] = measure_in_child(_CHILD, str(vaults), kind, chunk)

@@ -46,12 +46,13 @@ def test_a_vault_whose_record_disagrees_with_its_arrays_is_refused(
         case: str, vaults: Path, record_parallel: Any) -> None:
     dataset, _ = record_parallel("mpe2/simple_spread_v3", 2, dataset_id="og/src-v0",
                                  max_cycles=5)
-    path = to_vault(dataset, vaults, "mine", "u")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="mine", vault_uid="u")
     meta_path = path / "metadata.json"
     meta = json.loads(meta_path.read_text())
     CASES[case](meta["marl_minari"])
     meta_path.write_text(json.dumps(meta))
-    attempts = [lambda: from_vault(vaults, "mine", "u", "og/back-v0"),
+    attempts = [lambda: from_vault(rel_dir=vaults, vault_name="mine", vault_uid="u",
+                                   dataset_id="og/back-v0"),
                 lambda: open_source(path).read([0, 1])]
     if case != "missing array":  # a buffer holds the view only: it needs no restoration array
         attempts.append(

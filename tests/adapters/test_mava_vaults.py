@@ -50,7 +50,8 @@ def _check_episodes(dataset: MultiAgentDataset, rollouts: Rollouts,
 def test_a_mava_vault_converts_with_no_options(vaults: Path, datasets_root: Path) -> None:
     rollouts = Rollouts(envs=4, agents=3, updates=6, rollout=8, seed=1)
     assert write_mava_vault(vaults, "ff_ippo", "run", rollouts) == 48
-    dataset = from_vault(vaults, "ff_ippo", "run", "mava/ippo-v0")
+    dataset = from_vault(rel_dir=vaults, vault_name="ff_ippo", vault_uid="run",
+                         dataset_id="mava/ippo-v0")
     _check_episodes(dataset, rollouts)
     plain = minari.load_dataset("mava/ippo-v0")
     assert plain.total_episodes == dataset.total_episodes
@@ -61,7 +62,8 @@ def test_a_mava_vault_converts_with_no_options(vaults: Path, datasets_root: Path
 def test_a_mava_vault_with_a_global_state(vaults: Path, datasets_root: Path) -> None:
     rollouts = Rollouts(envs=2, agents=2, updates=4, rollout=6, seed=2, state_dim=7)
     write_mava_vault(vaults, "mat", "run", rollouts)
-    dataset = from_vault(vaults, "mat", "run", "mava/state-v0")
+    dataset = from_vault(rel_dir=vaults, vault_name="mat", vault_uid="run",
+                         dataset_id="mava/state-v0")
     _check_episodes(dataset, rollouts, state=True)
 
 
@@ -91,8 +93,9 @@ def test_a_vault_converted_from_mava_goes_back_to_a_vault(vaults: Path,
                                                           datasets_root: Path) -> None:
     rollouts = Rollouts(envs=2, agents=2, updates=3, rollout=8, seed=4)
     write_mava_vault(vaults, "ff_ippo", "run", rollouts)
-    dataset = from_vault(vaults, "ff_ippo", "run", "mava/back-v0")
-    path = to_vault(dataset, vaults, "again", "u")
+    dataset = from_vault(rel_dir=vaults, vault_name="ff_ippo", vault_uid="run",
+                         dataset_id="mava/back-v0")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="again", vault_uid="u")
     source = open_source(path, vault_options={"restore": False})
     assert source.total_episodes == dataset.total_episodes
     np.testing.assert_array_equal(source.episode_lengths(),
@@ -125,18 +128,20 @@ def test_another_naming_errors_with_the_keys_found_then_converts_with_a_map(
     _rename(vaults / "own" / "run", {"observation": "obs", "action": "act", "reward": "rew",
                                      "done": "finished"})
     with pytest.raises(LayoutError) as error:
-        from_vault(vaults, "own", "run", "own/x-v0")
+        from_vault(rel_dir=vaults, vault_name="own", vault_uid="run", dataset_id="own/x-v0")
     message = str(error.value)
     assert "'act', 'finished', 'legal_action_mask', 'obs', 'rew'" in message
     assert "keys={'observations': 'obs', 'actions': 'act', 'rewards': 'rew', " in message
-    dataset = from_vault(vaults, "own", "run", "own/x-v0", keys={
+    dataset = from_vault(rel_dir=vaults, vault_name="own", vault_uid="run", dataset_id="own/x-v0",
+                         keys={
         "observations": "obs", "actions": "act", "rewards": "rew", "dones": "finished",
         "legals": "legal_action_mask"})
     _check_episodes(dataset, rollouts)
     with pytest.raises(InvalidOptionError, match="unknown roles"):
-        from_vault(vaults, "own", "run", "own/y-v0", keys={"obs": "obs"})
+        from_vault(rel_dir=vaults, vault_name="own", vault_uid="run", dataset_id="own/y-v0",
+                   keys={"obs": "obs"})
     with pytest.raises(LayoutError, match="maps 'rewards' to 'reward', which is not"):
-        from_vault(vaults, "own", "run", "own/y-v0", keys={
+        from_vault(rel_dir=vaults, vault_name="own", vault_uid="run", dataset_id="own/y-v0", keys={
             "observations": "obs", "actions": "act", "rewards": "reward", "dones": "finished"})
 
 
@@ -150,7 +155,7 @@ def test_an_empty_vault_says_so(vaults: Path, datasets_root: Path) -> None:
           vault_uid="u")
     del jax
     with pytest.raises(EmptyVaultError) as error:
-        from_vault(vaults, "empty", "u", "mava/empty-v0")
+        from_vault(rel_dir=vaults, vault_name="empty", vault_uid="u", dataset_id="mava/empty-v0")
     assert "holds no time steps" in str(error.value)
     assert "10000000000000" not in str(error.value)
     assert "corrupt" not in str(error.value).lower()

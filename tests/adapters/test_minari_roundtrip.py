@@ -27,7 +27,7 @@ def _read(vaults: Path, name: str, uid: str) -> dict:
 
 def test_simple_spread_round_trip_is_exact(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=3, max_cycles=9)
-    path = to_vault(dataset, vaults, "spread", "Good", chunk_steps=7)
+    path = to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="Good", chunk_steps=7)
     assert path == vaults / "spread" / "Good"
 
     experience = _read(vaults, "spread", "Good")
@@ -55,7 +55,8 @@ def test_simple_spread_round_trip_is_exact(recorded, vaults: Path) -> None:
     np.testing.assert_array_equal(experience["infos"]["state"][0],
                                   arrays.state[arrays.obs_rows])
 
-    back = from_vault(vaults, "spread", "Good", "tests/back-v0", chunk_steps=5)
+    back = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="Good",
+                      dataset_id="tests/back-v0", chunk_steps=5)
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
     plain = minari.load_dataset("tests/back-v0")
@@ -65,7 +66,7 @@ def test_simple_spread_round_trip_is_exact(recorded, vaults: Path) -> None:
 
 def test_heterogeneous_agents_are_padded_and_restored(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_speaker_listener_v4", episodes=2, max_cycles=6)
-    to_vault(dataset, vaults, "speaker", "u")
+    to_vault(dataset, rel_dir=vaults, vault_name="speaker", vault_uid="u")
     experience = _read(vaults, "speaker", "u")
     assert experience["observations"].shape[2:] == (2, 11)
     speaker = dataset.possible_agents.index("speaker_0")
@@ -79,7 +80,8 @@ def test_heterogeneous_agents_are_padded_and_restored(recorded, vaults: Path) ->
     assert view["observation_sizes"][speaker] == 3
     assert view["legals"]["counts"][speaker] == 3
 
-    back = from_vault(vaults, "speaker", "u", "tests/back-v0")
+    back = from_vault(rel_dir=vaults, vault_name="speaker", vault_uid="u",
+                      dataset_id="tests/back-v0")
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
 
@@ -87,13 +89,14 @@ def test_heterogeneous_agents_are_padded_and_restored(recorded, vaults: Path) ->
 def test_image_observations_and_continuous_actions(recorded, vaults: Path) -> None:
     dataset = recorded("butterfly/pistonball_v6", episodes=2, jpeg=False, n_pistons=2,
                        max_cycles=4)
-    to_vault(dataset, vaults, "pistons", "u")
+    to_vault(dataset, rel_dir=vaults, vault_name="pistons", vault_uid="u")
     experience = _read(vaults, "pistons", "u")
     assert experience["observations"].shape == (1, dataset.total_steps, 2, 457 * 120 * 3)
     assert experience["actions"].shape == (1, dataset.total_steps, 2, 1)
     assert experience["actions"].dtype == np.float32
     assert "legals" not in experience["infos"]  # continuous actions: no legal mask
-    back = from_vault(vaults, "pistons", "u", "tests/back-v0")
+    back = from_vault(rel_dir=vaults, vault_name="pistons", vault_uid="u",
+                      dataset_id="tests/back-v0")
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
 
@@ -101,8 +104,9 @@ def test_image_observations_and_continuous_actions(recorded, vaults: Path) -> No
 def test_jpeg_encoded_images_come_back_as_decoded_pixels(recorded, vaults: Path) -> None:
     dataset = recorded("butterfly/pistonball_v6", episodes=1, n_pistons=2, max_cycles=3)
     assert dataset.metadata["jpeg_encoding"] is True
-    to_vault(dataset, vaults, "pistons", "jpeg")
-    back = from_vault(vaults, "pistons", "jpeg", "tests/back-v0")
+    to_vault(dataset, rel_dir=vaults, vault_name="pistons", vault_uid="jpeg")
+    back = from_vault(rel_dir=vaults, vault_name="pistons", vault_uid="jpeg",
+                      dataset_id="tests/back-v0")
     assert_same_episodes(dataset, back)  # the pixels the dataset hands out, exactly
     assert back.metadata["jpeg_encoding"] is False  # re-encoding would lose them
     assert (dataset.spec.state_encoding, back.spec.state_encoding) == ("jpeg", "lzf")
@@ -113,14 +117,15 @@ def test_jpeg_encoded_images_come_back_as_decoded_pixels(recorded, vaults: Path)
 
 
 def test_single_agent_minari_dataset_becomes_agent_0(cartpole_dataset, vaults: Path) -> None:
-    to_vault("tests/cartpole-v0", vaults, "cartpole", "u")
+    to_vault("tests/cartpole-v0", rel_dir=vaults, vault_name="cartpole", vault_uid="u")
     experience = _read(vaults, "cartpole", "u")
     steps = cartpole_dataset.total_steps
     assert experience["observations"].shape == (1, steps, 1, 4)
     assert experience["actions"].shape == (1, steps, 1)
     assert experience["infos"]["legals"].shape == (1, steps, 1, 2)
 
-    back = from_vault(vaults, "cartpole", "u", "tests/cartpole-back-v0")
+    back = from_vault(rel_dir=vaults, vault_name="cartpole", vault_uid="u",
+                      dataset_id="tests/cartpole-back-v0")
     assert back.possible_agents == ("agent_0",)
     seeds = [ep.seed for ep in back.iterate_episodes()]
     for original, restored, seed in zip(cartpole_dataset.iterate_episodes(),
@@ -139,15 +144,17 @@ def test_single_agent_minari_dataset_becomes_agent_0(cartpole_dataset, vaults: P
     for key in ("algorithm_name", "author", "author_email", "code_permalink", "description"):
         assert back.metadata[key] == original_meta[key]
     # A second trip gives the multi-agent dataset back exactly.
-    to_vault(back, vaults, "cartpole", "again")
-    again = from_vault(vaults, "cartpole", "again", "tests/cartpole-again-v0")
+    to_vault(back, rel_dir=vaults, vault_name="cartpole", vault_uid="again")
+    again = from_vault(rel_dir=vaults, vault_name="cartpole", vault_uid="again",
+                       dataset_id="tests/cartpole-again-v0")
     assert_same_episodes(back, again)
     assert_same_metadata(back.metadata, again.metadata)
 
 
 def test_vault_layout_is_what_flashbax_reads(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
-    to_vault(dataset, vaults, "spread", "u", compression={"id": "zstd", "level": 3})
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="u",
+             compression={"id": "zstd", "level": 3})
     folder = vaults / "spread" / "u"
     assert {p.name for p in folder.iterdir()} == {"metadata.json", "manifest.ocdbt", "d"}
     meta = json.loads((folder / "metadata.json").read_text())
@@ -159,22 +166,25 @@ def test_vault_layout_is_what_flashbax_reads(recorded, vaults: Path) -> None:
     half = vault.read(percentiles=(0, 50)).experience
     assert half["observations"].shape[1] == dataset.total_steps // 2
     with pytest.raises(DatasetExistsError, match="already exists"):
-        to_vault(dataset, vaults, "spread", "u")
+        to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="u")
     assert not [p for p in (vaults / "spread").iterdir() if p.name.startswith(".")]
 
 
 def test_team_or_agent_dones_and_state_choices(recorded, vaults: Path) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
-    to_vault(dataset, vaults, "spread", "agent", dones="agent", state="none")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="agent", dones="agent",
+             state="none")
     experience = _read(vaults, "spread", "agent")
     assert "state" not in experience["infos"]
     arrays = dataset.to_arrays()
     np.testing.assert_array_equal(experience["truncations"][0],
                                   arrays.truncations.astype(np.float32))
-    back = from_vault(vaults, "spread", "agent", "tests/back-v0")
+    back = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="agent",
+                      dataset_id="tests/back-v0")
     assert_same_episodes(dataset, back)
-    to_vault(dataset, vaults, "spread", "seedless", seeds=False)
-    seedless = from_vault(vaults, "spread", "seedless", "tests/seedless-v0")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="seedless", seeds=False)
+    seedless = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="seedless",
+                          dataset_id="tests/seedless-v0")
     assert [e.seed for e in dataset.iterate_episodes()] == [0, 1]
     assert [e.seed for e in seedless.iterate_episodes()] == [None, None]
     assert_trees_equal(dataset.to_arrays().observations, seedless.to_arrays().observations)
@@ -182,13 +192,13 @@ def test_team_or_agent_dones_and_state_choices(recorded, vaults: Path) -> None:
 
 def test_state_env_needs_a_recorded_state(cartpole_dataset, vaults: Path) -> None:
     with pytest.raises(mm.LayoutError, match="state='env'"):
-        to_vault(cartpole_dataset, vaults, "x", "y", state="env")
+        to_vault(cartpole_dataset, rel_dir=vaults, vault_name="x", vault_uid="y", state="env")
     assert not (vaults / "x").exists() or not any((vaults / "x").iterdir())
 
 
 def test_turn_based_dict_observations_with_masks(vaults: Path, record_tictactoe: Any) -> None:
     dataset = record_tictactoe("tests/tictactoe-v0", 2)
-    to_vault(dataset, vaults, "ttt", "u")
+    to_vault(dataset, rel_dir=vaults, vault_name="ttt", vault_uid="u")
     experience = _read(vaults, "ttt", "u")
     assert experience["observations"].shape[2:] == (2, 18)  # the board, without the mask
     arrays = dataset.to_arrays()
@@ -199,7 +209,8 @@ def test_turn_based_dict_observations_with_masks(vaults: Path, record_tictactoe:
     np.testing.assert_array_equal(experience["infos"]["legals"][0, ~acted, 0, 0], 1.0)
     assert not experience["infos"]["legals"][0, ~acted, 0, 1:].any()
     assert not experience["observations"][0, ~acted, 0].any()
-    back = from_vault(vaults, "ttt", "u", "tests/tictactoe-back-v0")
+    back = from_vault(rel_dir=vaults, vault_name="ttt", vault_uid="u",
+                      dataset_id="tests/tictactoe-back-v0")
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
 
@@ -259,12 +270,13 @@ def test_values_the_float32_view_cannot_hold(vaults: Path) -> None:
     mm.write_dataset("tests/odd-v0", (episode(i, 3 + i) for i in range(4)), spec,
                      description="odd values")
     dataset = mm.load_dataset("tests/odd-v0")
-    to_vault(dataset, vaults, "odd", "u", chunk_steps=5)
+    to_vault(dataset, rel_dir=vaults, vault_name="odd", vault_uid="u", chunk_steps=5)
     experience = _read(vaults, "odd", "u")
     assert experience["actions"].shape == (1, dataset.total_steps, 2, 2)
     assert experience["actions"].dtype == np.float32
     assert experience["observations"].shape[2:] == (2, 3)
-    back = from_vault(vaults, "odd", "u", "tests/odd-back-v0", chunk_steps=4)
+    back = from_vault(rel_dir=vaults, vault_name="odd", vault_uid="u",
+                      dataset_id="tests/odd-back-v0", chunk_steps=4)
     assert_same_episodes(dataset, back)
     assert_same_metadata(dataset.metadata, back.metadata)
     assert back[1].seed == 2**63 + 1
@@ -299,8 +311,10 @@ def test_info_columns_that_appear_in_later_chunks(vaults: Path) -> None:
 
     mm.write_dataset("tests/late-v0", (episode(i) for i in range(4)), spec)
     dataset = mm.load_dataset("tests/late-v0")
-    to_vault(dataset, vaults, "late", "u", chunk_steps=4)  # one episode per chunk
-    back = from_vault(vaults, "late", "u", "tests/late-back-v0")
+    to_vault(dataset, rel_dir=vaults, vault_name="late", vault_uid="u",
+             chunk_steps=4)  # one episode per chunk
+    back = from_vault(rel_dir=vaults, vault_name="late", vault_uid="u",
+                      dataset_id="tests/late-back-v0")
     assert_trees_equal(dataset.to_arrays().agent_infos, back.to_arrays().agent_infos)
     for index in range(4):
         assert_trees_equal(dataset.episode(index).observations, back[index].observations)
@@ -314,7 +328,7 @@ def test_a_killed_conversions_staging_is_removed_by_the_next(recorded, vaults: P
     stale = staging / f"vault-{'0' * 32}"  # a killed conversion's folder: nobody holds its lock
     (stale / "d").mkdir(parents=True)
     (stale / "d" / "chunk").write_bytes(b"x" * 1024)
-    path = to_vault(dataset, vaults, "spread", "Good")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="Good")
     assert not stale.exists()
     assert sorted(p.name for p in (vaults / "spread").iterdir()) == ["Good"]  # staging gone too
     assert (path / "metadata.json").is_file()

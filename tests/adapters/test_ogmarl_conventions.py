@@ -51,7 +51,7 @@ def test_every_logged_action_is_legal_and_the_round_trip_stays_exact(
     idle = ~arrays.acted
     if kind != "speaker":
         assert idle.any(), "some agent must not act at some step for this test to bite"
-    to_vault(dataset, vaults, kind, "Random", chunk_steps=40)
+    to_vault(dataset, rel_dir=vaults, vault_name=kind, vault_uid="Random", chunk_steps=40)
     experience = _read(vaults, kind, "Random")
 
     assert (_logged_action_legality(experience) == 1.0).all()
@@ -61,7 +61,8 @@ def test_every_logged_action_is_legal_and_the_round_trip_stays_exact(
     assert (legals[idle][:, 0] == 1.0).all() and not legals[idle][:, 1:].any()
     assert not observations[idle].any()
 
-    back = from_vault(vaults, kind, "Random", "tests/back-v0", chunk_steps=30)
+    back = from_vault(rel_dir=vaults, vault_name=kind, vault_uid="Random",
+                      dataset_id="tests/back-v0", chunk_steps=30)
     assert_same_episodes(dataset, back)
 
 
@@ -72,29 +73,32 @@ def test_terminals_mark_every_episode_end_and_strict_keeps_terminations(
     ends = np.cumsum(arrays.episode_lengths) - 1
     assert arrays.episode_truncations[ends].all()  # mpe2 episodes end by their time limit
 
-    to_vault(dataset, vaults, "spread", "Random")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="Random")
     default = _read(vaults, "spread", "Random")
     expected = np.zeros((dataset.total_steps, 3), dtype=np.float32)
     expected[ends] = 1.0
     np.testing.assert_array_equal(default["terminals"][0], expected)
     np.testing.assert_array_equal(default["truncations"][0], expected)
 
-    to_vault(dataset, vaults, "spread", "strict", terminals="strict")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="strict", terminals="strict")
     strict = _read(vaults, "spread", "strict")
     assert not strict["terminals"].any()
     np.testing.assert_array_equal(strict["truncations"][0], expected)
 
     for uid in ("Random", "strict"):
-        assert_same_episodes(dataset, from_vault(vaults, "spread", uid, f"tests/{uid}-v0"))
+        assert_same_episodes(dataset, from_vault(rel_dir=vaults, vault_name="spread", vault_uid=uid,
+                                                 dataset_id=f"tests/{uid}-v0"))
     # Imported like any OG-MARL vault: an end with a truncation flag is a truncation.
-    imported = from_vault(vaults, "spread", "Random", "tests/imported-v0", restore=False)
+    imported = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="Random",
+                          dataset_id="tests/imported-v0", restore=False)
     for episode in imported.iterate_episodes():
         assert episode.episode_truncations[-1] and not episode.episode_terminations[-1]
 
 
 def test_integer_actions_with_a_trailing_axis_are_discrete(vaults: Path) -> None:
     experience = write_single_action_axis_vault(vaults)
-    imported = from_vault(vaults, "axis", "Random", "tests/axis-v0")
+    imported = from_vault(rel_dir=vaults, vault_name="axis", vault_uid="Random",
+                          dataset_id="tests/axis-v0")
     space = imported.spec.action_spaces["agent_0"]
     assert (type(space).__name__, int(space.n)) == ("Discrete", 5)
     np.testing.assert_array_equal(imported.to_arrays().actions["agent_1"],
@@ -150,7 +154,7 @@ def _q_learning_loss(params: dict[str, jax.Array], batch: dict[str, Any]) -> jax
 def test_an_ogmarl_style_learner_gets_finite_losses(
         kind: str, recorded: Any, record_tictactoe: Any, vaults: Path) -> None:
     dataset = _dataset(kind, recorded, record_tictactoe)
-    to_vault(dataset, vaults, kind, "Random")
+    to_vault(dataset, rel_dir=vaults, vault_name=kind, vault_uid="Random")
     vault_state = Vault(kind, rel_dir=str(vaults), vault_uid="Random").read()
     length = vault_state.experience["terminals"].shape[1]
     # Every episode end is visible to the learner (OG-MARL counts episodes by terminals).
@@ -193,10 +197,12 @@ def test_default_vault_path_is_ogmarl_style(recorded: Any, tmp_path: Path,
     # OG-MARL's loaders name it this way.
     read = Vault("mpe2/simple_spread/random-v0.vlt", rel_dir="vaults", vault_uid="Random").read()
     assert read.experience["observations"].shape[1] == dataset.total_steps
-    back = from_vault("vaults", "mpe2/simple_spread/random-v0.vlt", "Random", "tests/back-v0")
+    back = from_vault(rel_dir="vaults", vault_name="mpe2/simple_spread/random-v0.vlt",
+                      vault_uid="Random", dataset_id="tests/back-v0")
     assert_same_episodes(dataset, back)
-    from_path = from_vault("vaults/mpe2/simple_spread", "random-v0.vlt", "Random",
-                           "tests/back-v1")
+    from_path = from_vault(rel_dir="vaults/mpe2/simple_spread", vault_name="random-v0.vlt",
+                           vault_uid="Random",
+                           dataset_id="tests/back-v1")
     assert from_path.total_steps == dataset.total_steps
     _, state = make_buffer([str(path)], sample_batch_size=2, sample_sequence_length=2)
     assert state.experience["observations"].shape[1] == dataset.total_steps
@@ -225,6 +231,7 @@ def test_an_untrusted_dataset_id_cannot_name_the_vault_folder(
     meta["dataset_id"] = "../../escaped-v0"
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(mm.InvalidDatasetIdError, match="pass vault_name"):
-        to_vault(folder, tmp_path / "vaults")
+        to_vault(folder, rel_dir=tmp_path / "vaults")
     assert not (tmp_path / "escaped-v0.vlt").exists()
-    assert to_vault(folder, tmp_path / "vaults", "spread.vlt", "Random").is_dir()
+    assert to_vault(folder, rel_dir=tmp_path / "vaults", vault_name="spread.vlt",
+                    vault_uid="Random").is_dir()

@@ -18,5 +18,5 @@ def test_to_vault_refuses_values_outside_the_choices(recorded, vaults: Path, opt
                                                      value: str, allowed: str) -> None:
     dataset = recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
     with pytest.raises(InvalidOptionError, match=f"{option} must be one of .*{allowed}"):
-        to_vault(dataset, vaults, "spread", "u", **{option: value})
+        to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="u", **{option: value})
     assert not (vaults / "spread").exists()

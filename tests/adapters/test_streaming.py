@@ -30,10 +30,13 @@ vaults, chunk = sys.argv[1], int(sys.argv[2])
 def convert(name, measure):
     dataset = mm.load_dataset(f"mem/{name}-v0")
     return {
-        "to_vault": measure(lambda: to_vault(dataset, vaults, name, "u", chunk_steps=chunk)),
-        "restore": measure(lambda: from_vault(vaults, name, "u", f"mem/{name}-back-v0",
+        "to_vault": measure(lambda: to_vault(dataset, rel_dir=vaults, vault_name=name,
+                                             vault_uid="u", chunk_steps=chunk)),
+        "restore": measure(lambda: from_vault(name, rel_dir=vaults, vault_uid="u",
+                                              dataset_id=f"mem/{name}-back-v0",
                                               chunk_steps=chunk)),
-        "import": measure(lambda: from_vault(vaults, name, "u", f"mem/{name}-import-v0",
+        "import": measure(lambda: from_vault(name, rel_dir=vaults, vault_uid="u",
+                                             dataset_id=f"mem/{name}-import-v0",
                                              chunk_steps=chunk, restore=False)),
     }
 

@@ -261,7 +261,7 @@ def test_every_kind_of_source(recorded, cartpole_dataset, vaults: Path) -> None:
     assert some["collector", "episode_id"].unique().tolist() == [0, 2]
     kept = whole["collector", "episode_id"] != 1
     assert torch.equal(some["agent", "observation"], whole["agent", "observation"][kept])
-    path = to_vault(dataset, vaults, "spread", "u")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="u")
     from_vault = to_tensordict(path)
     assert torch.equal(from_vault["agent", "observation"], whole["agent", "observation"])
     assert torch.equal(from_vault["next", "agent", "reward"], whole["next", "agent", "reward"])

@@ -30,7 +30,8 @@ def test_vault_index_outside_the_stored_steps_is_refused(vaults: Path, index: in
     _set_index(vaults / "spread" / "u", index)
     with pytest.raises(CorruptedDataError,
                        match=f"vault_index is {index}, but its arrays hold fewer"):
-        from_vault(vaults, "spread", "u", "og/index-v0", restore=False)
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/index-v0",
+                   restore=False)
     with pytest.raises(CorruptedDataError, match=f"vault_index is {index}"):
         make_buffer([vaults / "spread" / "u"], sample_batch_size=2, sample_sequence_length=2)
 
@@ -39,10 +40,10 @@ def test_vault_index_of_a_converted_dataset_is_checked_too(vaults: Path,
                                                            record_parallel: object) -> None:
     dataset, _ = record_parallel(  # type: ignore[operator]
         "mpe2/simple_spread_v3", 2, dataset_id="og/src-v0", max_cycles=5)
-    path = to_vault(dataset, vaults, "mine", "u")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="mine", vault_uid="u")
     _set_index(path, 10**9)
     with pytest.raises(CorruptedDataError, match="vault_index is 1000000000"):
-        from_vault(vaults, "mine", "u", "og/back-v0")
+        from_vault(rel_dir=vaults, vault_name="mine", vault_uid="u", dataset_id="og/back-v0")
 
 
 def test_actions_outside_their_space_are_refused(vaults: Path) -> None:
@@ -52,10 +53,11 @@ def test_actions_outside_their_space_are_refused(vaults: Path) -> None:
     agents = ("agent_0", "agent_1", "agent_2")
     with pytest.raises(StepDataError, match=r"action of 'agent_1' at step 3 of episode 0 is "
                                             r"99, outside its action space Discrete\(5\)"):
-        from_vault(vaults, "spread", "u", "og/actions-v0",
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/actions-v0",
                    action_spaces={a: spaces.Discrete(5) for a in agents})
     with pytest.raises(StepDataError, match="outside its action space Discrete"):
-        from_vault(vaults, "spread", "u", "og/actions-v1")  # width from the legal-action masks
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u",
+                   dataset_id="og/actions-v1")  # width from the legal-action masks
 
 
 @pytest.mark.parametrize("index", [600, 3])
@@ -65,11 +67,12 @@ def test_vault_index_inside_the_last_chunk_of_our_vault_is_refused(
     # steps read as zeros: only the stream lengths our vault records can tell.
     dataset, _ = record_parallel(  # type: ignore[operator]
         "mpe2/simple_spread_v3", 2, dataset_id="og/chunk-v0", max_cycles=5)
-    path = to_vault(dataset, vaults, "mine", "u")
+    path = to_vault(dataset, rel_dir=vaults, vault_name="mine", vault_uid="u")
     _set_index(path, index)
     for restore in (True, False):
         with pytest.raises(CorruptedDataError, match=f"vault_index is {index}, but the vault "
                                                      "was written with 10 steps"):
-            from_vault(vaults, "mine", "u", "og/chunk-back-v0", restore=restore)
+            from_vault(rel_dir=vaults, vault_name="mine", vault_uid="u",
+                       dataset_id="og/chunk-back-v0", restore=restore)
     with pytest.raises(CorruptedDataError, match=f"vault_index is {index}"):
         make_buffer([path], sample_batch_size=2, sample_sequence_length=2)

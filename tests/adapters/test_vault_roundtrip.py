@@ -39,7 +39,8 @@ def _meta(vaults: Path, name: str, uid: str) -> dict:
 def test_flashbax_vault_round_trip_is_exact(vaults: Path, streams: int) -> None:
     original = write_vault(vaults, "spread", "Good", streams=streams, steps=34, write_every=9,
                            metadata={"environment": "simple_spread", "seeds": [0, 1]})
-    dataset = from_vault(vaults, "spread", "Good", "og/spread-v0")
+    dataset = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="Good",
+                         dataset_id="og/spread-v0")
     assert dataset.possible_agents == ("agent_0", "agent_1", "agent_2")
     assert dataset.spec.action_spaces["agent_0"] == spaces.Discrete(5)
     assert dataset.spec.observation_spaces["agent_0"].shape == (18,)
@@ -57,7 +58,7 @@ def test_flashbax_vault_round_trip_is_exact(vaults: Path, streams: int) -> None:
         assert len(episode.rewards) + 1 == len(episode.observations["agent_0"])
         assert episode.terminations[-1] or episode.truncations[-1]
 
-    to_vault(dataset, vaults, "spread", "again")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="again")
     _assert_same_arrays(jax.tree.map(np.asarray, original.experience),
                         _read(vaults, "spread", "again"))
     before, after = _meta(vaults, "spread", "Good"), _meta(vaults, "spread", "again")
@@ -65,7 +66,8 @@ def test_flashbax_vault_round_trip_is_exact(vaults: Path, streams: int) -> None:
     assert before == after
 
     # ... and the vault we wrote restores the same dataset.
-    restored = from_vault(vaults, "spread", "again", "og/spread-v1")
+    restored = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="again",
+                          dataset_id="og/spread-v1")
     assert_same_episodes(dataset, restored)
     assert_same_metadata(dataset.metadata, restored.metadata)
 
@@ -73,7 +75,8 @@ def test_flashbax_vault_round_trip_is_exact(vaults: Path, streams: int) -> None:
 def test_dead_agents_extra_keys_and_final_rows(vaults: Path) -> None:
     original = write_vault(vaults, "smac", "Medium", kind="smac", streams=2, steps=60,
                            write_every=11)
-    dataset = from_vault(vaults, "smac", "Medium", "og/smac-v0", agents=["a", "b", "c"],
+    dataset = from_vault(rel_dir=vaults, vault_name="smac", vault_uid="Medium",
+                         dataset_id="og/smac-v0", agents=["a", "b", "c"],
                          trailing="drop", final_observation="repeat")
     assert dataset.possible_agents == ("a", "b", "c")
     legals = np.asarray(original.experience["infos"]["legals"])
@@ -93,7 +96,7 @@ def test_dead_agents_extra_keys_and_final_rows(vaults: Path) -> None:
         np.testing.assert_allclose(episode.team_rewards, episode.rewards.mean(axis=1))
     assert "vault.episode_return" in arrays.extras
 
-    to_vault(dataset, vaults, "smac", "again")
+    to_vault(dataset, rel_dir=vaults, vault_name="smac", vault_uid="again")
     back = _read(vaults, "smac", "again")
     trailing = dataset.metadata["marl_minari"]["vault"]["trailing_steps"]
     length = 60 - min(trailing)  # shorter streams are padded to the longest
@@ -109,11 +112,14 @@ def test_dead_agents_extra_keys_and_final_rows(vaults: Path) -> None:
 def test_trailing_steps_options(vaults: Path) -> None:
     write_vault(vaults, "spread", "u", steps=17, max_cycles=7)  # 2 episodes + 3 steps
     with pytest.raises(LayoutError, match="unfinished episode of 3 steps"):
-        from_vault(vaults, "spread", "u", "og/error-v0", trailing="error")
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/error-v0",
+                   trailing="error")
     assert not minari.list_local_datasets()
-    dropped = from_vault(vaults, "spread", "u", "og/drop-v0", trailing="drop")
+    dropped = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u",
+                         dataset_id="og/drop-v0", trailing="drop")
     assert (dropped.total_episodes, dropped.total_steps) == (2, 14)
-    kept = from_vault(vaults, "spread", "u", "og/keep-v0", trailing="truncate")
+    kept = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/keep-v0",
+                      trailing="truncate")
     assert (kept.total_episodes, kept.total_steps) == (3, 17)
     last = kept[2]
     assert last.episode_truncations[-1] and not last.truncations[-1].any()
@@ -128,23 +134,27 @@ def test_given_spaces_and_agents_are_checked(vaults: Path) -> None:
     write_vault(vaults, "spread", "u", steps=14, max_cycles=7)
     box = spaces.Dict({"position": spaces.Box(-np.inf, np.inf, (2,), np.float32),
                        "rest": spaces.Box(-np.inf, np.inf, (16,), np.float32)})
-    dataset = from_vault(vaults, "spread", "u", "og/spaces-v0",
+    dataset = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u",
+                         dataset_id="og/spaces-v0",
                          observation_spaces={a: box for a in ("x", "y", "z")},
                          agents=("x", "y", "z"))
     episode = dataset[0]
     assert set(episode.observations["x"]) == {"position", "rest"}
     assert episode.observations["x"]["position"].shape == (8, 2)
-    to_vault(dataset, vaults, "spread", "again")
+    to_vault(dataset, rel_dir=vaults, vault_name="spread", vault_uid="again")
     _assert_same_arrays(_read(vaults, "spread", "u"), _read(vaults, "spread", "again"))
     with pytest.raises(DatasetExistsError, match="already exists"):
-        from_vault(vaults, "spread", "u", "og/spaces-v0")
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/spaces-v0")
     with pytest.raises(ValueError, match="2 agent names given"):
-        from_vault(vaults, "spread", "u", "og/bad-v0", agents=["a", "b"])
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/bad-v0",
+                   agents=["a", "b"])
     with pytest.raises(ValueError, match="flattens to 4 values"):
-        from_vault(vaults, "spread", "u", "og/bad-v0", observation_spaces={
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/bad-v0",
+                   observation_spaces={
             a: spaces.Box(0, 1, (4,)) for a in ("agent_0", "agent_1", "agent_2")})
     with pytest.raises(ValueError, match="trailing must be"):
-        from_vault(vaults, "spread", "u", "og/bad-v0", trailing="keep")  # type: ignore[arg-type]
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/bad-v0",
+                   trailing="keep")  # type: ignore[arg-type]
 
 
 def test_vault_that_breaks_conventions_is_rejected(vaults: Path) -> None:
@@ -160,9 +170,9 @@ def test_vault_that_breaks_conventions_is_rejected(vaults: Path) -> None:
                        jax.tree.map(lambda x: jnp.zeros((1, 4, *x.shape), x.dtype), example))
     Vault("bad", state.experience, rel_dir=str(vaults), vault_uid="u").write(state)
     with pytest.raises(LayoutError, match=r"'rewards' has shape \(1, 8\)"):
-        from_vault(vaults, "bad", "u", "og/bad-v0")
+        from_vault(rel_dir=vaults, vault_name="bad", vault_uid="u", dataset_id="og/bad-v0")
     with pytest.raises(FileNotFoundError, match="no vault"):
-        from_vault(vaults, "missing", "u", "og/bad-v0")
+        from_vault(rel_dir=vaults, vault_name="missing", vault_uid="u", dataset_id="og/bad-v0")
 
 
 @pytest.mark.parametrize("version", [2.0, 0.9, "1.2", None])
@@ -180,7 +190,8 @@ def test_vault_of_another_format_version_is_refused(vaults: Path, version: objec
     else:
         meta["version"] = version
     meta_path.write_text(json.dumps(meta))
-    for read in (lambda: from_vault(vaults, "spread", "v", "og/spread-v0"),
+    for read in (lambda: from_vault(rel_dir=vaults, vault_name="spread", vault_uid="v",
+                                    dataset_id="og/spread-v0"),
                  lambda: mm.describe(vaults / "spread" / "v"),
                  lambda: make_buffer([vaults / "spread" / "v"], sample_batch_size=1,
                                      sample_sequence_length=2)):
@@ -194,4 +205,5 @@ def test_vault_of_a_newer_minor_version_is_read(vaults: Path) -> None:
     meta = json.loads(meta_path.read_text())
     meta["version"] = 1.7  # Flashbax's own rule: only the major version must match
     meta_path.write_text(json.dumps(meta))
-    assert from_vault(vaults, "spread", "v", "og/spread-v0").total_episodes > 0
+    assert from_vault(rel_dir=vaults, vault_name="spread", vault_uid="v",
+                      dataset_id="og/spread-v0").total_episodes > 0

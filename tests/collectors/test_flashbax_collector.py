@@ -66,7 +66,8 @@ def test_the_dataset_equals_vault_write_then_from_vault(tmp_path: Path) -> None:
     ours = collector.create_dataset("jax/collected-v0", algorithm_name="ippo", author="t",
                                     author_email="t@example.com",
                                     code_permalink="https://example.com", description="t")
-    theirs = from_vault(tmp_path / "vaults", "run", "u", "jax/vaulted-v0")
+    theirs = from_vault(rel_dir=tmp_path / "vaults", vault_name="run", vault_uid="u",
+                        dataset_id="jax/vaulted-v0")
     assert_same_episodes(ours, theirs)
     assert ours.total_episodes == len(expected_episodes(rollouts.streams()["done"]))
     collector.close()

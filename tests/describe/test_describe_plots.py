@@ -173,7 +173,7 @@ def test_vault_label_is_short(record_parallel: Recorder, tmp_path: Path) -> None
     from marl_minari.adapters import to_vault
 
     record_parallel(SPREAD[0], episodes=2, dataset_id="tests/spread-v0", **SPREAD[1])
-    to_vault("tests/spread-v0", tmp_path / "vaults", "spread", "Good")
+    to_vault("tests/spread-v0", rel_dir=tmp_path / "vaults", vault_name="spread", vault_uid="Good")
     description = describe(tmp_path / "vaults" / "spread" / "Good")
     assert description.name == str((tmp_path / "vaults" / "spread" / "Good").resolve())
     assert description.label == "spread/Good"

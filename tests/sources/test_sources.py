@@ -138,7 +138,7 @@ def test_a_plain_dataset_is_agent_0_in_describe_adapters_and_ray(
     assert mm.describe("plain/cartpole-v0").possible_agents == ("agent_0",)
     rows = local_rows("plain/cartpole-v0")
     assert set(rows["agent_id"].tolist()) == {"agent_0"}
-    vault = to_vault("plain/cartpole-v0", tmp_path / "vaults")
+    vault = to_vault("plain/cartpole-v0", rel_dir=tmp_path / "vaults")
     import json
 
     view = json.loads((vault / "metadata.json").read_text())["marl_minari"]["view"]
@@ -223,7 +223,7 @@ def test_a_vault_folder_is_a_source(record_parallel: Callable[..., Any], tmp_pat
     from marl_minari.adapters import to_vault
 
     dataset = _record_spread(record_parallel, "tests/spread-v0")
-    vault = to_vault("tests/spread-v0", tmp_path / "vaults")
+    vault = to_vault("tests/spread-v0", rel_dir=tmp_path / "vaults")
     with open_source(vault) as source:
         assert source.kind == "vault"
         assert source.vault_path == vault.resolve()
@@ -269,7 +269,7 @@ ENTRY_POINTS: dict[str, Callable[[Any, Path], int]] = {
 def _vault_episodes(reference: Any, tmp: Path) -> int:
     from marl_minari.adapters import to_vault
 
-    return open_source(to_vault(reference, tmp / "vaults")).total_episodes
+    return open_source(to_vault(reference, rel_dir=tmp / "vaults")).total_episodes
 
 
 def _buffer_episodes(reference: Any) -> int:

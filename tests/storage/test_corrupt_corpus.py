@@ -176,7 +176,7 @@ def _calls(tmp_path: Path) -> dict[str, Callable[[], Any]]:
         "episode": lambda: mm.load_dataset(DATASET).episode(1),
         "describe": lambda: mm.describe(DATASET),
         "info": info,
-        "to_vault": lambda: to_vault(DATASET, tmp_path / "vaults", "v"),
+        "to_vault": lambda: to_vault(DATASET, rel_dir=tmp_path / "vaults", vault_name="v"),
         "publish": lambda: registry.publish(DATASET, str(tmp_path / "registry")),
         "check": lambda: mm.check_dataset(DATASET),
     }

@@ -73,7 +73,7 @@ def test_multi_agent_readers_refuse_data_outside_the_file(spread: Any, tmp_path:
     with pytest.raises(ForeignStorageError):
         dataset.episode(1)
     with pytest.raises(ForeignStorageError):
-        to_vault("trust/spread-v0", tmp_path / "vaults", "v")
+        to_vault("trust/spread-v0", rel_dir=tmp_path / "vaults", vault_name="v")
     with pytest.raises(ForeignStorageError, match="episode_1/infos/marl/state"):
         mm.check_dataset("trust/spread-v0")
     dataset.episode(0)  # untouched episodes still read
@@ -90,6 +90,6 @@ def test_plain_minari_readers_refuse_data_outside_the_file(
     with pytest.raises(ForeignStorageError, match="episode_0/rewards"):
         mm.describe("trust/cartpole-v0")
     with pytest.raises(ForeignStorageError, match="episode_0/rewards"):
-        to_vault("trust/cartpole-v0", tmp_path / "vaults", "v")
+        to_vault("trust/cartpole-v0", rel_dir=tmp_path / "vaults", vault_name="v")
     with pytest.raises(ForeignStorageError, match="episode_0/rewards"):
         mm.check_dataset("trust/cartpole-v0")
