@@ -94,9 +94,11 @@ def test_every_door(row: CatalogRow, tmp_path: Path, datasets_root: Path,
     assert _returns(mm.load_dataset(dataset_id)) == returns
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(datasets_root))
 
-    vault = to_vault(dataset_id, tmp_path / "vaults", "sweep", "Random")
+    vault = to_vault(dataset_id, rel_dir=tmp_path / "vaults", vault_name="sweep",
+                     vault_uid="Random")
     assert vault == tmp_path / "vaults" / "sweep" / "Random"
-    restored = from_vault(tmp_path / "vaults", "sweep", "Random", f"{dataset_id[:-3]}-v1")
+    restored = from_vault("sweep", rel_dir=tmp_path / "vaults", vault_uid="Random",
+                          dataset_id=f"{dataset_id[:-3]}-v1")
     assert _returns(restored) == returns
 
     description = mm.describe(dataset_id)

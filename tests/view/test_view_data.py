@@ -217,7 +217,8 @@ def test_a_vault_is_a_source_like_any_other(recorded: Callable[..., Any],
     from marl_minari.adapters import to_vault
 
     recorded(SPREAD, 2, max_cycles=4)
-    to_vault("tests/recorded-v0", tmp_path / "vaults", "spread", "Random")
+    to_vault("tests/recorded-v0", rel_dir=tmp_path / "vaults", vault_name="spread",
+             vault_uid="Random")
     out = write_page(tmp_path / "vaults" / "spread" / "Random", tmp_path / "vault.html")
     data = json.loads(out.read_text().split('type="application/json">', 1)[1]
                       .split("</script>", 1)[0])
