@@ -21,6 +21,7 @@ from marl_minari.format.env_descriptor import Api
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import check_state_encoding
 from marl_minari.storage.dataset import MultiAgentDataset
+from marl_minari.storage.writer import check_appendable
 
 Policy = Callable[..., Any]
 
@@ -87,6 +88,8 @@ def collect(
         InvalidDatasetIdError: ``dataset_id`` is malformed.
         DatasetExistsError: ``dataset_id`` exists and ``append`` is off.
         DatasetNotFoundError: ``append`` is on and ``dataset_id`` does not exist.
+        IncompatibleSourcesError: ``append`` is on and the env, API, agents, spaces or
+            state differ from the dataset's (before anything is recorded).
         EnvDescriptorError: the env cannot be made.
     """
     if episodes < 1:
@@ -104,6 +107,8 @@ def collect(
                            background_writing=background_writing)
     play = _play_parallel if api == "parallel" else _play_aec
     try:
+        if append:  # refused before any episode is played, by the rule the append applies
+            check_appendable(dataset_dir(dataset_id) / "data", collector.spec, dataset_id)
         with tqdm(unit="step", disable=not progress) as bar:
             for episode in range(episodes):
                 bar.set_description(f"recording {env_id}, episode {episode + 1}/{episodes}")
