@@ -19,6 +19,7 @@ from marl_minari.errors import (
 )
 from marl_minari.format.env_descriptor import Api
 from marl_minari.format.ids import dataset_dir
+from marl_minari.format.metadata import check_minari_metadata
 from marl_minari.format.spec import check_state_encoding
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.writer import check_appendable
@@ -82,7 +83,8 @@ def collect(
             many finished episodes are durable (written by the background writer) so far.
         background_writing: write finished episodes on a background thread while the env
             steps (off by default; see the collectors' ``background_writing``).
-        **metadata: Minari metadata for ``create_dataset`` (author, description, ...).
+        **metadata: Minari metadata for ``create_dataset`` (author, description, ...,
+            ``extra_metadata``), checked before the env is made.
 
     Raises:
         InvalidDatasetIdError: ``dataset_id`` is malformed.
@@ -96,6 +98,8 @@ def collect(
         raise InvalidOptionError(f"episodes must be at least 1, got {episodes}")
     if state_encoding is not None:
         check_state_encoding(state_encoding, None)  # needs no env: its name is checked here
+    check_minari_metadata({"extra" if key == "extra_metadata" else key: value
+                           for key, value in metadata.items()})
     dataset_id = check_target(dataset_id, append=append) or default_dataset_id(env_id)
     env_kwargs = dict(env_kwargs or {})
     env, api = _make(env_id, api, env_kwargs)

@@ -37,7 +37,12 @@ from marl_minari.errors import (
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
-from marl_minari.format.metadata import dataset_metadata, metadata_count, read_metadata
+from marl_minari.format.metadata import (
+    check_minari_metadata,
+    dataset_metadata,
+    metadata_count,
+    read_metadata,
+)
 from marl_minari.format.space_json import space_to_json
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.compatible import check_compatible
@@ -96,8 +101,11 @@ def write_dataset(
         DatasetExistsError: a dataset with this id exists.
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
+        InvalidOptionError: unknown metadata, or a value of the wrong kind (nothing was
+            written; :func:`marl_minari.format.metadata.check_minari_metadata`).
     """
     check_new_dataset(dataset_id)
+    check_minari_metadata(metadata)
     lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
     remove_stale_staging(root)
