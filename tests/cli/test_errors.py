@@ -71,7 +71,8 @@ def test_usage_errors_exit_2_before_any_work(case: str, cli: Callable, workdir: 
 
 
 FAILURE_CASES = {
-    "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally", "--download"]),
+    "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally",
+                                              "`marl-minari download nope-v0`"]),
     "neither a path nor an id": (["info", "foo"], ["no dataset at 'foo'", "not a dataset id"]),
     "check a missing path": (["check", "nowhere/at-all"], ["no dataset at 'nowhere/at-all'"]),
     "describe missing dataset": (["describe", "nope-v0"], ["nope-v0"]),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -58,3 +60,45 @@ def test_no_arguments_prints_the_help_and_exits_2(cli: Callable) -> None:
     result = cli()
     assert result.code == 2
     assert "Usage: marl-minari" in result.stdout and "collect" in result.stdout
+
+
+MISSING = "tests/missing-v0"
+MISSING_DATASET_ARGS: dict[str, list[str]] = {
+    "info": [MISSING], "check": [MISSING], "describe": [MISSING],
+    "combine": [MISSING, MISSING, "--dataset-id", "tests/new-v0"],
+    "convert": [MISSING], "publish": [MISSING, "--remote", "registry"],
+    "subset": [MISSING, "tests/new-v0", "--max-steps", "5"], "compare": [MISSING, MISSING],
+    "export rllib": [MISSING, "out"],
+}
+"""Every command that reads a local dataset, with arguments naming one that does not exist."""
+NO_LOCAL_DATASET = {"", "collect", "recover", "vault-info", "download", "remote",
+                    "remote list", "export"}
+"""The commands (and groups) that read no local dataset by id."""
+
+
+def _options(path: tuple[str, ...]) -> set[str]:
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)
+            if o.startswith("--")}
+
+
+def test_every_command_is_asked_about_missing_datasets() -> None:
+    assert {" ".join(p) for p in ALL_COMMANDS} == set(MISSING_DATASET_ARGS) | NO_LOCAL_DATASET
+
+
+@pytest.mark.parametrize("name", sorted(MISSING_DATASET_ARGS))
+def test_the_missing_dataset_hint_names_only_options_the_command_has(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tuple(name.split())
+    result = CliRunner().invoke(app, [*path, *MISSING_DATASET_ARGS[name]],
+                                prog_name="marl-minari")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1, result.output
+    assert f"{MISSING!r} not found locally" in errors[0]
+    assert f"`marl-minari download {MISSING}`" in errors[0]  # a command every user has
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", errors[0]))
+    assert named <= _options(path), (named, errors[0])
+    assert ("--download" in named) == ("--download" in _options(path))
