@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from marl_minari.cli import app
 from marl_minari.cli import reference as cli_reference
+from marl_minari.cli.app import FIRST_EXAMPLE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -102,3 +103,46 @@ def test_the_missing_dataset_hint_names_only_options_the_command_has(
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", errors[0]))
     assert named <= _options(path), (named, errors[0])
     assert ("--download" in named) == ("--download" in _options(path))
+
+
+def _command(path: tuple[str, ...]) -> Any:
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_COMMANDS if p not in (
+    (), ("export",), ("remote",))], ids=" ".join)
+def test_every_argument_is_named_in_one_style(path: tuple[str, ...]) -> None:
+    """Upper-case metavars (DATASET, DATASET_ID, ENV_ID...) everywhere, in the usage line as
+    in the argument list."""
+    command = _command(path)
+    arguments = [p for p in command.params if p.param_type_name == "argument"]
+    for argument in arguments:
+        assert re.fullmatch(r"[A-Z][A-Z_]*", argument.metavar or ""), (path, argument.name)
+    result = CliRunner().invoke(app, [*path, "--help"], prog_name="marl-minari")
+    usage = result.output.splitlines()[0]
+    names = re.findall(r"[{\[]([^}\]]+)[}\]]", usage.split("[OPTIONS]", 1)[-1])
+    assert names == [a.metavar for a in arguments], usage
+
+
+def test_top_level_help_gives_each_command_its_whole_line_and_a_first_example() -> None:
+    result = CliRunner().invoke(app, ["--help"], prog_name="marl-minari",
+                                env={"COLUMNS": "80"})
+    flat = " ".join(result.output.split())
+    for path in ALL_COMMANDS[1:]:
+        if len(path) > 1:
+            continue
+        line = " ".join(_command(path).help.split("\n\n")[0].split())
+        assert line.endswith(".") and f"{path[0]} {line}" in flat, (path, line)
+    assert " ".join(FIRST_EXAMPLE.split()) in flat
+
+
+def test_the_first_example_runs(cli: Callable) -> None:
+    for line in FIRST_EXAMPLE.splitlines():
+        words = line.split()
+        assert words[0] == "marl-minari"
+        result = cli(*words[1:])
+        assert result.code == 0, result.stderr
+    assert "agent_0" in result.stdout
