@@ -248,7 +248,9 @@ class Recording:
         run = f"marl-minari recover {self.path} {target}"
         if target == "NEW_DATASET_ID":
             run += " (NEW_DATASET_ID: an id no dataset has yet)"
-        return type(error)(f"{error} The episodes stay in the recording {self.path} "
+        said = str(error).rstrip()
+        said += "" if said.endswith((".", ")")) else "."
+        return type(error)(f"{said} The episodes stay in the recording {self.path} "
                            f"({self.episodes} not stored): {retry}, or run: {run}")
 
     def _dataset_bytes(self) -> int:
