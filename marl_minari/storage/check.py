@@ -150,7 +150,7 @@ def _check_api(expect: _Expect, spec: MultiAgentSpec) -> None:
     """An episode shows its API on disk: turn-based episodes, and only they, have
     ``extras/agent_selection`` (whose turn each row is); one recorded through the other API
     than the metadata's makes a dataset that no reader reads right."""
-    selection = f"{_MARL}/{layout.EXTRAS}/{layout.AGENT_SELECTION}"
+    selection = layout.AGENT_SELECTION_PATH
     turn_based = offset_index.dataset_id(expect.group, selection) is not None
     if turn_based == (spec.api == "aec"):
         if turn_based:

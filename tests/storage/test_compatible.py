@@ -15,6 +15,7 @@ from marl_minari.collectors.collect import collect
 import marl_minari as mm
 from marl_minari.format.ids import dataset_dir
 from marl_minari.storage.recording import list_recordings, recover_recording
+from marl_minari.storage.writer import append_to_dataset
 
 SPREAD = "mpe2/simple_spread_v3"
 BASE: dict[str, Any] = {"env_kwargs": {"max_cycles": 3}}
@@ -133,3 +134,27 @@ def test_the_same_episodes_are_appended(base: Callable[[], dict[str, bytes]],
     late.close()
     assert grown.total_episodes == 5
     assert grown.episode_seeds() == [0, 1, 0, 1, 2]
+
+
+def test_the_file_writer_refuses_an_episode_of_the_other_api(
+        base: Callable[[], dict[str, bytes]], tmp_path: Path) -> None:
+    """A caller that hands the writer a spec that does not describe its episodes (episodes
+    of both APIs, or a spec made by hand) is refused per episode: by write_dataset (nothing
+    written) and by append_to_dataset (the dataset unchanged)."""
+    turns = _record(tmp_path / "turns", api="aec", **BASE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        turns.create_dataset("tests/turns-v0")
+    turns.close()
+    parallel = mm.load_dataset("tests/base-v0")
+    turn_based = mm.load_dataset("tests/turns-v0")
+    mixed = [*parallel.iterate_episodes(), *turn_based.iterate_episodes()]
+    with pytest.raises(mm.IncompatibleSourcesError,
+                       match=r"episode 2 \(seed 0\) was recorded through the 'aec' API and "
+                             r"the dataset's api is 'parallel'"):
+        mm.write_dataset("tests/mixed-v0", mixed, parallel.spec)
+    assert not dataset_dir("tests/mixed-v0").exists()
+    before = base()
+    with pytest.raises(mm.IncompatibleSourcesError, match="recorded through the 'aec' API"):
+        append_to_dataset("tests/base-v0", turn_based.iterate_episodes(), parallel.spec)
+    assert base() == before
