@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 from marl_minari.envs.make import make_env
 from marl_minari.envs.policies import RandomPolicy
 from marl_minari.errors import (
-    DatasetExistsError,
     DatasetNotFoundError,
     EnvDescriptorError,
     InvalidOptionError,
@@ -22,7 +21,7 @@ from marl_minari.format.ids import dataset_dir
 from marl_minari.format.metadata import check_minari_metadata
 from marl_minari.format.spec import check_state_encoding
 from marl_minari.storage.dataset import MultiAgentDataset
-from marl_minari.storage.writer import check_appendable
+from marl_minari.storage.writer import check_appendable, check_new_dataset
 
 Policy = Callable[..., Any]
 
@@ -143,12 +142,11 @@ def check_target(dataset_id: str | None, *, append: bool) -> str | None:
         if append:
             raise InvalidOptionError("appending needs the id of the dataset to append to")
         return None
-    exists = dataset_dir(dataset_id).exists()
-    if exists and not append:
-        raise DatasetExistsError(
-            f"dataset {dataset_id!r} already exists: choose another id (bump -vN), or add "
-            "the episodes to it with append=True (--append)")
-    if append and not exists:
+    if not append:
+        check_new_dataset(dataset_id, or_else="add the episodes to it with append=True "
+                                              "(--append)")
+        return dataset_id
+    if not dataset_dir(dataset_id).exists():
         raise DatasetNotFoundError(
             f"dataset {dataset_id!r} does not exist, so there is nothing to append to: drop "
             "append (--append) to create it")

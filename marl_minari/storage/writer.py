@@ -324,8 +324,14 @@ def check_appendable(data: Path, new: MultiAgentSpec, dataset_id: str) -> MultiA
     return stored
 
 
-def check_new_dataset(dataset_id: str) -> Path:
-    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work).
+def check_new_dataset(dataset_id: str, *, or_else: str = "") -> Path:
+    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work):
+    the one id rule of every door that creates a dataset.
+
+    Args:
+        dataset_id: the new dataset's id.
+        or_else: another way out the caller offers (``"add the episodes to it with
+            append=True"``), ending the message.
 
     Raises:
         InvalidDatasetIdError: malformed id.
@@ -336,7 +342,8 @@ def check_new_dataset(dataset_id: str) -> Path:
     if target.exists():
         raise DatasetExistsError(
             f"dataset {dataset_id!r} already exists at {target}; datasets are immutable: pick a "
-            "new version (-vN+1) or delete it with minari.delete_dataset."
+            "new version (-vN+1) or delete it with minari.delete_dataset"
+            + (f", or {or_else}." if or_else else ".")
         )
     return target
 
