@@ -18,8 +18,6 @@ from typing import Any
 
 from gymnasium import spaces
 
-from marl_minari.errors import DatasetExistsError
-from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spaces import is_image_space, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
@@ -30,7 +28,7 @@ from marl_minari.sources import (
 )
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode_writer import LeafEpisode
-from marl_minari.storage.writer import write_dataset
+from marl_minari.storage.writer import check_new_dataset, write_dataset
 from marl_minari.vaults.layout import CutOn, FinalObservation, Trailing
 from marl_minari.vaults.store import vault_dir
 
@@ -113,13 +111,12 @@ def from_vault(
         LayoutError: the vault's keys follow no known naming and no ``keys`` map is given (the
             message lists them and the map to pass), an array's shape does not fit (named), or
             it ends mid-episode with ``trailing="error"``.
+        InvalidDatasetIdError: ``dataset_id`` is malformed.
         DatasetExistsError: ``dataset_id`` exists.
+        InvalidOptionError: unknown metadata or a value of the wrong kind.
     """
     check_chunk_steps(chunk_steps)
-    target = dataset_dir(dataset_id)
-    if target.exists():
-        raise DatasetExistsError(f"dataset {dataset_id!r} already exists at {target}; pick a "
-                                 "new version (-vN+1)")
+    check_new_dataset(dataset_id)  # malformed or taken: refused before the vault is read
     options: dict[str, Any] = {
         "restore": restore, "keys": keys, "agents": agents,
         "observation_spaces": observation_spaces, "action_spaces": action_spaces,

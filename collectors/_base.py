@@ -177,7 +177,7 @@ def close_recording(recording: Recording, *, stacklevel: int) -> None:
         warnings.warn(
             f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
             f"{recording.path}. Recover them with: marl-minari recover "
-            f"{recording.path} <dataset-id>",
+            f"{recording.path} NEW_DATASET_ID (NEW_DATASET_ID: an id no dataset has yet)",
             stacklevel=stacklevel,
         )
 

@@ -12,15 +12,16 @@ from tqdm.auto import tqdm
 from marl_minari.envs.make import make_env
 from marl_minari.envs.policies import RandomPolicy
 from marl_minari.errors import (
-    DatasetExistsError,
     DatasetNotFoundError,
     EnvDescriptorError,
     InvalidOptionError,
 )
 from marl_minari.format.env_descriptor import Api
 from marl_minari.format.ids import dataset_dir
+from marl_minari.format.metadata import check_minari_metadata
 from marl_minari.format.spec import check_state_encoding
 from marl_minari.storage.dataset import MultiAgentDataset
+from marl_minari.storage.writer import check_appendable, check_new_dataset
 
 Policy = Callable[..., Any]
 
@@ -81,18 +82,23 @@ def collect(
             many finished episodes are durable (written by the background writer) so far.
         background_writing: write finished episodes on a background thread while the env
             steps (off by default; see the collectors' ``background_writing``).
-        **metadata: Minari metadata for ``create_dataset`` (author, description, ...).
+        **metadata: Minari metadata for ``create_dataset`` (author, description, ...,
+            ``extra_metadata``), checked before the env is made.
 
     Raises:
         InvalidDatasetIdError: ``dataset_id`` is malformed.
         DatasetExistsError: ``dataset_id`` exists and ``append`` is off.
         DatasetNotFoundError: ``append`` is on and ``dataset_id`` does not exist.
+        IncompatibleSourcesError: ``append`` is on and the env, API, agents, spaces or
+            state differ from the dataset's (before anything is recorded).
         EnvDescriptorError: the env cannot be made.
     """
     if episodes < 1:
         raise InvalidOptionError(f"episodes must be at least 1, got {episodes}")
     if state_encoding is not None:
         check_state_encoding(state_encoding, None)  # needs no env: its name is checked here
+    check_minari_metadata({"extra" if key == "extra_metadata" else key: value
+                           for key, value in metadata.items()})
     dataset_id = check_target(dataset_id, append=append) or default_dataset_id(env_id)
     env_kwargs = dict(env_kwargs or {})
     env, api = _make(env_id, api, env_kwargs)
@@ -104,6 +110,8 @@ def collect(
                            background_writing=background_writing)
     play = _play_parallel if api == "parallel" else _play_aec
     try:
+        if append:  # refused before any episode is played, by the rule the append applies
+            check_appendable(dataset_dir(dataset_id) / "data", collector.spec, dataset_id)
         with tqdm(unit="step", disable=not progress) as bar:
             for episode in range(episodes):
                 bar.set_description(f"recording {env_id}, episode {episode + 1}/{episodes}")
@@ -134,12 +142,11 @@ def check_target(dataset_id: str | None, *, append: bool) -> str | None:
         if append:
             raise InvalidOptionError("appending needs the id of the dataset to append to")
         return None
-    exists = dataset_dir(dataset_id).exists()
-    if exists and not append:
-        raise DatasetExistsError(
-            f"dataset {dataset_id!r} already exists: choose another id (bump -vN), or add "
-            "the episodes to it with append=True (--append)")
-    if append and not exists:
+    if not append:
+        check_new_dataset(dataset_id, or_else="add the episodes to it with append=True "
+                                              "(--append)")
+        return dataset_id
+    if not dataset_dir(dataset_id).exists():
         raise DatasetNotFoundError(
             f"dataset {dataset_id!r} does not exist, so there is nothing to append to: drop "
             "append (--append) to create it")

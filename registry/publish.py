@@ -19,12 +19,11 @@ from typing import Any
 from marl_minari.errors import (
     CorruptedDataError,
     DatasetExistsError,
-    DatasetNotFoundError,
     LayoutError,
     MarlMinariError,
 )
 from marl_minari.format.digests import remembered_digests
-from marl_minari.format.ids import dataset_dir, parse_dataset_id
+from marl_minari.format.ids import dataset_dir, not_found_locally, parse_dataset_id
 
 from .backend import PENDING_PREFIX, Backend, Staging
 from .index import Index, index_entry, read_index, update_index
@@ -81,7 +80,7 @@ def validate_local_dataset(dataset_id: str, *, allow_single_agent: bool = False)
     parse_dataset_id(dataset_id)
     folder = dataset_dir(dataset_id)
     if not (folder / METADATA_PATH).exists():
-        raise DatasetNotFoundError(f"no local dataset {dataset_id!r} (looked in {folder})")
+        raise not_found_locally(dataset_id)
     try:
         dataset = minari.load_dataset(dataset_id)
     except MarlMinariError:

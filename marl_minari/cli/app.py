@@ -9,6 +9,10 @@ from tqdm.auto import tqdm
 from marl_minari.cli import datasets, describe, export, registry, tools, vaults, view
 from marl_minari.cli.errors import CommandGroup, install_warning_format
 
+FIRST_EXAMPLE = ("  marl-minari collect --episodes 5 --dataset-id mpe2/spread/first-v0\n"
+                 "  marl-minari info mpe2/spread/first-v0")
+"""The commands ``marl-minari --help`` offers to run first (a test runs them)."""
+
 app = typer.Typer(
     name="marl-minari",
     help="Record, inspect, convert and publish multi-agent Minari datasets.",
@@ -17,7 +21,10 @@ app = typer.Typer(
     cls=CommandGroup,
     # Help texts are plain text: URLs such as s3://bucket[/prefix] are not rich markup.
     rich_markup_mode=None,
-    epilog="Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
+    # "\b" keeps click from re-wrapping the example's lines.
+    epilog="First try (records 5 episodes of MPE simple_spread, then describes them):\n\n"
+           f"\b\n{FIRST_EXAMPLE}\n\n"
+           "Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
            "130 interrupted. See docs/cli.md.",
 )
 for commands in (datasets, vaults, registry, describe, tools, export, view):

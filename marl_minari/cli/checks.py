@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from marl_minari.errors import InvalidDatasetIdError
+from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
 from marl_minari.format.ids import parse_dataset_id
 
 
@@ -52,4 +52,10 @@ def require_local_dataset(value: str, *, download: bool = False) -> None:
     """
     from marl_minari.sources import locate_dataset
 
-    locate_dataset(value, download=download)
+    try:
+        locate_dataset(value, download=download)
+    except DatasetNotFoundError as exc:
+        # Only the commands that call this have --download: say it here, not in the library.
+        if not download:
+            exc.add_note("Or rerun this command with --download.")
+        raise

@@ -42,6 +42,7 @@ def root(
 
 def collect(
     env_id: Annotated[str, typer.Argument(
+        metavar="ENV_ID",
         help="PettingZoo registry id (classic/chess-v6), family id (mpe2/simple_spread_v3) "
              "or module:attr.")] = DEFAULT_ENV,
     episodes: Annotated[int, typer.Option(help="Episodes to record.", min=1)] = 10,
@@ -157,8 +158,10 @@ def check(dataset: Annotated[str, typer.Argument(
 
 def recover(
     recording: Annotated[str | None, typer.Argument(
+        metavar="RECORDING",
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,
-    dataset_id: Annotated[str | None, typer.Argument(help="Id of the dataset to create.")] = None,
+    dataset_id: Annotated[str | None, typer.Argument(
+        metavar="DATASET_ID", help="Id of the dataset to create.")] = None,
     discard: Annotated[bool, typer.Option(
         "--discard", help="Delete the RECORDING folder and its unsaved episodes.")] = False,
 ) -> None:
@@ -190,6 +193,7 @@ def recover(
 
 def combine(
     dataset_ids: Annotated[list[str], typer.Argument(
+        metavar="DATASET",
         help="Multi-agent datasets to combine, in order: ids, dataset folders or "
         "registry URLs followed by an id (http://host/registry/mpe2/spread/random-v0).")],
     dataset_id: Annotated[str, typer.Option(

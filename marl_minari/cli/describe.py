@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 def describe_command(
     source: Annotated[str, typer.Argument(
-        metavar="ID_OR_VAULT",
+        metavar="DATASET",
         help="Dataset id (multi-agent or plain Minari) or Flashbax vault folder "
              "(rel_dir/vault_name/vault_uid).")],
     plot: Annotated[Path | None, typer.Option(
@@ -48,8 +48,10 @@ def describe_command(
         help="Steps read at a time (memory is proportional to it; default: as many as fit "
              "32 MiB, at most 65,536).", min=1)] = None,
 ) -> None:
-    """Statistics of a dataset or vault: episodes, returns, actions, inactive agents, and
-    with --coverage its state-action coverage (--coverage-plot: how often pairs repeat)."""
+    """Statistics of a dataset or vault: episodes, returns, actions, coverage.
+
+    Episodes, returns, actions and inactive agents; with --coverage its state-action
+    coverage (--coverage-plot: how often pairs repeat)."""
     import warnings
 
     from marl_minari.describe import (

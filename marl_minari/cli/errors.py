@@ -47,7 +47,20 @@ class CommandFailed(click.ClickException):
     exit_code = EXIT_FAILURE
 
 
-class CommandGroup(TyperGroup):
+class FullHelpGroup(TyperGroup):
+    """A group whose ``--help`` lists each command with its whole one-line description
+    (click cuts it to what fits the terminal, mid-sentence; the formatter wraps it instead)."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = [(name, command.get_short_help_str(limit=1_000))
+                for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class CommandGroup(FullHelpGroup):
     """The ``marl-minari`` group: every command's exceptions go through :func:`explain`."""
 
     def invoke(self, ctx: Any) -> Any:

@@ -11,13 +11,15 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.cli.errors import FullHelpGroup
 from marl_minari.extras import require
 
 
 def export_rllib_command(
     dataset: Annotated[str, typer.Argument(
-        help="Dataset id, dataset folder, or a plain Minari dataset's folder.")],
-    out: Annotated[str, typer.Argument(help="Output folder (one sub-folder per module).")],
+        metavar="DATASET", help="Dataset id, dataset folder, or a plain Minari dataset's folder.")],
+    out: Annotated[str, typer.Argument(
+        metavar="OUT_DIR", help="Output folder (one sub-folder per module).")],
     modules: Annotated[str, typer.Option(
         help="'pooled': every agent into module default_policy; 'per-agent': one module per "
              "agent; or a JSON object {agent: module}.")] = "pooled",
@@ -81,6 +83,6 @@ def export_rllib_command(
 def register(app: typer.Typer) -> None:
     """Add the ``export`` group with ``export rllib`` to a typer app."""
     export_app = typer.Typer(name="export", help="Export datasets for other frameworks.",
-                             no_args_is_help=True)
+                             no_args_is_help=True, cls=FullHelpGroup)
     export_app.command("rllib")(export_rllib_command)
     app.add_typer(export_app, name="export")

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.cli.errors import FullHelpGroup
+
 RemoteOption = Annotated[str | None, typer.Option(
     "--remote", "-r",
     help="Registry: file:///dir, a directory path, s3://bucket[/prefix], "
@@ -20,7 +22,8 @@ RemoteOption = Annotated[str | None, typer.Option(
 
 
 def publish(
-    dataset_id: Annotated[str, typer.Argument(help="Local dataset id, (namespace/)name-vN.")],
+    dataset_id: Annotated[str, typer.Argument(
+        metavar="DATASET_ID", help="Local dataset id, (namespace/)name-vN.")],
     remote: RemoteOption = None,
     allow_single_agent: Annotated[bool, typer.Option(
         "--allow-single-agent", help="Also publish plain single-agent Minari datasets.")] = False,
@@ -58,7 +61,8 @@ def remote_list(
 
 
 def download(
-    dataset_id: Annotated[str, typer.Argument(help="Published dataset id.")],
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET_ID",
+                                              help="Published dataset id.")],
     remote: RemoteOption = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing local dataset with the published copy.")] = False,
@@ -79,7 +83,7 @@ def register(app: typer.Typer) -> None:
     app.command("publish")(publish)
     app.command("download")(download)
     remote_app = typer.Typer(name="remote", help="Dataset registries (remotes).",
-                             no_args_is_help=True)
+                             no_args_is_help=True, cls=FullHelpGroup)
     remote_app.command("list")(remote_list)
     app.add_typer(remote_app, name="remote")
 

@@ -21,8 +21,8 @@ def register(app: typer.Typer) -> None:
 
 def subset_command(
     source: Annotated[str, typer.Argument(
-        metavar="SOURCE", help="Dataset id, dataset folder, dataset URL or vault folder.")],
-    new_dataset_id: Annotated[str, typer.Argument(metavar="NEW_ID",
+        metavar="DATASET", help="Dataset id, dataset folder, dataset URL or vault folder.")],
+    new_dataset_id: Annotated[str, typer.Argument(metavar="NEW_DATASET_ID",
                                                   help="Id of the subset to write.")],
     max_steps: Annotated[int | None, typer.Option(
         "--max-steps", metavar="N", min=1,
@@ -49,9 +49,11 @@ def subset_command(
     author: Annotated[str | None, typer.Option(
         "--author", help="The subset's author (Minari metadata).")] = None,
 ) -> None:
-    """Write a subset of whole episodes as a new dataset (uniform, by return profile, or
-    matching another dataset's returns; with --like-id, the matched episodes of the other
-    dataset too); its metadata records how it was chosen."""
+    """Write a subset of whole episodes as a new dataset, its choice recorded.
+
+    Episodes are chosen uniformly, by return profile, or to match another dataset's returns
+    (with --like-id, the matched episodes of the other dataset are written too); the new
+    dataset's metadata records how they were chosen."""
     from marl_minari.derive.subsets import subsample
 
     if (bin_edges is None) != (weights is None):
@@ -79,7 +81,7 @@ def subset_command(
 
 def compare_command(
     sources: Annotated[list[str], typer.Argument(
-        metavar="SOURCE...", help="Two or more dataset ids, folders, URLs or vault folders; "
+        metavar="DATASET", help="Two or more dataset ids, folders, URLs or vault folders; "
                                   "the first is the reference.")],
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE", help="Write a PNG of the comparison.")] = None,
@@ -92,8 +94,10 @@ def compare_command(
         help="Steps read at a time (default: as many as fit 32 MiB, at most 65,536).",
         min=1)] = None,
 ) -> None:
-    """Compare datasets: team returns (two-sample Kolmogorov-Smirnov against the first, QQ
-    plot), episode lengths, coverage and spaces."""
+    """Compare datasets with the first: returns, episode lengths, coverage and spaces.
+
+    Team returns are compared with a two-sample Kolmogorov-Smirnov test and a QQ plot; for
+    zero-sum games (team return always 0), each agent's returns instead."""
     import warnings
 
     from marl_minari.describe import compare, plot_comparison

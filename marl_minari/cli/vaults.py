@@ -1,7 +1,7 @@
 """Command-line functions of the adapters: ``convert`` and ``vault-info``.
 
 Plain functions with typer-annotated parameters; :func:`register` adds them to the
-``marl-minari`` app (``marl-minari convert SOURCE TARGET``, ``marl-minari vault-info PATH``).
+``marl-minari`` app (``marl-minari convert SOURCE TARGET``, ``marl-minari vault-info VAULT``).
 Conversions show tqdm progress bars.
 """
 
@@ -68,8 +68,10 @@ COMPRESSORS: dict[Compression, dict[str, Any] | None] = {
 
 def convert(
     source: Annotated[str, typer.Argument(
+        metavar="SOURCE",
         help="A vault folder (rel_dir/vault_name/vault_uid) or a local dataset id.")],
     target: Annotated[str | None, typer.Argument(
+        metavar="TARGET",
         help="The dataset id to create (from a vault) or the vault folder to create "
              "(rel_dir/vault_name/vault_uid, from a dataset; default OG-MARL's "
              "vaults/<dataset id>.vlt/<Algorithm>).")] = None,
@@ -169,7 +171,8 @@ def _vault_target(target: str) -> tuple[Path, str, str]:
 
 
 def vault_info(
-    path: Annotated[str, typer.Argument(help="A vault folder (rel_dir/vault_name/vault_uid).")],
+    path: Annotated[str, typer.Argument(
+        metavar="VAULT", help="A vault folder (rel_dir/vault_name/vault_uid).")],
 ) -> None:
     """Arrays, streams, length and provenance of a Flashbax vault."""
     from marl_minari.vaults.store import VaultReader

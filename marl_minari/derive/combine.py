@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from marl_minari.envs.make import effective_kwargs
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format import layout
 from marl_minari.sources import DatasetSource, load_dataset, open_source
+from marl_minari.storage.compatible import check_compatible
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.writer import write_dataset
@@ -68,38 +68,13 @@ def combine_datasets(datasets: Sequence[Any], new_dataset_id: str, *,
 
 
 def check_combinable(first: DatasetSource, other: DatasetSource, index: int) -> None:
-    """Raise :class:`IncompatibleSourcesError` naming the first way ``other`` differs."""
-    a, b = first.spec, other.spec
-    checks: list[tuple[str, Any, Any]] = [
-        ("agents", list(a.possible_agents), list(b.possible_agents)),
-        ("api", a.api, b.api),
-    ]
-    checks += [(f"observation space of {agent!r}", a.observation_spaces[agent],
-                b.observation_spaces.get(agent)) for agent in a.possible_agents]
-    checks += [(f"action space of {agent!r}", a.action_spaces[agent],
-                b.action_spaces.get(agent)) for agent in a.possible_agents]
-    checks += [
-        ("state space", a.state_space, b.state_space),
-        ("reward aggregation", a.reward_aggregation, b.reward_aggregation),
-        ("layout version", _layout_version(first), _layout_version(other)),
-        ("environment", _comparable_env(a), _comparable_env(b)),
-    ]
-    for what, mine, theirs in checks:
-        if mine != theirs:
-            raise IncompatibleSourcesError(
-                f"dataset {index} ({other.dataset_id!r}) and dataset 0 ({first.dataset_id!r}) "
-                f"differ in {what}: {theirs!r} vs {mine!r}; combine datasets of one "
-                "environment and layout")
-
-
-def _comparable_env(spec: Any) -> dict[str, Any] | None:
-    """The env descriptor with default constructor arguments filled in (from trusted
-    packages only), so ``{}`` and ``{"max_cycles": 25}`` name the same env."""
-    if spec.env is None:
-        return None
-    described = spec.env.to_dict()
-    described["kwargs"] = effective_kwargs(spec.env.entry_point, spec.env.kwargs)
-    return described
+    """Raise :class:`IncompatibleSourcesError` naming the first way ``other`` differs
+    (the rule every door that mixes episodes asks: :mod:`marl_minari.storage.compatible`)."""
+    check_compatible(first.spec, other.spec,
+                     first_name=f"dataset 0 ({first.dataset_id!r})",
+                     other_name=f"dataset {index} ({other.dataset_id!r})",
+                     fix="combine datasets of one environment and layout",
+                     first_layout=_layout_version(first), other_layout=_layout_version(other))
 
 
 def _layout_version(source: DatasetSource) -> Any:

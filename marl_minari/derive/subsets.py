@@ -14,7 +14,6 @@ which OG-MARL uses).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal, overload
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from marl_minari.derive.combine import COMBINED_KEY
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
-from marl_minari.format.metadata import dataset_metadata
+from marl_minari.format.metadata import check_minari_metadata
 from marl_minari.sources import DatasetSource, load_dataset, open_source
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.episode import MultiAgentEpisode
@@ -36,12 +35,6 @@ DEFAULT_TOLERANCE: Final = 0.01
 Rule = Literal["uniform", "profile", "like"]
 Profile = tuple[Sequence[float], Sequence[float]]
 """``(bin_edges, weights)``: K + 1 increasing edges and K non-negative weights."""
-
-_METADATA_KEYS: Final = frozenset(
-    name for name, parameter in inspect.signature(dataset_metadata).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None)
-"""The Minari metadata a subset may be given (``algorithm_name``, ``author``, ...)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeTable:
@@ -344,10 +337,7 @@ def _check_options(max_steps: int | None, profile: Profile | None, like: Any,
         raise InvalidOptionError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     if profile is not None:
         _check_profile(profile)
-    unknown = sorted(set(metadata) - _METADATA_KEYS)
-    if unknown:
-        raise InvalidOptionError(
-            f"unknown metadata {unknown[0]!r}; a subset takes {sorted(_METADATA_KEYS)}")
+    check_minari_metadata(metadata, extra=False)
 
 
 def _check_new_ids(dataset_id: str, like_dataset_id: str | None, like: Any) -> None:

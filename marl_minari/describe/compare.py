@@ -88,11 +88,21 @@ class Comparison:
         returns: per description after the first, its :class:`ReturnTest` against the first.
         space_differences: lines naming each agent set or space that differs from the first
             dataset's (empty when all agree).
+        agent_returns: for zero-sum games only (:attr:`zero_sum`), per description after the
+            first, ``{agent: ReturnTest}`` of each agent's episode returns against the first's
+            (the agents both datasets have); empty otherwise.
     """
 
     descriptions: tuple[DatasetDescription, ...]
     returns: tuple[ReturnTest, ...]
     space_differences: tuple[str, ...]
+    agent_returns: tuple[dict[str, ReturnTest], ...] = ()
+
+    @property
+    def zero_sum(self) -> bool:
+        """Every episode of every dataset has team return 0 (a zero-sum game): team returns
+        cannot differ, so :attr:`agent_returns` compares each agent's returns instead."""
+        return bool(self.agent_returns)
 
     @property
     def labels(self) -> list[str]:
@@ -107,6 +117,14 @@ class Comparison:
                     {"dataset": label, "ks_statistic": t.statistic, "ks_pvalue": t.pvalue,
                      "mean_difference": t.mean_difference}
                     for label, t in zip(self.labels[1:], self.returns, strict=True)],
+                "zero_sum": self.zero_sum,
+                "agent_returns_against_first": [
+                    {"dataset": label, "agents": {
+                        agent: {"ks_statistic": t.statistic, "ks_pvalue": t.pvalue,
+                                "mean_difference": t.mean_difference}
+                        for agent, t in tests.items()}}
+                    for label, tests in zip(self.labels[1:], self.agent_returns,
+                                            strict=self.zero_sum)],
                 "space_differences": list(self.space_differences)}
 
     def to_text(self) -> str:
@@ -123,12 +141,16 @@ class Comparison:
             lines.append(f"{label:<{width}} {d.total_episodes:>9,} {d.total_steps:>10,} "
                          f"{np.mean(d.episode_length_values) if d.total_episodes else 0:>8.1f} "
                          f"{spread:>20} {saco:>7} {oaco:>7}")
-        if self.returns:
+        if self.zero_sum:
+            lines.append(f"team returns are 0 in every episode (a zero-sum game), so per-agent "
+                         f"returns are compared against {labels[0]} (two-sample "
+                         "Kolmogorov-Smirnov):")
+            for label, tests in zip(labels[1:], self.agent_returns, strict=True):
+                lines += [f"  {label}, {agent}: {_test_line(t)}" for agent, t in tests.items()]
+        elif self.returns:
             lines.append(f"team returns against {labels[0]} (two-sample Kolmogorov-Smirnov):")
-            for label, t in zip(labels[1:], self.returns, strict=True):
-                verdict = "differ" if t.pvalue < 0.05 else "no evidence they differ"
-                lines.append(f"  {label}: KS {t.statistic:.3f}, p {t.pvalue:.3g} ({verdict}), "
-                             f"mean {t.mean_difference:+.3g}")
+            lines += [f"  {label}: {_test_line(t)}"
+                      for label, t in zip(labels[1:], self.returns, strict=True)]
         lines += (["spaces differ:", *(f"  {s}" for s in self.space_differences)]
                   if self.space_differences else ["spaces: the same agents and spaces"])
         return "\n".join(lines)
@@ -159,11 +181,41 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
             s, coverage=coverage, chunk_steps=chunk_steps, vault_options=vault_options)
         for s in sources)
     first = descriptions[0]
-    tests = []
-    for other in descriptions[1:]:
-        statistic, pvalue = ks_two_sample(first.episode_team_returns, other.episode_team_returns)
-        tests.append(ReturnTest(statistic, pvalue, _mean(other) - _mean(first)))
-    return Comparison(descriptions, tuple(tests), tuple(_space_differences(descriptions)))
+    tests = tuple(_return_test(first.episode_team_returns, other.episode_team_returns)
+                  for other in descriptions[1:])
+    agent_tests: tuple[dict[str, ReturnTest], ...] = ()
+    if _zero_sum(descriptions):
+        agent_tests = tuple(_agent_tests(first, other) for other in descriptions[1:])
+    return Comparison(descriptions, tests, tuple(_space_differences(descriptions)),
+                      agent_tests)
+
+
+def _return_test(first: np.ndarray, other: np.ndarray) -> ReturnTest:
+    statistic, pvalue = ks_two_sample(first, other)
+    mean = float(other.mean()) if len(other) else math.nan
+    return ReturnTest(statistic, pvalue, mean - (float(first.mean()) if len(first) else math.nan))
+
+
+def _zero_sum(descriptions: Sequence[DatasetDescription]) -> bool:
+    """Every dataset has episodes, and every episode's team return is 0 (to rounding)."""
+    return all(len(d.episode_team_returns) and bool(np.all(
+        np.abs(d.episode_team_returns) <= 1e-9 * max(1.0, float(np.abs(
+            d.episode_returns).max(initial=0.0))))) for d in descriptions)
+
+
+def _agent_tests(first: DatasetDescription, other: DatasetDescription
+                 ) -> dict[str, ReturnTest]:
+    """Each agent's episode returns in ``other`` against ``first``'s (agents of both)."""
+    theirs = {agent: i for i, agent in enumerate(other.possible_agents)}
+    return {agent: _return_test(first.episode_returns[:, i],
+                                other.episode_returns[:, theirs[agent]])
+            for i, agent in enumerate(first.possible_agents) if agent in theirs}
+
+
+def _test_line(test: ReturnTest) -> str:
+    verdict = "differ" if test.pvalue < 0.05 else "no evidence they differ"
+    return (f"KS {test.statistic:.3f}, p {test.pvalue:.3g} ({verdict}), "
+            f"mean {test.mean_difference:+.3g}")
 
 
 def _mean(d: DatasetDescription) -> float:

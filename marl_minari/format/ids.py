@@ -93,13 +93,14 @@ def using_datasets_root(root: Path) -> Iterator[Path]:
 
 def not_found_locally(dataset_id: str) -> DatasetNotFoundError:
     """The one "no such local dataset" error: it names the closest local ids and how to
-    download (the same words in Python and at the command line)."""
+    download (the same words in Python and at the command line; it names no option of any
+    one command: a command that has ``--download`` adds it, see ``cli/checks.py``)."""
     close = difflib.get_close_matches(dataset_id, local_dataset_ids(), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return DatasetNotFoundError(
         f"dataset {dataset_id!r} not found locally (looked in {dataset_dir(dataset_id)}); "
-        f"{hint}record it, or download it: download=True or a remote in Python, --download or "
-        "`marl-minari download` at the command line.")
+        f"{hint}record it, or download it: download=True or a remote in Python, "
+        f"`marl-minari download {dataset_id}` at the command line.")
 
 
 def local_dataset_ids() -> list[str]:

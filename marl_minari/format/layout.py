@@ -51,6 +51,8 @@ EXTRAS: Final = "extras"
 
 AGENT_SELECTION: Final = "agent_selection"
 """AEC only, under extras: index into possible_agents of the agent to act at row k (-1: none)."""
+AGENT_SELECTION_PATH: Final = f"infos/{INFOS_GROUP}/{EXTRAS}/{AGENT_SELECTION}"
+"""How an episode shows its API on disk: turn-based (AEC) episodes, and only they, have it."""
 
 OBSERVED: Final = "observed"
 """AEC only, under extras, only when recorded with ``observe_every_agent=False``: ``(T + 1, N)``

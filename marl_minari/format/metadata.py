@@ -10,13 +10,20 @@ naming the file, so nothing a dataset's author wrote reaches the user untyped.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+import numbers
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import minari
 
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
+from marl_minari.errors import (
+    CorruptedDataError,
+    DatasetNotFoundError,
+    InvalidOptionError,
+    MarlMinariError,
+)
 from marl_minari.format import layout
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.recovered_layout import with_recovered_layout
@@ -154,3 +161,54 @@ def dataset_metadata(
     metadata.update(extra or {})
     metadata[layout.METADATA_KEY] = spec.to_metadata()
     return metadata
+
+
+MINARI_METADATA_KEYS: Final = ("algorithm_name", "author", "author_email", "code_permalink",
+                               "description", "requirements", "ref_min_score", "ref_max_score")
+"""The Minari metadata a new dataset may be given (every writer takes them by these names)."""
+
+
+def check_minari_metadata(metadata: Mapping[str, Any], *, extra: bool = True) -> None:
+    """Check the Minari metadata given for a new dataset, before any work: the one rule for
+    every door that writes one (recorders, ``collect``, ``from_vault``, ``subsample``,
+    :func:`marl_minari.storage.writer.write_dataset`).
+
+    ``None`` means "not given". ``algorithm_name``, ``code_permalink`` and ``description``
+    are strings; ``author`` and ``author_email`` a string or a list of strings;
+    ``requirements`` a list of strings; the reference scores finite numbers; ``extra`` (where
+    ``extra`` is true) a dict of more top-level keys.
+
+    Raises:
+        InvalidOptionError: an unknown key, or a value of the wrong kind (named).
+    """
+    allowed = (*MINARI_METADATA_KEYS, "extra") if extra else MINARI_METADATA_KEYS
+    for key, value in metadata.items():
+        if key not in allowed:
+            raise InvalidOptionError(
+                f"unknown metadata {key!r}; a new dataset takes {sorted(allowed)}")
+        if value is None or _valid_metadata(key, value):
+            continue
+        raise InvalidOptionError(f"metadata {key}={value!r} is not {_METADATA_KINDS[key]}")
+
+
+_METADATA_KINDS: Final = {
+    "algorithm_name": "a string", "code_permalink": "a string", "description": "a string",
+    "author": "a string or a list of strings", "author_email": "a string or a list of strings",
+    "requirements": "a list of strings (pip requirement specifiers)",
+    "ref_min_score": "a finite number", "ref_max_score": "a finite number",
+    "extra": "a dict of top-level metadata keys",
+}
+
+
+def _valid_metadata(key: str, value: Any) -> bool:
+    if key in ("algorithm_name", "code_permalink", "description"):
+        return isinstance(value, str)
+    if key in ("author", "author_email"):
+        return isinstance(value, str) or (isinstance(value, (list, tuple, set, frozenset))
+                                          and all(isinstance(v, str) for v in value))
+    if key == "requirements":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if key in ("ref_min_score", "ref_max_score"):
+        return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                and math.isfinite(value))
+    return isinstance(value, dict)  # extra

@@ -148,6 +148,27 @@ def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int,
         expect.rows(name, dataset, steps + 1)
     for name, dataset in _datasets(expect.group, f"{_MARL}/{layout.EXTRAS}"):
         expect.rows(name, dataset, steps + 1)
+    _check_api(expect, spec)
+
+
+def _check_api(expect: _Expect, spec: MultiAgentSpec) -> None:
+    """An episode shows its API on disk: turn-based episodes, and only they, have
+    ``extras/agent_selection`` (whose turn each row is); one recorded through the other API
+    than the metadata's makes a dataset that no reader reads right."""
+    selection = layout.AGENT_SELECTION_PATH
+    turn_based = offset_index.dataset_id(expect.group, selection) is not None
+    if turn_based == (spec.api == "aec"):
+        if turn_based:
+            expect.column(selection, expect.steps + 1, (), kinds="i")
+        return
+    recorded = "aec" if turn_based else "parallel"
+    raise LayoutError(
+        f"{expect.where} was recorded through the {recorded!r} API "
+        f"({selection} is {'present' if turn_based else 'missing'}) but the dataset's api is "
+        f"{spec.api!r}: the dataset mixes turn-based and simultaneous episodes (readers take "
+        f"every episode as {spec.api!r}). Make the dataset again from episodes recorded "
+        f"through one API: record the others with api={spec.api!r}, or keep them in a "
+        f"dataset of their own with api={recorded!r}")
 
 
 def _datasets(group: h5py.Group, prefix: str) -> Iterator[tuple[str, h5py.Dataset]]:

@@ -102,7 +102,8 @@ class EpisodeFileWriter:
         Raises:
             CorruptedDataError: the file already holds a group of this episode's id.
             IncompatibleSourcesError: the episode has a global state and the spec none, or
-                the reverse (a dataset's episodes all have one or none has); the episode's
+                the reverse (a dataset's episodes all have one or none has), or it was
+                recorded through the other API than the spec's; the episode's
                 group is left in the file, which its caller discards (files are staged).
         """
         episode_id = self._next_id
@@ -134,6 +135,14 @@ class EpisodeFileWriter:
                 f"dataset {'records none' if has_state else 'records one'}; a dataset's "
                 "episodes all have one or none has (record_state= of the recorder, "
                 "state_space of the spec)")
+        turn_based = layout.AGENT_SELECTION_PATH in written
+        if turn_based != (self._spec.api == "aec"):
+            # the same rule as the conformance check's (storage/check.py): one API a dataset
+            raise IncompatibleSourcesError(
+                f"{self._shown_as}: episode {episode_id} (seed {seed}) was recorded through "
+                f"the {'aec' if turn_based else 'parallel'!r} API and the dataset's api is "
+                f"{self._spec.api!r}; a dataset's turn-based and simultaneous episodes are "
+                "never mixed: write them as datasets of their own")
         for path in written.keys() - self._offsets.keys():
             self._offsets[path] = [-1] * (episode_id - self._first_id)
         for path, offsets in self._offsets.items():

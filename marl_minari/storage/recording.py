@@ -29,8 +29,11 @@ from typing import Any
 from marl_minari.errors import (
     ConfigurationError,
     CorruptedDataError,
+    DatasetExistsError,
     DatasetNotFoundError,
+    InvalidDatasetIdError,
     LockedError,
+    MarlMinariError,
     StorageFullError,
 )
 from marl_minari.format import layout
@@ -189,8 +192,8 @@ class Recording:
             return _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
                                   jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
                                   journal=mark, size_hint=self._dataset_bytes(), **metadata)
-        except (LockedError, StorageFullError) as exc:
-            raise self._still_here(exc) from exc
+        except MarlMinariError as exc:
+            raise self._still_here(exc, dataset_id, creating=True) from exc
         finally:
             self._drop_stored()
 
@@ -200,8 +203,8 @@ class Recording:
         try:
             return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
                                      journal=mark, size_hint=self._dataset_bytes())
-        except (LockedError, StorageFullError) as exc:
-            raise self._still_here(exc) from exc
+        except MarlMinariError as exc:
+            raise self._still_here(exc, dataset_id, creating=False) from exc
         finally:
             self._drop_stored()
 
@@ -227,11 +230,28 @@ class Recording:
             {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
         return mark
 
-    def _still_here(self, error: LockedError | StorageFullError
-                    ) -> LockedError | StorageFullError:
-        return type(error)(
-            f"{error} The episodes stay in the recording {self.path}: call the same method "
-            f"again, or later run: marl-minari recover {self.path} <dataset-id>")
+    def _still_here(self, error: MarlMinariError, dataset_id: str, *, creating: bool
+                   ) -> MarlMinariError:
+        """``error`` (same type) ending with where the episodes that were not stored are
+        kept and the command that makes a dataset of them."""
+        method = "create_dataset" if creating else "add_to_dataset"
+        again = isinstance(error, (LockedError, StorageFullError))
+        if creating and isinstance(error, (DatasetExistsError, InvalidDatasetIdError)):
+            retry, target = "call create_dataset with a new id", "NEW_DATASET_ID"
+        elif creating:
+            retry = f"{'' if again else 'fix the cause and '}call {method} again"
+            target = dataset_id
+        else:
+            retry = ("call add_to_dataset again" if again else
+                     "write them as a new dataset with create_dataset")
+            target = "NEW_DATASET_ID"
+        run = f"marl-minari recover {self.path} {target}"
+        if target == "NEW_DATASET_ID":
+            run += " (NEW_DATASET_ID: an id no dataset has yet)"
+        said = str(error).rstrip()
+        said += "" if said.endswith((".", ")")) else "."
+        return type(error)(f"{said} The episodes stay in the recording {self.path} "
+                           f"({self.episodes} not stored): {retry}, or run: {run}")
 
     def _dataset_bytes(self) -> int:
         """An upper estimate of the size of the dataset file the journal's episodes make."""

@@ -32,15 +32,20 @@ from tqdm.auto import tqdm
 from marl_minari.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
-    IncompatibleSourcesError,
     LayoutError,
 )
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
-from marl_minari.format.metadata import dataset_metadata, metadata_count, read_metadata
+from marl_minari.format.metadata import (
+    check_minari_metadata,
+    dataset_metadata,
+    metadata_count,
+    read_metadata,
+)
 from marl_minari.format.space_json import space_to_json
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.compatible import check_compatible
 from marl_minari.storage.dataset import read_spec
 from marl_minari.storage.durable import sync_file, sync_folder, sync_tree
 from marl_minari.storage.episode_writer import AnyEpisode, EpisodeFileWriter, LeafEpisode
@@ -96,8 +101,11 @@ def write_dataset(
         DatasetExistsError: a dataset with this id exists.
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
+        InvalidOptionError: unknown metadata, or a value of the wrong kind (nothing was
+            written; :func:`marl_minari.format.metadata.check_minari_metadata`).
     """
     check_new_dataset(dataset_id)
+    check_minari_metadata(metadata)
     lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
     remove_stale_staging(root)
@@ -159,7 +167,9 @@ def append_to_dataset(
 
     Raises:
         DatasetNotFoundError: no dataset with this id.
-        IncompatibleSourcesError: the dataset's agents or spaces differ from ``spec``.
+        IncompatibleSourcesError: the new episodes may not share the dataset
+            (:func:`check_appendable`: API, agents, spaces, state, reward aggregation,
+            environment); nothing is written.
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
@@ -171,8 +181,7 @@ def append_to_dataset(
             raise DatasetNotFoundError(
                 f"no dataset {dataset_id!r} at {data.parent} to add episodes to")
         metadata = read_metadata(data)
-        stored = read_spec(data)
-        _check_same_spaces(stored, spec, dataset_id)
+        stored = check_appendable(data, spec, dataset_id)
         committed = metadata_count(metadata, "total_episodes", data)
         stored_steps = metadata_count(metadata, "total_steps", data)
         scratch = work / layout.MAIN_FILE_NAME
@@ -295,38 +304,34 @@ def _drop_uncommitted(path: Path, committed: int, generation: str) -> None:
         file.attrs[layout.GENERATION_KEY] = generation
 
 
-def _check_same_spaces(stored: MultiAgentSpec, new: MultiAgentSpec, dataset_id: str) -> None:
-    if stored.possible_agents != new.possible_agents:
-        raise IncompatibleSourcesError(
-            f"dataset {dataset_id!r} has agents {list(stored.possible_agents)}, the new episodes "
-            f"{list(new.possible_agents)}"
-        )
-    for agent in stored.possible_agents:
-        for kind, a, b in (("observation", stored.observation_spaces, new.observation_spaces),
-                           ("action", stored.action_spaces, new.action_spaces)):
-            if a[agent] != b[agent]:
-                raise IncompatibleSourcesError(
-                    f"dataset {dataset_id!r}: {kind} space of {agent!r} is {a[agent]}, the new "
-                    f"episodes' is {b[agent]}"
-                )
-    # A dataset's episodes all have the global state or none has: a mix cannot be read whole
-    # (its metadata would promise a state some episodes lack, or hide the state others hold).
-    if (stored.state_space is None) != (new.state_space is None):
-        which = ("the dataset records a global state and the new episodes have none"
-                 if new.state_space is None else
-                 "the new episodes have a global state and the dataset records none")
-        raise IncompatibleSourcesError(
-            f"dataset {dataset_id!r}: {which}; a "
-            "dataset's episodes all have one or none has: record them as the dataset was "
-            "(record_state=), or write them as a new dataset")
-    if stored.state_space != new.state_space:
-        raise IncompatibleSourcesError(
-            f"dataset {dataset_id!r}: the global state space is {stored.state_space}, the new "
-            f"episodes' is {new.state_space}")
+def check_appendable(data: Path, new: MultiAgentSpec, dataset_id: str) -> MultiAgentSpec:
+    """The spec of the dataset ``dataset_id`` (whose ``data/`` folder is ``data``), checked
+    to accept episodes recorded as ``new``: the rule combine asks too
+    (:func:`marl_minari.storage.compatible.check_compatible`; new episodes are written in the
+    current layout).
+
+    Raises:
+        IncompatibleSourcesError: the first way they differ (API, agents, spaces, state,
+            reward aggregation, layout, environment), and what to do instead.
+    """
+    stored = read_spec(data)
+    check_compatible(stored, new, first_name=f"dataset {dataset_id!r}",
+                     other_name="the new episodes",
+                     fix="record them as the dataset was (same env, api, agents and "
+                         "record_state=), or write them as a new dataset",
+                     first_layout=read_metadata(data)[layout.METADATA_KEY].get(
+                         layout.META_LAYOUT_VERSION))
+    return stored
 
 
-def check_new_dataset(dataset_id: str) -> Path:
-    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work).
+def check_new_dataset(dataset_id: str, *, or_else: str = "") -> Path:
+    """The folder a new dataset ``dataset_id`` goes to, checked to be free (before any work):
+    the one id rule of every door that creates a dataset.
+
+    Args:
+        dataset_id: the new dataset's id.
+        or_else: another way out the caller offers (``"add the episodes to it with
+            append=True"``), ending the message.
 
     Raises:
         InvalidDatasetIdError: malformed id.
@@ -337,7 +342,8 @@ def check_new_dataset(dataset_id: str) -> Path:
     if target.exists():
         raise DatasetExistsError(
             f"dataset {dataset_id!r} already exists at {target}; datasets are immutable: pick a "
-            "new version (-vN+1) or delete it with minari.delete_dataset."
+            "new version (-vN+1) or delete it with minari.delete_dataset"
+            + (f", or {or_else}." if or_else else ".")
         )
     return target
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from marl_minari.collectors.collect import collect
@@ -93,3 +95,17 @@ def test_unknown_env_without_close_match_says_how_to_fix() -> None:
     with pytest.raises(EnvDescriptorError, match="Check the id") as caught:
         mm.make_env("nowhere/nothing_v1")
     assert "did you mean" not in str(caught.value)
+
+
+def test_append_of_turn_based_episodes_to_a_parallel_dataset_is_refused(
+        cli: Any, datasets_root: Path) -> None:
+    """The mix the command line let through: AEC episodes into a parallel dataset. Refused
+    before recording, with one error line, and the dataset byte-identical."""
+    collect("mpe2/simple_spread_v3", 2, dataset_id="cli/parallel-v0", env_kwargs=TINY)
+    folder = datasets_root / "cli" / "parallel-v0"
+    before = {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    result = cli("collect", "mpe2/simple_spread_v3", "--episodes", "1", "--api", "aec",
+                 "--env-kwargs", json.dumps(TINY), "--dataset-id", "cli/parallel-v0",
+                 "--append")
+    result.assert_one_error(1, "differ in api: 'aec' vs 'parallel'")
+    assert {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} == before

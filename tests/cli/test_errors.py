@@ -71,7 +71,8 @@ def test_usage_errors_exit_2_before_any_work(case: str, cli: Callable, workdir: 
 
 
 FAILURE_CASES = {
-    "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally", "--download"]),
+    "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally",
+                                              "`marl-minari download nope-v0`"]),
     "neither a path nor an id": (["info", "foo"], ["no dataset at 'foo'", "not a dataset id"]),
     "check a missing path": (["check", "nowhere/at-all"], ["no dataset at 'nowhere/at-all'"]),
     "describe missing dataset": (["describe", "nope-v0"], ["nope-v0"]),
@@ -125,10 +126,15 @@ def test_collect_into_an_existing_id_fails_before_the_env_is_made(
 
 def test_collect_appends_when_asked(cli: Callable, taken: str, tracer: str,
                                     workdir: Path) -> None:
-    result = cli("collect", tracer, "--dataset-id", taken, "--append", "--episodes", "2")
+    # The tracer's env is spread made by another entry point: another environment.
+    cli("collect", tracer, "--dataset-id", taken, "--append").assert_one_error(
+        EXIT_FAILURE, "differ in environment", "'entry_point': 'tracer_env:make'")
+    assert cli("collect", tracer, "--dataset-id", "cli/traced-v0", "--episodes", "1").code == 0
+    result = cli("collect", tracer, "--dataset-id", "cli/traced-v0", "--append",
+                 "--episodes", "2")
     assert result.code == 0, result.stderr
     assert (workdir / "env-was-made").exists()
-    assert f"appended to {taken}: now 3 episodes" in result.stdout
+    assert "appended to cli/traced-v0: now 3 episodes" in result.stdout
 
 
 def test_missing_optional_package_names_the_extra(cli: Callable, workdir: Path,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -11,6 +13,7 @@ from typer.testing import CliRunner
 
 from marl_minari.cli import app
 from marl_minari.cli import reference as cli_reference
+from marl_minari.cli.app import FIRST_EXAMPLE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -58,3 +61,88 @@ def test_no_arguments_prints_the_help_and_exits_2(cli: Callable) -> None:
     result = cli()
     assert result.code == 2
     assert "Usage: marl-minari" in result.stdout and "collect" in result.stdout
+
+
+MISSING = "tests/missing-v0"
+MISSING_DATASET_ARGS: dict[str, list[str]] = {
+    "info": [MISSING], "check": [MISSING], "describe": [MISSING],
+    "combine": [MISSING, MISSING, "--dataset-id", "tests/new-v0"],
+    "convert": [MISSING], "publish": [MISSING, "--remote", "registry"],
+    "subset": [MISSING, "tests/new-v0", "--max-steps", "5"], "compare": [MISSING, MISSING],
+    "export rllib": [MISSING, "out"],
+}
+"""Every command that reads a local dataset, with arguments naming one that does not exist."""
+NO_LOCAL_DATASET = {"", "collect", "recover", "vault-info", "download", "remote",
+                    "remote list", "export"}
+"""The commands (and groups) that read no local dataset by id."""
+
+
+def _options(path: tuple[str, ...]) -> set[str]:
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)
+            if o.startswith("--")}
+
+
+def test_every_command_is_asked_about_missing_datasets() -> None:
+    assert {" ".join(p) for p in ALL_COMMANDS} == set(MISSING_DATASET_ARGS) | NO_LOCAL_DATASET
+
+
+@pytest.mark.parametrize("name", sorted(MISSING_DATASET_ARGS))
+def test_the_missing_dataset_hint_names_only_options_the_command_has(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tuple(name.split())
+    result = CliRunner().invoke(app, [*path, *MISSING_DATASET_ARGS[name]],
+                                prog_name="marl-minari")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1, result.output
+    assert f"{MISSING!r} not found locally" in errors[0]
+    assert f"`marl-minari download {MISSING}`" in errors[0]  # a command every user has
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", errors[0]))
+    assert named <= _options(path), (named, errors[0])
+    assert ("--download" in named) == ("--download" in _options(path))
+
+
+def _command(path: tuple[str, ...]) -> Any:
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_COMMANDS if p not in (
+    (), ("export",), ("remote",))], ids=" ".join)
+def test_every_argument_is_named_in_one_style(path: tuple[str, ...]) -> None:
+    """Upper-case metavars (DATASET, DATASET_ID, ENV_ID...) everywhere, in the usage line as
+    in the argument list."""
+    command = _command(path)
+    arguments = [p for p in command.params if p.param_type_name == "argument"]
+    for argument in arguments:
+        assert re.fullmatch(r"[A-Z][A-Z_]*", argument.metavar or ""), (path, argument.name)
+    result = CliRunner().invoke(app, [*path, "--help"], prog_name="marl-minari")
+    usage = result.output.splitlines()[0]
+    names = re.findall(r"[{\[]([^}\]]+)[}\]]", usage.split("[OPTIONS]", 1)[-1])
+    assert names == [a.metavar for a in arguments], usage
+
+
+def test_top_level_help_gives_each_command_its_whole_line_and_a_first_example() -> None:
+    result = CliRunner().invoke(app, ["--help"], prog_name="marl-minari",
+                                env={"COLUMNS": "80"})
+    flat = " ".join(result.output.split())
+    for path in ALL_COMMANDS[1:]:
+        if len(path) > 1:
+            continue
+        line = " ".join(_command(path).help.split("\n\n")[0].split())
+        assert line.endswith(".") and f"{path[0]} {line}" in flat, (path, line)
+    assert " ".join(FIRST_EXAMPLE.split()) in flat
+
+
+def test_the_first_example_runs(cli: Callable) -> None:
+    for line in FIRST_EXAMPLE.splitlines():
+        words = line.split()
+        assert words[0] == "marl-minari"
+        result = cli(*words[1:])
+        assert result.code == 0, result.stderr
+    assert "agent_0" in result.stdout

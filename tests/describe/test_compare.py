@@ -3,14 +3,16 @@ two or more datasets, as text, JSON and one figure."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic import write_episodes
+from synthetic import AGENTS, episode_with, spec_of, write_episodes
 
+import marl_minari as mm
 from marl_minari.describe import compare, ks_two_sample, plot_comparison
 from marl_minari.errors import InvalidOptionError
 
@@ -83,3 +85,39 @@ def test_comparison_figure(tmp_path: Path, agents: int) -> None:
     path = plot_comparison(result, tmp_path / f"compare-{agents}.png")
     # four panels side by side, the same size whatever the number of agents
     assert png_size(path) == (4 * 420, 340 + 60 + 22)
+
+
+def _zero_sum(dataset_id: str, first_wins: list[bool]) -> None:
+    """Episodes where agent 'a' gets +1 and 'b' -1 (or the reverse): team return 0."""
+    episodes = []
+    for i, wins in enumerate(first_wins):
+        episode = episode_with(4, 0.0, i)
+        rewards = np.zeros_like(episode.rewards)
+        rewards[-1] = [1.0, -1.0] if wins else [-1.0, 1.0]
+        episodes.append(dataclasses.replace(episode, rewards=rewards))
+    mm.write_dataset(dataset_id, episodes, spec_of(AGENTS), fsync=False)
+
+
+def test_zero_sum_games_compare_per_agent_returns() -> None:
+    """Team returns of a zero-sum game are always 0 (a KS test on them always says p = 1):
+    each agent's returns are compared instead, and the report says so."""
+    _zero_sum("tests/always-v0", [True] * 30)
+    _zero_sum("tests/half-v0", [i % 2 == 0 for i in range(30)])
+    result = compare(["tests/always-v0", "tests/half-v0"], coverage=False)
+    assert result.zero_sum and result.returns[0].pvalue == 1.0
+    tests = result.agent_returns[0]
+    assert list(tests) == ["a", "b"]
+    assert tests["a"].statistic == pytest.approx(0.5) and tests["a"].pvalue < 0.05
+    assert tests["a"].mean_difference == pytest.approx(-1.0)
+    assert tests["b"].mean_difference == pytest.approx(1.0)
+    text = result.to_text()
+    assert "a zero-sum game), so per-agent returns are compared" in text
+    assert "tests/half-v0, a: KS 0.500" in text and "(differ)" in text
+    payload = json.loads(json.dumps(result.to_dict()))
+    assert payload["zero_sum"] is True
+    assert payload["agent_returns_against_first"][0]["agents"]["a"]["ks_statistic"] == 0.5
+    # a game whose team returns vary is compared on them, as before
+    write_episodes("tests/team-v0", [4] * 10, [float(i) for i in range(10)])
+    team = compare(["tests/team-v0", "tests/always-v0"], coverage=False)
+    assert not team.zero_sum and team.agent_returns == ()
+    assert "team returns against tests/team-v0" in team.to_text()

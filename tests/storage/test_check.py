@@ -214,3 +214,47 @@ def test_jpeg_leaves_pass_wherever_the_layout_puts_them(
     metadata_path.write_text(json.dumps(metadata))
     with pytest.raises(LayoutError, match="episode_0/(observations/piston_0|infos/marl/state)"):
         mm.check_dataset("check/pistonball-v0")
+
+
+def _copy_episode(source: Any, target: Any) -> None:
+    """Put ``source``'s first episode at the end of ``target``, metadata counts updated (as
+    an append that asked no rule once did)."""
+    with h5py.File(_main(source), "r") as src, h5py.File(_main(target), "r+") as dst:
+        count = len(dst)
+        src.copy(src["episode_0"], dst, name=f"episode_{count}")
+        dst[f"episode_{count}"].attrs["id"] = count
+        steps = int(src["episode_0"].attrs["total_steps"])
+    _edit_metadata(target, total_episodes=count + 1, total_steps=target.total_steps + steps)
+
+
+@pytest.mark.parametrize("stored_api", ["parallel", "aec"])
+def test_a_dataset_that_mixes_apis_is_reported(record_parallel: Callable[..., Any],
+                                               stored_api: str) -> None:
+    """A turn-based episode among simultaneous ones (or the reverse) fails the check, which
+    names the episode, both APIs and what to do."""
+    apis = {"parallel": "check/simultaneous-v0", "aec": "check/turns-v0"}
+    datasets = {}
+    for api, dataset_id in apis.items():
+        collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3)
+                                             ) if api == "parallel" else mm.AECDataCollector(
+            mm.make_env("mpe2/simple_spread_v3", api="aec", max_cycles=3))
+        collector.reset(seed=0)
+        if api == "parallel":
+            while collector.agents:
+                collector.step({a: 0 for a in collector.agents})
+        else:
+            for _ in collector.agent_iter():
+                _, _, terminated, truncated, _ = collector.last()
+                collector.step(None if terminated or truncated else 0)
+        datasets[api] = collector.create_dataset(dataset_id, algorithm_name="zeros",
+                                                 author="tests", author_email="t@example.com",
+                                                 code_permalink="https://example.com",
+                                                 description="tests")
+        collector.close()
+        assert mm.check_dataset(dataset_id).total_episodes == 1
+    other = "aec" if stored_api == "parallel" else "parallel"
+    _copy_episode(datasets[other], datasets[stored_api])
+    with pytest.raises(LayoutError, match=(
+            rf"episode_1 was recorded through the '{other}' API .* the dataset's api is "
+            rf"'{stored_api}': the dataset mixes turn-based and simultaneous episodes")):
+        mm.check_dataset(apis[stored_api])

@@ -127,7 +127,7 @@ def test_a_writer_that_cannot_get_the_lock_gets_a_typed_error_and_keeps_its_epis
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         monkeypatch.setenv("MARL_MINARI_LOCK_TIMEOUT", "0.2")
-        collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=2),
+        collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3),
                                              recording_path=tmp_path / "late")
         collector.reset(seed=7)
         while collector.agents:

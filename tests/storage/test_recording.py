@@ -274,3 +274,34 @@ def test_killed_default_recording_is_listed(tmp_path: Path, datasets_root: Path)
     assert found[0].env == "mpe2/simple_spread_v3"
     _check_recovered(found[0].path, "killed/listed-v0", 2)
     assert list_recordings() == []
+
+
+@pytest.mark.filterwarnings("ignore:algorithm_name, author")
+def test_a_failed_create_dataset_says_where_the_episodes_are_and_how_to_recover(
+        tmp_path: Path) -> None:
+    """The episodes of a refused ``create_dataset`` stay in the recording, and the error
+    names its folder and the exact command that makes a dataset of them."""
+    def played(folder: Path) -> mm.ParallelDataCollector:
+        collector = mm.ParallelDataCollector(
+            mm.make_env("mpe2/simple_spread_v3", max_cycles=2), recording_path=folder)
+        collector.reset(seed=3)
+        while collector.agents:
+            collector.step({a: 0 for a in collector.agents})
+        return collector
+
+    first = played(tmp_path / "first")
+    first.create_dataset("rec/taken-v0")
+    first.close()
+    late = played(tmp_path / "late")
+    kept = late.recording_path
+    with pytest.raises(mm.DatasetExistsError) as taken:
+        late.create_dataset("rec/taken-v0")
+    assert (f"The episodes stay in the recording {kept} (1 not stored): call create_dataset "
+            f"with a new id, or run: marl-minari recover {kept} NEW_DATASET_ID") in str(
+                taken.value)
+    with pytest.raises(InvalidDatasetIdError, match=f"marl-minari recover {kept} NEW_DATASET"):
+        late.create_dataset("no-version")
+    with pytest.warns(UserWarning, match="1 recorded episode"):
+        late.close()
+    recover_recording(kept, "rec/rescued-v0")
+    assert mm.load_dataset("rec/rescued-v0").episode_seeds() == [3]

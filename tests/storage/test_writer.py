@@ -279,9 +279,8 @@ def test_a_dataset_never_mixes_episodes_with_and_without_state(stored_state: boo
     spec, episodes = _stated(2, stored_state)
     other_spec, others = _stated(1, not stored_state, first_seed=10)
     write_dataset("team/stated-v0", episodes, spec)
-    which = ("the dataset records a global state and the new episodes have none"
-             if stored_state else
-             "the new episodes have a global state and the dataset records none")
+    which = ("differ in global state: 'not recorded' vs 'recorded'" if stored_state else
+             "differ in global state: 'recorded' vs 'not recorded'")
     with pytest.raises(IncompatibleSourcesError, match=which):
         append_to_dataset("team/stated-v0", others, other_spec)
     # the spec says as the dataset, the episode not: refused by the file writer
