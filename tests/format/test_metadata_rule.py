@@ -52,7 +52,8 @@ def _doors(tmp_path: Path) -> dict[str, Callable[[dict[str, Any]], Any]]:
     return {
         "write_dataset": lambda md: mm.write_dataset(
             "tests/new-v0", [episode_with(3, 1.0, 0)], spec_of(AGENTS), **md),
-        "from_vault": lambda md: from_vault(vaults, "known", "Good", "tests/new-v0", **md),
+        "from_vault": lambda md: from_vault("known", rel_dir=vaults, vault_uid="Good",
+                                              dataset_id="tests/new-v0", **md),
         "subsample": lambda md: mm.subsample("tests/source-v0", "tests/new-v0", max_steps=5,
                                              **md),
         "collect": lambda md: collect("mpe2/simple_spread_v3", 1, dataset_id="tests/new-v0",
@@ -78,7 +79,7 @@ def test_from_vault_checks_the_new_id_before_reading_the_vault(tmp_path: Path) -
     """The same id rule as every writer (malformed, then taken), before the vault is opened:
     a missing vault is not what the user hears about first."""
     with pytest.raises(mm.InvalidDatasetIdError):
-        from_vault(tmp_path, "missing", "Good", "no-version")
+        from_vault("missing", rel_dir=tmp_path, vault_uid="Good", dataset_id="no-version")
     write_episodes("tests/taken-v0", [3], [1.0])
     with pytest.raises(mm.DatasetExistsError, match="already exists"):
-        from_vault(tmp_path, "missing", "Good", "tests/taken-v0")
+        from_vault("missing", rel_dir=tmp_path, vault_uid="Good", dataset_id="tests/taken-v0")
