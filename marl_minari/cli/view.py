@@ -33,9 +33,11 @@ def view_command(
         "--coverage", help="Also measure SACo and OACo for the card (reads the "
                            "observations).")] = False,
 ) -> None:
-    """See a dataset in the browser: its card, return and step distributions, the episode
-    table, and each episode on the step axis (rewards, actions, presence, masks, state,
-    frames, turns). Serves the page on 127.0.0.1 until Ctrl-C, or writes it with --out."""
+    """See a dataset in the browser: its card, distributions, episode table and timelines.
+
+    The page shows the dataset's card, return and step distributions, the episode table, and
+    each episode on the step axis (rewards, actions, presence, masks, state, frames, turns).
+    It is served on 127.0.0.1 until Ctrl-C, or written as one file with --out."""
     from marl_minari.view import serve, write_page
 
     if out is not None:

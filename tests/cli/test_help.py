@@ -69,7 +69,7 @@ MISSING_DATASET_ARGS: dict[str, list[str]] = {
     "combine": [MISSING, MISSING, "--dataset-id", "tests/new-v0"],
     "convert": [MISSING], "publish": [MISSING, "--remote", "registry"],
     "subset": [MISSING, "tests/new-v0", "--max-steps", "5"], "compare": [MISSING, MISSING],
-    "export rllib": [MISSING, "out"],
+    "export rllib": [MISSING, "out"], "view": [MISSING, "--out", "page.html"],
 }
 """Every command that reads a local dataset, with arguments naming one that does not exist."""
 NO_LOCAL_DATASET = {"", "collect", "recover", "vault-info", "download", "remote",
