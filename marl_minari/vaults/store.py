@@ -91,10 +91,74 @@ def flatten_structure(tree: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...]
         yield tuple(path.split("/")), leaf
 
 
+_SHAPE_TEXT = re.compile(r"\(\s*(?:\d+\s*(?:,\s*\d+\s*)*,?\s*)?\)")
+
+
 def parse_shape(text: str) -> tuple[int, ...]:
-    """``"(1, 200, 3)"`` -> ``(1, 200, 3)`` (how Flashbax stores shapes)."""
-    cleaned = text.strip().strip("()[]").replace(" ", "")
+    """``"(1, 200, 3)"`` -> ``(1, 200, 3)`` (how Flashbax stores shapes: ``str(tuple)``).
+
+    Raises:
+        ValueError: ``text`` is not a tuple of non-negative integers written that way.
+    """
+    if not isinstance(text, str) or not _SHAPE_TEXT.fullmatch(text.strip()):
+        raise ValueError(f"{text!r} is not a shape written as a tuple of integers")
+    cleaned = text.strip().strip("()").replace(" ", "")
     return tuple(int(part) for part in cleaned.split(",") if part)
+
+
+def claimed_leaves(meta_path: Path, metadata: Any) -> tuple[LeafInfo, ...]:
+    """The experience leaves ``metadata.json`` claims (``structure_shape`` and
+    ``structure_dtype``), each checked: a shape of at least ``(B, T)`` whose dimensions are
+    integers >= 1, every leaf with the same ``B``, and a numeric or bool dtype. Nothing here
+    is compared with the stores yet (:meth:`VaultReader.check_stores` does) or evaluated.
+
+    Raises:
+        CorruptedDataError: naming ``meta_path`` and the key.
+    """
+    try:
+        shapes = dict(flatten_structure(metadata["structure_shape"]))
+        dtypes = dict(flatten_structure(metadata["structure_dtype"]))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: {exc}") \
+            from exc
+    if not shapes:
+        raise CorruptedDataError(f"{meta_path}: structure_shape lists no arrays")
+    unshaped = sorted(".".join(path) for path in dtypes.keys() - shapes.keys())
+    if unshaped:
+        raise CorruptedDataError(f"{meta_path}: structure_dtype {unshaped[0]!r} has no shape "
+                                 "in structure_shape (the two trees name the same leaves)")
+    found: list[LeafInfo] = []
+    for path, text in shapes.items():
+        key = ".".join(path)
+        try:
+            shape = parse_shape(text)
+        except ValueError as exc:
+            raise CorruptedDataError(f"{meta_path}: structure_shape {key!r}: {exc}, as "
+                                     "Flashbax writes it, e.g. '(1, 200, 3)'") from exc
+        if len(shape) < 2 or min(shape) < 1:
+            raise CorruptedDataError(
+                f"{meta_path}: structure_shape {key!r} is {shape}; an experience leaf is shaped "
+                "(B, T, ...) with every dimension at least 1")
+        if found and shape[0] != found[0].shape[0]:
+            raise CorruptedDataError(
+                f"{meta_path}: structure_shape {key!r} has {shape[0]} streams but "
+                f"{'.'.join(found[0].path)!r} {found[0].shape[0]}: every leaf of a vault shares "
+                "its batch axis")
+        found.append(LeafInfo(path, shape, _claimed_dtype(meta_path, key, dtypes.get(path))))
+    return tuple(found)
+
+
+def _claimed_dtype(meta_path: Path, key: str, value: Any) -> str:
+    """The numpy name of a leaf's claimed dtype, numeric or bool."""
+    try:
+        dtype = np.dtype(value) if isinstance(value, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
+        raise CorruptedDataError(
+            f"{meta_path}: structure_dtype {key!r} is {value!r}; a vault leaf's dtype is the "
+            "name of a numeric or bool numpy dtype, such as 'float32'")
+    return dtype.name
 
 
 def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) -> Path:
@@ -215,24 +279,40 @@ class VaultReader:
                 f"no vault at {self.path}: expected {METADATA_FILE} there (a vault folder is "
                 "rel_dir/vault_name/vault_uid)")
         try:
-            self.metadata: dict[str, Any] = json.loads(meta_path.read_text())
-            shapes = dict(flatten_structure(self.metadata["structure_shape"]))
-            dtypes = dict(flatten_structure(self.metadata["structure_dtype"]))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            metadata = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: {exc}") \
                 from exc
-        if not shapes:
-            raise CorruptedDataError(f"{meta_path}: structure_shape lists no arrays")
+        if not isinstance(metadata, dict):
+            raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: a JSON "
+                                     f"object was expected, not {type(metadata).__name__}")
+        self.metadata: dict[str, Any] = metadata
+        self.leaves = claimed_leaves(meta_path, metadata)
         check_version(self.metadata.get("version"), meta_path)
-        self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
-                            for path in shapes)
         self._context = tensorstore().Context({
             "cache_pool": {"total_bytes_limit": CACHE_BYTES},
             "data_copy_concurrency": {"limit": READ_CONCURRENCY},
             "file_io_concurrency": {"limit": READ_CONCURRENCY}})
         self._stores: dict[str, ts.TensorStore] = {}
+        self._check_stores(meta_path)
         self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]
+
+    def _check_stores(self, meta_path: Path) -> None:
+        """Every claimed leaf is a store of that dtype whose dimensions are the claimed ones
+        (all but the time axis, which Flashbax preallocates): checked before any read is sized
+        by the claims."""
+        for leaf in self.leaves:
+            store = self._open(leaf.name)
+            real = tuple(int(size) for size in store.shape)
+            dtype = store.dtype.numpy_dtype
+            if len(real) != len(leaf.shape) or (real[0], *real[2:]) != (
+                    leaf.shape[0], *leaf.shape[2:]) or dtype != np.dtype(leaf.dtype):
+                raise CorruptedDataError(
+                    f"{meta_path}: structure_shape/structure_dtype {'.'.join(leaf.path)!r} "
+                    f"claim {leaf.shape} {leaf.dtype}, but the array {leaf.name!r} is "
+                    f"{real} {dtype}: the metadata does not describe the vault (restore it from "
+                    "a copy)")
 
     def _checked_length(self) -> int:
         """``vault_index``, checked against the arrays: reading past what is stored would
