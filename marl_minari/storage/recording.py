@@ -31,6 +31,7 @@ from marl_minari.errors import (
     CorruptedDataError,
     DatasetNotFoundError,
     LockedError,
+    NotWritableError,
     StorageFullError,
 )
 from marl_minari.format import layout
@@ -189,7 +190,7 @@ class Recording:
             return _write_dataset(dataset_id, self.read(), self.spec, total=self.episodes,
                                   jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
                                   journal=mark, size_hint=self._dataset_bytes(), **metadata)
-        except (LockedError, StorageFullError) as exc:
+        except (LockedError, StorageFullError, NotWritableError) as exc:
             raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
@@ -200,7 +201,7 @@ class Recording:
         try:
             return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
                                      journal=mark, size_hint=self._dataset_bytes())
-        except (LockedError, StorageFullError) as exc:
+        except (LockedError, StorageFullError, NotWritableError) as exc:
             raise self._still_here(exc) from exc
         finally:
             self._drop_stored()
@@ -227,8 +228,8 @@ class Recording:
             {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
         return mark
 
-    def _still_here(self, error: LockedError | StorageFullError
-                    ) -> LockedError | StorageFullError:
+    def _still_here(self, error: LockedError | StorageFullError | NotWritableError
+                    ) -> LockedError | StorageFullError | NotWritableError:
         return type(error)(
             f"{error} The episodes stay in the recording {self.path}: call the same method "
             f"again, or later run: marl-minari recover {self.path} <dataset-id>")
