@@ -10,13 +10,14 @@ naming the file, so nothing a dataset's author wrote reaches the user untyped.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import minari
 
-from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, InvalidOptionError
 from marl_minari.format import layout
 from marl_minari.format.recovered_layout import with_recovered_layout
 from marl_minari.format.space_json import space_from_json, space_to_json
@@ -75,6 +76,47 @@ def metadata_space(metadata: dict[str, Any], key: str, data_path: Path) -> Any:
             f"serialised space ({type(exc).__name__}: {exc}); restore it from a copy.") from exc
 
 
+_TEXT_KEYS = ("algorithm_name", "code_permalink", "description")
+_TEXTS_KEYS = ("author", "author_email")
+_SCORE_KEYS = ("ref_min_score", "ref_max_score")
+
+
+def check_metadata_values(metadata: dict[str, Any]) -> None:
+    """Check the types of the Minari metadata a dataset is given (``None`` means "not given").
+
+    The one check of metadata values, run wherever metadata is accepted (every writer builds
+    ``metadata.json`` through :func:`dataset_metadata`; doors that choose or write episodes
+    first call this before doing so).
+
+    Raises:
+        InvalidOptionError: naming the key, the value's type and what is accepted.
+    """
+    for key, value in metadata.items():
+        if value is None:
+            continue
+        if key in _TEXT_KEYS:
+            fits, wanted = isinstance(value, str), "a string"
+        elif key in _TEXTS_KEYS:
+            fits = isinstance(value, str) or (
+                isinstance(value, (list, tuple, set, frozenset))
+                and all(isinstance(item, str) for item in value))
+            wanted = "a string or a list of strings"
+        elif key == "requirements":
+            fits = isinstance(value, (list, tuple)) and all(isinstance(r, str) for r in value)
+            wanted = "a list of strings (pip requirement specifiers)"
+        elif key in _SCORE_KEYS:
+            fits = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and math.isfinite(value))
+            wanted = "a finite number"
+        elif key == "extra":
+            fits, wanted = isinstance(value, dict), "a dict"
+        else:
+            continue
+        if not fits:
+            raise InvalidOptionError(
+                f"metadata {key!r} must be {wanted}, not {type(value).__name__} {value!r}")
+
+
 def dataset_metadata(
     dataset_id: str,
     spec: MultiAgentSpec,
@@ -92,7 +134,16 @@ def dataset_metadata(
     ref_max_score: float | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``metadata.json`` of a dataset: Minari's keys plus ``marl_minari``."""
+    """The ``metadata.json`` of a dataset: Minari's keys plus ``marl_minari``.
+
+    Raises:
+        InvalidOptionError: a metadata value of the wrong type (:func:`check_metadata_values`).
+    """
+    check_metadata_values({
+        "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
+        "code_permalink": code_permalink, "description": description,
+        "requirements": requirements, "ref_min_score": ref_min_score,
+        "ref_max_score": ref_max_score, "extra": extra})
     metadata: dict[str, Any] = {
         "dataset_id": dataset_id,
         "total_episodes": total_episodes,

@@ -40,7 +40,12 @@ from marl_minari.errors import (
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
-from marl_minari.format.metadata import dataset_metadata, metadata_count, read_metadata
+from marl_minari.format.metadata import (
+    check_metadata_values,
+    dataset_metadata,
+    metadata_count,
+    read_metadata,
+)
 from marl_minari.format.space_json import space_to_json
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.dataset import read_spec
@@ -100,6 +105,7 @@ def write_dataset(
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
     """
+    check_metadata_values(metadata)
     check_new_dataset(dataset_id)
     lock_timeout()  # a bad setting is reported before the work, not after
     root = staging_root()
