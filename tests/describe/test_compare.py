@@ -83,3 +83,9 @@ def test_comparison_figure(tmp_path: Path, agents: int) -> None:
     path = plot_comparison(result, tmp_path / f"compare-{agents}.png")
     # four panels side by side, the same size whatever the number of agents
     assert png_size(path) == (4 * 420, 340 + 60 + 22)
+
+
+@pytest.mark.parametrize("sources", ["tests/first-v0", Path("tests/first-v0"), b"ab"])
+def test_one_source_where_the_list_goes_is_refused(sources: object) -> None:
+    with pytest.raises(InvalidOptionError, match="list of two or more sources"):
+        compare(sources)  # type: ignore[arg-type]
