@@ -191,7 +191,7 @@ class Recording:
                                   jpeg_encoding=self.jpeg_encoding, fsync=self._fsync,
                                   journal=mark, size_hint=self._dataset_bytes(), **metadata)
         except (LockedError, StorageFullError, NotWritableError) as exc:
-            raise self._still_here(exc) from exc
+            raise self._still_here(exc, dataset_id) from exc
         finally:
             self._drop_stored()
 
@@ -202,7 +202,7 @@ class Recording:
             return append_to_dataset(dataset_id, self.read(), self.spec, fsync=self._fsync,
                                      journal=mark, size_hint=self._dataset_bytes())
         except (LockedError, StorageFullError, NotWritableError) as exc:
-            raise self._still_here(exc) from exc
+            raise self._still_here(exc, dataset_id, append=True) from exc
         finally:
             self._drop_stored()
 
@@ -228,11 +228,14 @@ class Recording:
             {"dataset": dataset_id, "journal": mark[0], "records": mark[1]}), sync=self._fsync)
         return mark
 
-    def _still_here(self, error: LockedError | StorageFullError | NotWritableError
+    def _still_here(self, error: LockedError | StorageFullError | NotWritableError,
+                    dataset_id: str, *, append: bool = False
                     ) -> LockedError | StorageFullError | NotWritableError:
+        command = (f"marl-minari recover {self.path} {dataset_id} --append" if append
+                   else f"marl-minari recover {self.path} <dataset-id>")
         return type(error)(
             f"{error} The episodes stay in the recording {self.path}: call the same method "
-            f"again, or later run: marl-minari recover {self.path} <dataset-id>")
+            f"again, or later run: {command}")
 
     def _dataset_bytes(self) -> int:
         """An upper estimate of the size of the dataset file the journal's episodes make."""
@@ -326,24 +329,33 @@ def _remove_if_empty(folder: Path) -> None:
     recording.close(keep=False)
 
 
-def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Path:
-    """Turn the unsaved finished episodes of a (possibly killed) recording into a dataset.
+def recover_recording(path: str | Path, dataset_id: str, *, append: bool = False,
+                      **metadata: Any) -> Path:
+    """Turn the unsaved finished episodes of a (possibly killed) recording into a dataset, or
+    with ``append`` add them to an existing one (an interrupted ``add_to_dataset``).
 
     Episodes the recording already stored in a dataset before it was killed are not stored
     again.
 
     Args:
         path: the recording folder (see :func:`list_recordings`).
-        dataset_id: id of the new dataset.
-        **metadata: Minari metadata, as for ``create_dataset``.
+        dataset_id: id of the new dataset (with ``append``: of the existing one).
+        append: add to ``dataset_id`` (as ``Recording.open(path).add_to_dataset``) instead of
+            creating it.
+        **metadata: Minari metadata of a new dataset, as for ``create_dataset``.
 
     Returns:
-        The new dataset's folder. The recording folder is removed once the dataset exists.
+        The dataset's folder. The recording folder is removed once the episodes are stored.
 
     Raises:
         CorruptedDataError: the recording holds no unsaved complete episode.
         LockedError: a live process uses the recording.
+        InvalidOptionError: metadata given with ``append`` (an append keeps the dataset's).
     """
+    if append and metadata:
+        raise ConfigurationError(
+            f"metadata {sorted(metadata)} given with append: an append keeps the metadata of "
+            f"{dataset_id!r}")
     recording = Recording.open(Path(path))
     try:
         if recording.episodes == 0:
@@ -351,7 +363,8 @@ def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Pat
                 f"recording {path} holds no complete episode to recover (episodes already "
                 "stored in a dataset are not stored again); remove it with "
                 f"marl-minari recover --discard {path}")
-        target = recording.write_dataset(dataset_id, **metadata)
+        target = (recording.add_to_dataset(dataset_id) if append
+                  else recording.write_dataset(dataset_id, **metadata))
     except BaseException:
         recording.close(keep=True)
         raise

@@ -90,6 +90,7 @@ def test_append_to_an_immutable_dataset_is_a_typed_error_and_keeps_the_episodes(
     message = str(error.value)
     assert str(target) in message and "unchanged" in message
     assert str(tmp_path / "rec") in message  # where the episodes stayed
+    assert f"marl-minari recover {tmp_path / 'rec'} lock/target-v0 --append" in message
     assert copies == []  # refused before the data file was copied
     assert _snapshot("lock/target-v0") == before
     assert recording.episodes == 2
