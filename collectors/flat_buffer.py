@@ -41,7 +41,7 @@ from marl_minari.vaults.episodes import (
 from marl_minari.vaults.keys import leaf_text, resolve_keys
 from marl_minari.vaults.layout import CutOn, FinalObservation, import_layout, import_options
 from marl_minari.vaults.rows import arrays_from_rows
-from marl_minari.vaults.store import LeafInfo
+from marl_minari.vaults.structure import LeafInfo
 
 Path_ = tuple[str, ...]
 

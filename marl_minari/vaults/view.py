@@ -26,7 +26,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leave
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
-from .store import parse_shape
+from .structure import parse_shape
 
 PAD_VALUE: Final = 0.0
 """Value of the padding columns when agents' flattened widths differ."""
