@@ -289,3 +289,25 @@ def test_a_rewritten_digests_sidecar_of_a_file_written_since_is_ignored(
     dataset = mm.load_dataset("trust/sidecar-v0")
     assert not _all_trusted(dataset, [1, 2])
     assert_episode_equal(dataset.to_arrays([1]).episode(0), episodes[2])
+
+
+def test_a_forged_index_header_in_a_fresh_process_reads_what_h5py_reads() -> None:
+    """The reproduction as reported: forge, then read in a new process."""
+    import subprocess
+    import sys
+
+    episodes = _episodes(SMALL, [4] * 6)
+    write_dataset("trust/fresh-v0", episodes, _spec(SMALL))
+    data_path = dataset_dir("trust/fresh-v0") / "data"
+    swap_episodes_and_forge_index(data_path)
+    script = (
+        "import sys, h5py, numpy as np, marl_minari as mm\n"
+        "arrays = mm.load_dataset('trust/fresh-v0').to_arrays()\n"
+        "with h5py.File(sys.argv[1]) as f:\n"
+        "    same = [np.array_equal(arrays.episode(e).team_rewards, f[f'episode_{e}/rewards'][()])"
+        " for e in range(6)]\n"
+        "print(same)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(data_path / layout.MAIN_FILE_NAME)],
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str([True] * 6)
