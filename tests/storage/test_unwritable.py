@@ -157,3 +157,18 @@ def test_append_by_a_user_who_cannot_write_the_datasets_root_is_a_typed_error() 
     after = (shared / "shared" / "data-v0" / "data" / layout.MAIN_FILE_NAME).read_bytes()
     shutil.rmtree(shared)
     assert after == before
+
+
+def test_a_folder_made_immutable_after_the_check_is_still_a_typed_error(
+        immutable: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's renames are refused too (the folder changed after it was checked): the
+    same typed error, the dataset unchanged."""
+    write_dataset("lock/late-v0", _episodes(2), SPEC)
+    before = _snapshot("lock/late-v0")
+    data = dataset_dir("lock/late-v0") / "data"
+    monkeypatch.setattr(writer, "_check_writable", lambda data, dataset_id: None)
+    _chattr("+i", data)
+    immutable.append(data)
+    with pytest.raises(NotWritableError, match="unchanged"):
+        append_to_dataset("lock/late-v0", _episodes(1, first_seed=7), SPEC)
+    assert _snapshot("lock/late-v0") == before
