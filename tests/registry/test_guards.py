@@ -344,3 +344,30 @@ def test_download_keeps_an_offset_index_that_agrees_and_vouches_for_it(
                         lambda *args: compared.append(args[1]) or real(*args))
     mm.load_dataset(published).to_arrays()
     assert compared == []  # the downloader compared every entry and remembered the file
+
+
+def test_a_forged_index_too_large_to_compare_at_download_is_kept_unvouched(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where comparing every entry would cost more than the download's budget, the index is
+    left in place without the sidecar that would vouch for it: readers compare each entry
+    they use, and read what h5py reads."""
+    from marl_minari.format.digests import remembered_digests
+
+    dataset_id = small_dataset("mpe2/spread/big-v0", episodes=6)
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    _forge_published_index(registry_dir, dataset_id)
+    monkeypatch.setattr(offset_index, "VERIFY_BUDGET_BYTES", 0)
+    monkeypatch.setattr(offset_index, "ENTRY_COST_BYTES", 1 << 40)
+    registry.download(dataset_id)
+    local = dataset_dir(dataset_id) / "data"
+    assert (local / layout.INDEX_FILE_NAME).exists()
+    assert f"data/{layout.MAIN_FILE_NAME}" not in remembered_digests(local.parent)
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    arrays = mm.load_dataset(dataset_id).to_arrays()
+    for episode_id in range(6):
+        stored = episode_leaves(local / layout.MAIN_FILE_NAME, episode_id)
+        np.testing.assert_array_equal(arrays.episode(episode_id).team_rewards,
+                                      stored["rewards"])
