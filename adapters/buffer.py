@@ -42,7 +42,8 @@ from marl_minari.sources import (
 from marl_minari.vaults.episodes import StreamCutter, done_steps
 from marl_minari.vaults.keys import resolve_keys
 from marl_minari.vaults.restore import checked_plan
-from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader, leaf_name
+from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader
+from marl_minari.vaults.structure import leaf_name
 from marl_minari.vaults.view import (
     VAULT_SOURCE_KEY,
     plan_from_spec,

@@ -24,7 +24,12 @@ from marl_minari.collectors.in_place import dataset_id_of, refreshed, stored_epi
 from marl_minari.collectors.parallel import ParallelDataCollector
 from marl_minari.collectors.reference_scores import JointPolicy, reference_scores
 
-from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError
+from marl_minari.errors import (
+    BufferOverrunError,
+    InvalidOptionError,
+    LayoutError,
+    StepDataError,
+)
 from marl_minari.storage.dataset import MultiAgentDataset, open_written
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.recording import Recording
@@ -38,7 +43,7 @@ from marl_minari.vaults.episodes import (
 from marl_minari.vaults.keys import leaf_text, resolve_keys
 from marl_minari.vaults.layout import CutOn, FinalObservation, import_layout, import_options
 from marl_minari.vaults.rows import arrays_from_rows
-from marl_minari.vaults.store import LeafInfo
+from marl_minari.vaults.structure import LeafInfo
 
 Path_ = tuple[str, ...]
 
@@ -52,6 +57,61 @@ def structure_leaves(tree: Any, prefix: Path_ = ()) -> list[tuple[Path_, Any]]:
             out += structure_leaves(tree[key], (*prefix, str(key)))
         return out
     return [(prefix, tree)]
+
+
+def experience_leaves(experience: Any, where: str) -> list[LeafInfo]:
+    """The leaves of a flat buffer's ``experience``, checked: a dict (nested dicts allowed) of
+    numeric or bool arrays that share one batch axis and one time axis, ``(B, T, ...)``.
+
+    Raises:
+        LayoutError: not a dict, no leaf, or a leaf (named) of another kind or shape.
+    """
+    if not isinstance(experience, Mapping):
+        raise LayoutError(f"{where} must be a dict of arrays shaped (B, T, ...), as Flashbax's "
+                          f"flat buffer holds it, not a {type(experience).__name__}")
+    leaves: list[LeafInfo] = []
+    for path, leaf in structure_leaves(experience):
+        name = leaf_text(path) if path else "experience"
+        dtype = getattr(leaf, "dtype", None)
+        try:
+            kind = np.dtype(dtype).kind if dtype is not None else None
+        except TypeError:
+            kind = None
+        if kind is None or kind not in "biuf":
+            raise LayoutError(f"{where}: {name!r} has dtype {dtype}; every leaf must be an "
+                              "array of numbers or bools (not complex, object or strings)")
+        shape = tuple(int(size) for size in np.shape(leaf))
+        if len(shape) < 2:
+            raise LayoutError(f"{where}: {name!r} is shaped {shape}; every leaf is shaped "
+                              "(B, T, ...) in a flat buffer")
+        if leaves and shape[:2] != leaves[0].shape[:2]:
+            raise LayoutError(
+                f"{where}: {name!r} is shaped {shape} but {leaf_text(leaves[0].path)!r} "
+                f"{leaves[0].shape}: every leaf shares one batch axis and one time axis "
+                "(B, T, ...)")
+        leaves.append(LeafInfo(path, shape, np.dtype(dtype).name))
+    if not leaves:
+        raise LayoutError(f"{where} holds no array")
+    return leaves
+
+
+def buffer_index(value: Any, time_axis: int) -> int:
+    """A buffer state's ``current_index`` as an int in ``[0, time_axis)``.
+
+    Raises:
+        StepDataError: not one integer, or outside the time axis.
+    """
+    found = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if found is None or found.ndim != 0 or found.dtype.kind not in "iu":
+        raise StepDataError(f"buffer_state.current_index must be one integer, not {value!r}: "
+                            "pass the state Flashbax's buffer.add returned")
+    index = int(found)
+    if not 0 <= index < time_axis:
+        raise StepDataError(
+            f"buffer_state.current_index is {index}, outside the buffer's time axis "
+            f"[0, {time_axis}): the state is damaged or was not made by Flashbax's buffer.add; "
+            "nothing was written")
+    return index
 
 
 class FlashbaxDataCollector:
@@ -78,7 +138,8 @@ class FlashbaxDataCollector:
         durability: ``"episode"`` flushes every write's episodes to stable storage.
 
     Raises:
-        LayoutError: the structure's keys or shapes do not fit (named).
+        LayoutError: the structure is not a dict of numeric or bool arrays sharing one batch
+            and one time axis, or its keys or shapes do not fit (named).
         InvalidOptionError: an invalid option, or integer actions with neither legal masks
             nor ``action_spaces``.
     """
@@ -93,13 +154,9 @@ class FlashbaxDataCollector:
                  durability: Durability = "episode") -> None:
         self._options = import_options("truncate", final_observation, cut_on, infer_dead,
                                        reward_aggregation)
-        found = structure_leaves(experience_structure)
-        leaves = [LeafInfo(path, tuple(np.shape(leaf)), np.dtype(leaf.dtype).name)
-                  for path, leaf in found]
-        if not leaves or any(len(leaf.shape) < 2 for leaf in leaves):
-            raise LayoutError("experience_structure must be a Flashbax buffer state's "
-                              "experience: a dict of arrays shaped (B, T, ...)")
+        leaves = experience_leaves(experience_structure, "experience_structure")
         self._where = "the buffer's experience"
+        self._shapes = {leaf.path: leaf.shape for leaf in leaves}
         key_layout = resolve_keys((leaf.path for leaf in leaves), keys, self._where)
         self.layout = import_layout(leaves, key_layout, 0, self._where, agents=agents,
                                     observation_spaces=observation_spaces,
@@ -158,11 +215,13 @@ class FlashbaxDataCollector:
         Raises:
             BufferOverrunError: the buffer wrapped past timesteps not written yet (they are
                 lost): write at least every ``T - 1`` timesteps (``T`` the buffer's time axis).
+            StepDataError: ``current_index`` is not one integer in ``[0, T)``.
+            LayoutError: the experience's leaves or shapes are not those of
+                ``experience_structure`` (named).
         """
-        experience = buffer_state.experience
-        current = int(buffer_state.current_index)
+        leaves = self._checked_experience(buffer_state.experience)
+        current = buffer_index(buffer_state.current_index, self.time_axis)
         full = bool(buffer_state.is_full)
-        leaves = dict(structure_leaves(experience))
         if self._index is None:
             if full:
                 raise self._overrun("it is already full at the first write")
@@ -182,6 +241,19 @@ class FlashbaxDataCollector:
         self._index = current
         self._consume(block)
         return count
+
+    def _checked_experience(self, experience: Any) -> dict[Path_, Any]:
+        """``{path: leaf}`` of a buffer state's experience, which must hold the leaves and
+        shapes of ``experience_structure``."""
+        where = "buffer_state.experience"
+        found = {leaf.path: leaf.shape for leaf in experience_leaves(experience, where)}
+        for path, shape in self._shapes.items():
+            if found.get(path) != shape:
+                raise LayoutError(
+                    f"{where}: {leaf_text(path)!r} is shaped {found.get(path)}, but "
+                    f"{shape} in experience_structure: write the states of the buffer the "
+                    "collector was made for")
+        return dict(structure_leaves(experience))
 
     def _check_not_overrun(self, leaves: dict[Path_, Any], start: int) -> None:
         """The timestep taken last is still where it was: the buffer did not wrap past

@@ -122,6 +122,12 @@ class StorageFullError(MarlMinariError, OSError):
     process's file-size limit. Nothing already durable is lost; the message says what to do."""
 
 
+class NotWritableError(MarlMinariError, PermissionError):
+    """A dataset's folder or files, or the datasets root, cannot be written (another user's
+    files, a read-only mount, an immutable file). Nothing already written is changed; the
+    message says where the data is and what to do."""
+
+
 class DependencyVersionError(MarlMinariError, RuntimeError):
     """An installed dependency has a version this library does not support; the message says
     which versions it supports."""

@@ -57,7 +57,28 @@ def fetch_into(backend: Backend, dataset_id: str, work: Path, manifest: Manifest
     if metadata.get("dataset_id") != dataset_id:
         raise CorruptedDataError(f"{dataset_id!r} on {backend.location}: its metadata names "
                                  f"{metadata.get('dataset_id')!r}")
+    _settle_offset_index(staged, metadata)
     return staged
+
+
+def _settle_offset_index(staged: Path, metadata: dict[str, Any]) -> None:
+    """Delete a downloaded offset index that disagrees with the data file; where every entry
+    was compared and agrees, remember the data file's digests as its local writer, so that
+    readers trust the whole index at once (they trust a whole file only on what a local writer
+    remembered, never on the index's own header, which whoever published the dataset wrote).
+    An index with too many entries to compare here is left unvouched: readers compare each
+    entry before they use it."""
+    from marl_minari.format import layout, offset_index
+    from marl_minari.format.digests import remember_digests
+
+    data = staged / "data"
+    episodes, steps = metadata.get("total_episodes"), metadata.get("total_steps")
+    if not (isinstance(episodes, int) and isinstance(steps, int)):
+        (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
+        return
+    if offset_index.verify_or_drop(data, episodes, steps) is True:
+        remember_digests(staged, [f"data/{name}" for name in (
+            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)])
 
 
 def install_published(backend: Backend, dataset_id: str, root: Path, *, replace: bool,

@@ -161,11 +161,16 @@ def recover(
         metavar="RECORDING",
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,
     dataset_id: Annotated[str | None, typer.Argument(
-        metavar="DATASET_ID", help="Id of the dataset to create.")] = None,
+        metavar="DATASET_ID", help="Id of the dataset to create (with --append: to add to).")
+    ] = None,
     discard: Annotated[bool, typer.Option(
         "--discard", help="Delete the RECORDING folder and its unsaved episodes.")] = False,
+    append: Annotated[bool, typer.Option(
+        "--append", help="Add the episodes to the existing DATASET_ID (finishes an "
+                         "interrupted add_to_dataset).")] = False,
 ) -> None:
-    """Turn the finished episodes of an interrupted recording into a dataset (or discard it)."""
+    """Turn the finished episodes of an interrupted recording into a dataset, or add them to
+    one (or discard them)."""
     from marl_minari.storage.recording import discard_recording, list_recordings, recover_recording
 
     if discard:
@@ -187,7 +192,7 @@ def recover(
     if dataset_id is None:
         raise typer.BadParameter("give the id of the dataset to create", param_hint="DATASET_ID")
     parse_dataset_id(dataset_id)  # a malformed id fails before the recording is read
-    target = recover_recording(recording, dataset_id)
+    target = recover_recording(recording, dataset_id, append=append)
     typer.echo(f"recovered into {dataset_id} ({target})")
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output option naming a folder (the report would be
+    printed, then the write would fail).
+
+    Raises:
+        InvalidOptionError: ``path`` is an existing folder.
+    """
+    from marl_minari.errors import InvalidOptionError
+
+    if path is not None and path.is_dir():
+        raise InvalidOptionError(f"{option} {path} is a folder; name the file to write, e.g. "
+                                 f"{path / 'figure.png'}")
 
 
 def register(app: typer.Typer) -> None:
@@ -61,7 +74,11 @@ def describe_command(
         plot_coverage,
         plot_descriptions,
     )
+    from marl_minari.describe.results import json_document
 
+    for path, option in ((plot, "--plot"), (card, "--card"),
+                         (coverage_plot, "--coverage-plot")):
+        check_output_file(path, option)
     sources = [source, *(compare or [])]
     coverage = coverage or coverage_plot is not None
     with warnings.catch_warnings():
@@ -72,7 +89,7 @@ def describe_command(
                         for item in sources]
     if as_json:
         payload = [d.to_dict() for d in descriptions]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        typer.echo(json_document(payload[0] if len(payload) == 1 else payload, indent=2))
     else:
         typer.echo("\n\n".join(d.to_text() for d in descriptions))
     written: list[tuple[str, Path]] = []

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,14 +99,17 @@ def compare_command(
     zero-sum games (team return always 0), each agent's returns instead."""
     import warnings
 
+    from marl_minari.cli.describe import check_output_file
     from marl_minari.describe import compare, plot_comparison
+    from marl_minari.describe.results import json_document
 
+    check_output_file(plot, "--plot")
     options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = compare(sources, coverage=coverage, **options)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json_document(result.to_dict(), indent=2))
     else:
         typer.echo(result.to_text())
     if plot is not None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from marl_minari.cli import checks
-from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.errors import DatasetNotFoundError, InvalidDatasetIdError, InvalidOptionError
 from marl_minari.format.ids import parse_dataset_id
 
 
@@ -101,6 +101,11 @@ def convert(
     ] = TrailingChoice.truncate,
     agents: Annotated[str | None, typer.Option(
         help="Comma-separated agent names for a vault (default agent_0..N-1).")] = None,
+    keys: Annotated[str | None, typer.Option(
+        "--keys", metavar="ROLE=KEY,...",
+        help="Which vault leaf plays which role, for leaves named neither as OG-MARL nor as "
+             "Mava name them, e.g. observations=obs,actions=act,rewards=rew,dones=done,"
+             "truncations=trunc,legals=legal_mask (nested leaves as infos.legals).")] = None,
     restore: Annotated[bool | None, typer.Option(
         "--restore/--no-restore",
         help="Rebuild the original dataset of a vault written by marl-minari "
@@ -119,7 +124,7 @@ def convert(
             name, rel_dir=rel_dir, vault_uid=uid, dataset_id=target, chunk_steps=chunk_steps,
             trailing=trailing.value,
             agents=None if agents is None else [a.strip() for a in agents.split(",")],
-            restore=restore, progress=True)
+            keys=None if keys is None else _key_map(keys), restore=restore, progress=True)
         typer.echo(f"wrote {dataset.total_episodes} episodes, {dataset.total_steps} steps "
                    f"into {target}")
         typer.echo(f"load it with: minari.load_dataset({target!r})")
@@ -136,6 +141,23 @@ def convert(
     typer.echo(f"wrote vault {path}")
     typer.echo(f"read it with: flashbax.vault.Vault({name!r}, rel_dir={str(rel_dir)!r}, "
                f"vault_uid={path.name!r}).read()")
+
+
+def _key_map(text: str) -> dict[str, str]:
+    """``--keys observations=obs,actions=act`` -> ``{"observations": "obs", ...}``.
+
+    Raises:
+        InvalidOptionError: a part is not ``ROLE=KEY``.
+    """
+    found: dict[str, str] = {}
+    for part in text.split(","):
+        role, equals, key = part.partition("=")
+        if not (equals and role.strip() and key.strip()):
+            raise InvalidOptionError(
+                f"--keys takes ROLE=KEY pairs separated by commas (e.g. observations=obs,"
+                f"actions=act,rewards=rew,dones=done), got {part!r} in {text!r}")
+        found[role.strip()] = key.strip()
+    return found
 
 
 def _require_dataset(source: str, *, download: bool) -> None:

@@ -142,7 +142,7 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
             plain single-agent dataset.
         DatasetExistsError: ``dataset_id`` or ``like_dataset_id`` exists.
     """
-    _check_options(max_steps, profile, like, tolerance, metadata)
+    _check_options(max_steps, profile, like, tolerance, seed, metadata)
     _check_new_ids(dataset_id, like_dataset_id, like)
     opened = open_source(source)
     other = None if like is None else open_source(like)
@@ -174,8 +174,9 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
                 "max_steps")
             raise InvalidOptionError(
                 f"{option} chose no episode of {opened.dataset_id!r} "
-                f"({table.ids.size} episodes, shortest {int(table.lengths.min(initial=0))} "
-                f"steps); loosen {option}")
+                f"({table.ids.size} episodes, shortest "
+                f"{int(table.lengths.min()) if table.lengths.size else 0} steps); loosen "
+                f"{option}")
         if like_dataset_id is None or other is None or other_table is None or partners is None:
             _write_subset(opened, dataset_id, table, chosen, record, progress, metadata)
             return load_dataset(dataset_id)
@@ -324,7 +325,7 @@ def _fitting_prefix(order: np.ndarray, lengths: np.ndarray, max_steps: int) -> n
 
 # ---------------------------------------------------------------------------- checks, writing
 def _check_options(max_steps: int | None, profile: Profile | None, like: Any,
-                   tolerance: float, metadata: dict[str, Any]) -> None:
+                   tolerance: float, seed: int, metadata: dict[str, Any]) -> None:
     if max_steps is None and profile is None and like is None:
         raise InvalidOptionError("subsample needs a rule: max_steps, profile or like")
     if profile is not None and like is not None:
@@ -337,6 +338,8 @@ def _check_options(max_steps: int | None, profile: Profile | None, like: Any,
         raise InvalidOptionError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     if profile is not None:
         _check_profile(profile)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidOptionError(f"seed must be an integer >= 0, got {seed!r}")
     check_minari_metadata(metadata, extra=False)
 
 

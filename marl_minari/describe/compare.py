@@ -172,8 +172,13 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
         The :class:`Comparison`.
 
     Raises:
-        InvalidOptionError: fewer than two sources.
+        InvalidOptionError: fewer than two sources, or one source given where the list of
+            them goes (a string would be taken character by character).
     """
+    if isinstance(sources, (str, bytes, os.PathLike, DatasetDescription)):
+        raise InvalidOptionError(
+            f"compare takes a list of two or more sources, not one {type(sources).__name__} "
+            f"({sources!r}): e.g. compare(['first-v0', 'second-v0'])")
     if len(sources) < 2:
         raise InvalidOptionError(f"compare needs at least two sources, got {len(sources)}")
     descriptions = tuple(

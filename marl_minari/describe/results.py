@@ -12,6 +12,25 @@ import numpy as np
 from marl_minari.describe._format import env_name, num
 from marl_minari.errors import UnknownAgentError
 
+
+def json_document(value: Any, **kwargs: Any) -> str:
+    """``value`` (what a ``to_dict`` returns) as strict JSON: a float that JSON cannot hold
+    (NaN, an infinity: returns of a dataset whose rewards hold NaN) becomes ``null``, never
+    the bare ``NaN`` that ``json.dumps`` writes and JSON parsers refuse. Keyword arguments go
+    to ``json.dumps``."""
+    return json.dumps(_finite_or_none(value), allow_nan=False, **kwargs)
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
 SourceKind = Literal["multi_agent", "single_agent", "vault"]
 ActionKind = Literal["discrete", "multi_discrete", "binary", "continuous", "text"]
 
@@ -390,8 +409,9 @@ class DatasetDescription:
         return out
 
     def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON (keyword arguments go to ``json.dumps``)."""
-        return json.dumps(self.to_dict(), **kwargs)
+        """:meth:`to_dict` as strict JSON (:func:`json_document`: ``null`` for NaN;
+        keyword arguments go to ``json.dumps``)."""
+        return json_document(self.to_dict(), **kwargs)
 
     def to_text(self) -> str:
         """A short plain-text report (what ``marl-minari describe`` prints)."""

@@ -131,7 +131,16 @@ def dataset_metadata(
     ref_max_score: float | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``metadata.json`` of a dataset: Minari's keys plus ``marl_minari``."""
+    """The ``metadata.json`` of a dataset: Minari's keys plus ``marl_minari``.
+
+    Raises:
+        InvalidOptionError: a metadata value of the wrong type (:func:`check_minari_metadata`).
+    """
+    check_minari_metadata({
+        "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
+        "code_permalink": code_permalink, "description": description,
+        "requirements": requirements, "ref_min_score": ref_min_score,
+        "ref_max_score": ref_max_score, "extra": extra})
     metadata: dict[str, Any] = {
         "dataset_id": dataset_id,
         "total_episodes": total_episodes,

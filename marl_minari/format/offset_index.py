@@ -7,12 +7,11 @@ source of truth: a reader uses it only after the cheap checks of :func:`load` (`
 
 Before an entry's bytes are read, :func:`trusted` binds it to the file, at a cost that follows
 the read: each entry read is compared with HDF5's own storage offset, dtype and shape of that
-dataset (one low-level open), so reading one episode of a copied or downloaded dataset costs a
-few such opens, never a pass over the whole file. Only once a process has spent about as much
-on those comparisons as hashing the file would cost does it hash the file instead, once per file
-state, and then trusts every entry if the digest is the one the index was written for (a file
-written since, by any tool, keeps being checked entry by entry). That bounds a whole-dataset
-read at about twice the cheaper of the two ways.
+dataset (one low-level open, once per process and file state), so reading one episode of a
+copied or downloaded dataset costs a few such opens, never a pass over the whole file. Every
+entry is trusted at once only for a file that a local writer indexed and left unchanged (its
+digests sidecar describes the file's current state): never on the word of the index itself,
+whose header anyone who forges the index also writes.
 """
 
 from __future__ import annotations
@@ -43,9 +42,12 @@ SEAL_ATTRIBUTE: Final = "marl_minari_index_blake3"
 so an index edited after the file was written is never trusted."""
 
 ENTRY_COST_BYTES: Final = 64 * 1024
-"""What comparing one index entry with HDF5 costs, in bytes of file hashed in the same time
-(one low-level open, offset, type and shape: 50-100 us on the benchmark machine, while BLAKE3
-hashes 1-3 GB/s from the page cache, and less from disks or network file systems)."""
+"""What comparing one index entry with HDF5 costs, in bytes of file read in the same time (one
+low-level open, offset, type and shape: 150-250 us on the benchmark machine, where reading
+64 KiB from the page cache takes far less: an underestimate, so budgets err towards less)."""
+VERIFY_BUDGET_BYTES: Final = 64 * 1024 * 1024
+"""Whatever the file's size, :func:`verify_or_drop` compares an index of up to this many
+bytes' worth of entries (``ENTRY_COST_BYTES`` each: 1,024 entries, a fraction of a second)."""
 
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
@@ -63,8 +65,9 @@ class OffsetIndex:
         offsets: ``{path: (E,) int64}`` byte offset of ``episode_<e>/<path>`` in the file,
             ``-1`` where that dataset is absent or not stored contiguously.
         file_size: bytes of ``main_data.hdf5`` when the index was written.
-        fingerprint: BLAKE3 hex digest of ``main_data.hdf5`` when the index was written;
-            ``None`` when the writer did not hash the file (an append).
+        fingerprint: BLAKE3 hex digest of ``main_data.hdf5`` when the index was written, as
+            its header claims (so only ever compared with a digest a local writer
+            remembered); ``None`` when the writer did not hash the file (an append).
         content: :func:`content_digest` of the index as read (what :func:`seal` stored).
     """
 
@@ -164,6 +167,43 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     return index
 
 
+def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int) -> bool | None:
+    """Check the index in ``data_path`` against its HDF5 file, deleting it where it is wrong.
+
+    For a dataset arriving from elsewhere (a download) before it is installed: its installer
+    may vouch for an index only once every entry agrees (:func:`trusted`). The cheap checks of
+    :func:`load` run first (an index failing them is deleted); then every entry is compared
+    with HDF5 if that costs no more than reading ``max(file, VERIFY_BUDGET_BYTES)`` would
+    (``ENTRY_COST_BYTES`` per entry), and the index is deleted if any disagrees.
+
+    Returns:
+        ``True``: every entry agrees. ``False``: no index is left. ``None``: too many entries
+        to compare here; the index is left as it is, and readers compare each entry before
+        they use it, as for a copied dataset.
+    """
+    index_path = Path(data_path) / layout.INDEX_FILE_NAME
+    if not index_path.exists():
+        return False
+    verdict: bool | None = True
+    try:
+        with h5py.File(Path(data_path) / layout.MAIN_FILE_NAME, "r") as file:
+            index = load(Path(data_path), file, total_episodes, total_steps)
+            if index is None:
+                wrong = ["fails the cheap checks"]
+            elif (sum(int((o >= 0).sum()) for o in index.offsets.values()) * ENTRY_COST_BYTES
+                  > max(index.file_size, VERIFY_BUDGET_BYTES)):
+                wrong, verdict = [], None
+            else:
+                wrong = mismatches(index, file, range(total_episodes))
+    except (OSError, ValueError, KeyError) as exc:
+        wrong = [f"cannot be compared with the data file ({exc})"]
+    if wrong:
+        logger.warning("dropping %s: %s", index_path, "; ".join(wrong[:3]))
+        index_path.unlink(missing_ok=True)
+        return False
+    return verdict
+
+
 def extendable(index: OffsetIndex | None, file: h5py.File,
                episodes: int) -> OffsetIndex | None:
     """``index`` cut to its first ``episodes`` entries, if it was written with ``file`` (its
@@ -237,10 +277,8 @@ class _Binding:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.whole_file: bool | None = None  # None: not hashed; else digest == the index's
-        self.looked_up = False  # whether a known digest of the file was looked for
+        self.whole_file: bool | None = None  # None: not decided yet (see trusted)
         self.checked: dict[tuple[str, str], np.ndarray] = {}  # (path, dtype+shape) -> entries
-        self.spent = 0  # entries compared with HDF5 so far
 
 
 def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndarray,
@@ -250,15 +288,15 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
 
     An entry is trusted when HDF5 says ``episode_<e>/<path>`` is stored contiguously at the
     indexed offset, with exactly that type and shape (then its bytes are that dataset's, as
-    h5py would read them), or when the whole file's BLAKE3 equals the index's (the file was
-    not written since it was indexed). When that digest is known without reading the file
-    (its writer remembered it for the file's current state, or this process hashed it), every
-    entry is trusted at once. Otherwise entries are compared one by one, once per process and
-    file state, until that has cost about as much as hashing the file (``ENTRY_COST_BYTES``
-    per entry against the file's size); only then is the file hashed, once. So reading one
-    episode or one chunk costs what it touches, and reading everything at most about twice
-    the cheaper of the two ways. An index without a digest (written by an append) is always
-    checked entry by entry.
+    h5py would read them); entries are compared once per process and file state. Every entry
+    is trusted at once only when the file is, to the byte, the one a local writer indexed:
+    the digests sidecar it wrote describes the file's current state (device, inode, size and
+    times, which no copied or downloaded file can carry over) with the digest the index was
+    written for. Nothing an index author writes decides that: the index's own ``blake3``
+    header is only compared with what the local writer remembered, and a digest this process
+    computes by hashing the file is never compared with the header (whoever forges an index
+    can write the digest of any file there). An index without a digest (written by an
+    append) is always checked entry by entry.
 
     ``file`` must be open on the file the caller reads the bytes from (its identity, not its
     path, keys what this process remembers).
@@ -267,24 +305,14 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
     dtype = np.dtype(dtype)
     ids = np.asarray(episode_ids, dtype=np.int64)
     with binding.lock:
-        if binding.whole_file is None and not binding.looked_up and index.fingerprint:
-            # The file's digest may be known without reading it (its writer remembered it,
-            # or this process hashed it): then no entry needs comparing, for any read.
-            binding.looked_up = True
-            known = _known_fingerprint(file)
-            if known is not None:
-                binding.whole_file = known == index.fingerprint
+        if binding.whole_file is None:
+            binding.whole_file = (index.fingerprint is not None
+                                  and _remembered_by_writer(file) == index.fingerprint)
         if binding.whole_file:
             return np.ones(len(ids), dtype=bool)
         checked = binding.checked.setdefault(
             (path, dtype.str + str(row_shape)), np.zeros(len(index.steps), dtype=np.int8))
         todo = np.flatnonzero(checked[ids] == 0)
-        if (binding.whole_file is None and index.fingerprint is not None and todo.size
-                and (binding.spent + todo.size) * ENTRY_COST_BYTES >= index.file_size):
-            binding.whole_file = _same_file_hash(file, index.fingerprint)
-            if binding.whole_file:
-                return np.ones(len(ids), dtype=bool)
-        binding.spent += todo.size
         expected_type = h5py.h5t.py_create(dtype)
         todo_ids = ids[todo]
         checked[todo_ids] = [
@@ -319,25 +347,19 @@ def _identity(file: h5py.File) -> tuple[int, ...]:
 
 
 def prepare_pass(data_path: Path, episode_ids: np.ndarray) -> None:
-    """Before reading ``episode_ids`` in several calls (a pass in chunks): hash the data file
-    now if comparing their index entries one by one would reach the point where
-    :func:`trusted` hashes it anyway (``ENTRY_COST_BYTES`` per entry against the file's size),
-    so the entries compared before that point are not paid for too. A pass over few large
-    episodes keeps comparing entries and never reads the whole file; nothing is hashed when
-    the index has no digest or the file's digest is already known.
+    """Before reading ``episode_ids`` in several calls (a pass in chunks).
+
+    Nothing to do: whole-file trust comes only from what a local writer remembered
+    (:func:`trusted`), never from hashing the file at read time, so there is nothing to hash
+    ahead of the pass. Kept so that callers need not know how trust is decided.
     """
-    index = read(data_path)
-    if index is None or index.fingerprint is None:
-        return
-    ids = np.asarray(episode_ids, dtype=np.int64)
-    entries = sum(int((offsets[ids] >= 0).sum()) for offsets in index.offsets.values())
-    if entries * ENTRY_COST_BYTES >= index.file_size:
-        fingerprint(Path(data_path) / layout.MAIN_FILE_NAME)
+    del data_path, episode_ids
 
 
-def _known_fingerprint(file: h5py.File) -> str | None:
-    """BLAKE3 of the file ``file`` has open if it is known without reading the file (see
-    :func:`fingerprint`) and its path still names that file; else ``None``."""
+def _remembered_by_writer(file: h5py.File) -> str | None:
+    """BLAKE3 of the file ``file`` has open as the digests sidecar of its dataset remembers
+    it, if the sidecar describes the file's current state and its path still names that file;
+    else ``None``."""
     h5_path = Path(file.filename)
     try:
         state = _identity(file)
@@ -345,18 +367,10 @@ def _known_fingerprint(file: h5py.File) -> str | None:
             return None
     except OSError:
         return None
-    return _cached_fingerprint(h5_path, state)
-
-
-def _same_file_hash(file: h5py.File, expected: str) -> bool:
-    h5_path = Path(file.filename)
-    try:
-        same = stat_key(os.stat(h5_path)) == _identity(file)
-    except OSError:
-        return False
-    # Hashed by path: only trusted if the path still names the open file afterwards.
-    return (same and fingerprint(h5_path) == expected
-            and stat_key(os.stat(h5_path)) == _identity(file))
+    remembered = remembered_digests(h5_path.parent.parent).get(f"data/{h5_path.name}")
+    if remembered is None or remembered.stat != state:
+        return None
+    return remembered.digests.blake3
 
 
 def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:

@@ -16,6 +16,7 @@ on file systems without working locks, do not write one dataset from two machine
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -23,10 +24,11 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 from filelock import FileLock, Timeout
 
-from marl_minari.errors import ConfigurationError, LockedError
+from marl_minari.errors import ConfigurationError, LockedError, NotWritableError
 from marl_minari.format.ids import datasets_root
 
 STAGING_FOLDER = ".marl_minari"
@@ -64,13 +66,28 @@ def lock_timeout() -> float:
     return value
 
 
+NOT_PERMITTED: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""``errno`` values meaning "this user may not write there" (mode bits, an immutable or
+append-only file, a read-only mount)."""
+
+
+def not_writable(exc: OSError, path: Path | str, what: str) -> OSError:
+    """:class:`NotWritableError` for an OS refusal that means "may not write there" (naming
+    ``path`` and saying that nothing was changed), else ``exc`` itself."""
+    if exc.errno not in NOT_PERMITTED:
+        return exc
+    return NotWritableError(
+        f"cannot write {path} ({exc.strerror}) to {what}: this user may not write there "
+        "(another user's files, a read-only mount or an immutable file). The data is "
+        "unchanged; make the folder and its files writable by this user, or write to a "
+        "copy elsewhere (MINARI_DATASETS_PATH).")
+
+
 def _lock_path(kind: str, key: str) -> Path:
     """A short, unique lock file name for ``key`` (ids and paths may be long or nested)."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", key)[-60:]
-    folder = staging_root() / "locks"
-    folder.mkdir(exist_ok=True)
-    return folder / f"{kind}-{readable}-{digest}.lock"
+    return staging_root() / "locks" / f"{kind}-{readable}-{digest}.lock"
 
 
 @contextlib.contextmanager
@@ -79,18 +96,22 @@ def dataset_lock(dataset_id: str) -> Iterator[None]:
 
     Raises:
         LockedError: another process kept the dataset locked for the whole timeout.
+        NotWritableError: this user may not create the lock file.
     """
     path = _lock_path("dataset", dataset_id)
     timeout = lock_timeout()
     lock = FileLock(path)
     try:
+        path.parent.mkdir(exist_ok=True)
         lock.acquire(timeout=timeout)
-    except Timeout as exc:
+    except Timeout as exc:  # before OSError: filelock's Timeout is one
         raise LockedError(
             f"dataset {dataset_id!r} is being written by another process (lock {path}); "
             f"waited {timeout:g} s. Retry when it is done, or wait longer by setting "
             f"{LOCK_TIMEOUT_ENV} (seconds)."
         ) from exc
+    except OSError as exc:
+        raise not_writable(exc, path, f"lock dataset {dataset_id!r}") from exc
     try:
         yield
     finally:
@@ -106,12 +127,15 @@ def claim_recording(folder: Path) -> FileLock:
     path = _lock_path("recording", str(Path(folder).resolve()))
     lock = FileLock(path)
     try:
+        path.parent.mkdir(exist_ok=True)
         lock.acquire(timeout=0)
-    except Timeout as exc:
+    except Timeout as exc:  # before OSError: filelock's Timeout is one
         raise LockedError(
             f"recording {folder} is in use by a live process (lock {path}); close that "
             "recorder first, or record into another folder."
         ) from exc
+    except OSError as exc:
+        raise not_writable(exc, path, f"lock the recording {folder}") from exc
     return lock
 
 
@@ -133,14 +157,20 @@ def staging_folder(parent: Path, kind: str) -> Iterator[Path]:
     """
     if not re.fullmatch(r"[a-z]+", kind):
         raise ValueError(f"staging kind must be lowercase letters, got {kind!r}")
-    parent.mkdir(parents=True, exist_ok=True)
     name = f"{kind}-{uuid.uuid4().hex}"
     lock_file = parent / f"{name}.lock"
     lock = FileLock(lock_file)
-    lock.acquire(timeout=0)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=0)
+    except OSError as exc:
+        raise not_writable(exc, parent, "stage the files being written") from exc
     work = parent / name
     try:
-        work.mkdir()
+        try:
+            work.mkdir()
+        except OSError as exc:
+            raise not_writable(exc, parent, "stage the files being written") from exc
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -164,7 +194,7 @@ def remove_stale_staging(parent: Path) -> list[Path]:
         lock = FileLock(lock_file)
         try:
             lock.acquire(timeout=0)
-        except Timeout:
+        except OSError:  # a live writer's (Timeout), or one this user may not remove
             continue
         try:
             if folder.exists():

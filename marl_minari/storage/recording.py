@@ -34,6 +34,7 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     LockedError,
     MarlMinariError,
+    NotWritableError,
     StorageFullError,
 )
 from marl_minari.format import layout
@@ -233,17 +234,18 @@ class Recording:
     def _still_here(self, error: MarlMinariError, dataset_id: str, *, creating: bool
                    ) -> MarlMinariError:
         """``error`` (same type) ending with where the episodes that were not stored are
-        kept and the command that makes a dataset of them."""
+        kept and the command that stores them."""
         method = "create_dataset" if creating else "add_to_dataset"
-        again = isinstance(error, (LockedError, StorageFullError))
+        again = isinstance(error, (LockedError, StorageFullError, NotWritableError))
         if creating and isinstance(error, (DatasetExistsError, InvalidDatasetIdError)):
             retry, target = "call create_dataset with a new id", "NEW_DATASET_ID"
         elif creating:
             retry = f"{'' if again else 'fix the cause and '}call {method} again"
             target = dataset_id
+        elif again:
+            retry, target = "call add_to_dataset again", f"{dataset_id} --append"
         else:
-            retry = ("call add_to_dataset again" if again else
-                     "write them as a new dataset with create_dataset")
+            retry = "write them as a new dataset with create_dataset"
             target = "NEW_DATASET_ID"
         run = f"marl-minari recover {self.path} {target}"
         if target == "NEW_DATASET_ID":
@@ -345,24 +347,33 @@ def _remove_if_empty(folder: Path) -> None:
     recording.close(keep=False)
 
 
-def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Path:
-    """Turn the unsaved finished episodes of a (possibly killed) recording into a dataset.
+def recover_recording(path: str | Path, dataset_id: str, *, append: bool = False,
+                      **metadata: Any) -> Path:
+    """Turn the unsaved finished episodes of a (possibly killed) recording into a dataset, or
+    with ``append`` add them to an existing one (an interrupted ``add_to_dataset``).
 
     Episodes the recording already stored in a dataset before it was killed are not stored
     again.
 
     Args:
         path: the recording folder (see :func:`list_recordings`).
-        dataset_id: id of the new dataset.
-        **metadata: Minari metadata, as for ``create_dataset``.
+        dataset_id: id of the new dataset (with ``append``: of the existing one).
+        append: add to ``dataset_id`` (as ``Recording.open(path).add_to_dataset``) instead of
+            creating it.
+        **metadata: Minari metadata of a new dataset, as for ``create_dataset``.
 
     Returns:
-        The new dataset's folder. The recording folder is removed once the dataset exists.
+        The dataset's folder. The recording folder is removed once the episodes are stored.
 
     Raises:
         CorruptedDataError: the recording holds no unsaved complete episode.
         LockedError: a live process uses the recording.
+        InvalidOptionError: metadata given with ``append`` (an append keeps the dataset's).
     """
+    if append and metadata:
+        raise ConfigurationError(
+            f"metadata {sorted(metadata)} given with append: an append keeps the metadata of "
+            f"{dataset_id!r}")
     recording = Recording.open(Path(path))
     try:
         if recording.episodes == 0:
@@ -370,7 +381,8 @@ def recover_recording(path: str | Path, dataset_id: str, **metadata: Any) -> Pat
                 f"recording {path} holds no complete episode to recover (episodes already "
                 "stored in a dataset are not stored again); remove it with "
                 f"marl-minari recover --discard {path}")
-        target = recording.write_dataset(dataset_id, **metadata)
+        target = (recording.add_to_dataset(dataset_id) if append
+                  else recording.write_dataset(dataset_id, **metadata))
     except BaseException:
         recording.close(keep=True)
         raise

@@ -14,15 +14,17 @@ read-modify-write, and files are ``fsync``-ed before success is reported
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import h5py
 import numpy as np
@@ -52,6 +54,7 @@ from marl_minari.storage.episode_writer import AnyEpisode, EpisodeFileWriter, Le
 from marl_minari.storage.locking import (
     dataset_lock,
     lock_timeout,
+    not_writable,
     remove_stale_staging,
     staging_folder,
     staging_root,
@@ -172,6 +175,8 @@ def append_to_dataset(
             environment); nothing is written.
         LockedError: another writer held the dataset's lock too long.
         StorageFullError: no room for ``size_hint`` bytes (nothing was written).
+        NotWritableError: this user may not write the dataset's folder or files, or the
+            lock (the dataset is unchanged).
     """
     data = dataset_dir(dataset_id) / "data"
     root = staging_root()
@@ -185,6 +190,7 @@ def append_to_dataset(
         committed = metadata_count(metadata, "total_episodes", data)
         stored_steps = metadata_count(metadata, "total_steps", data)
         scratch = work / layout.MAIN_FILE_NAME
+        _check_writable(data, dataset_id)
         if size_hint is not None:  # the copy of the data file, then the new episodes
             claim(work, (data / layout.MAIN_FILE_NAME).stat().st_size + size_hint,
                   f"the episodes added to {dataset_id!r}")
@@ -218,21 +224,48 @@ def append_to_dataset(
             sync_file(work / layout.METADATA_FILE_NAME)
             if index.exists():
                 sync_file(index)
-        # The index is bound to its data file by the seal attribute in the file, so readers
-        # ignore it whenever a kill leaves the new index beside the old file or the reverse.
-        if index.exists():
-            os.replace(index, data / layout.INDEX_FILE_NAME)
-        else:
-            (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
-        os.replace(scratch, data / layout.MAIN_FILE_NAME)
-        # The commit point: until this rename, readers see the old episode count.
-        os.replace(work / layout.METADATA_FILE_NAME, data / layout.METADATA_FILE_NAME)
+        try:
+            _replace_files(work, data)
+        except OSError as exc:
+            raise not_writable(exc, data, f"add episodes to dataset {dataset_id!r}") from exc
         if fsync:
             sync_folder(data)
         # Not the data file: hashing it would make every append cost a pass over the whole
         # dataset; publishing hashes it when asked (its remembered digests are dropped here).
         _remember_digests(data.parent, data_file=False)
     return data.parent
+
+
+_REPLACED: Final = (layout.INDEX_FILE_NAME, layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME)
+"""The files an append replaces, in the order it replaces them (``metadata.json`` last: the
+commit point)."""
+
+
+def _check_writable(data: Path, dataset_id: str) -> None:
+    """Refuse, before anything is copied, an append whose renames would be refused: the data
+    folder and the files it replaces must be writable by this user."""
+    for path in (data, *(data / name for name in _REPLACED)):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise not_writable(PermissionError(errno.EACCES, "not writable by this user"),
+                               path, f"add episodes to dataset {dataset_id!r}")
+
+
+def _replace_files(work: Path, data: Path) -> None:
+    """Move the append's files from ``work`` over the dataset's, each keeping the permission
+    bits of the file it replaces.
+
+    The index is bound to its data file by the seal attribute in the file, so readers ignore
+    it whenever a kill leaves the new index beside the old file or the reverse; until
+    ``metadata.json`` is replaced, readers see the old episode count.
+    """
+    for name in _REPLACED:
+        new, old = work / name, data / name
+        if not new.exists():
+            old.unlink(missing_ok=True)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
+        os.replace(new, old)
 
 
 FICLONE = 0x40049409

@@ -21,7 +21,8 @@ from .episodes import Episodes, StreamCutter, check_flags, done_steps, stream_ro
 from .keys import KeyLayout, leaf_text, resolve_keys
 from .layout import ImportLayout, ImportOptions, import_layout
 from .rows import arrays_from_rows
-from .store import VAULT_METADATA_KEY, VaultReader, flatten_structure, leaf_name, time_chunk
+from .store import VAULT_METADATA_KEY, VaultReader, time_chunk
+from .structure import flatten_structure, leaf_name
 from .view import (
     ACTIONS,
     LEGALS,

@@ -113,10 +113,12 @@ def resolve_keys(found: Iterable[Path], keys: Mapping[str, str] | None,
                 "terminals" in paths or "dones" in paths):
             return KeyLayout(naming, paths)
     found_text = sorted(leaf_text(p) for p in present)
+    suggested = _suggestion(found_text)
     raise LayoutError(
         f"{where}: its keys {found_text} follow neither OG-MARL's names (observations, "
         "actions, rewards, terminals) nor Mava's (observation, action, reward, done); say which "
-        f"key is which: keys={_suggestion(found_text)!r} (roles: {', '.join(ROLES)})")
+        f"key is which: keys={suggested!r} (at the command line: --keys "
+        f"{keys_option_text(suggested)}; roles: {', '.join(ROLES)})")
 
 
 def _given(present: list[Path], keys: Mapping[str, str], where: str) -> KeyLayout:
@@ -145,13 +147,35 @@ def _given(present: list[Path], keys: Mapping[str, str], where: str) -> KeyLayou
     return KeyLayout("given", paths)
 
 
+_HINTS: Final = (("observations", ("obs",)), ("actions", ("act",)), ("rewards", ("rew",)),
+                 ("terminals", ("term",)), ("truncations", ("trunc",)), ("dones", ("done",)),
+                 ("legals", ("legal", "avail", "mask")), ("state", ("state",)))
+"""Stems that suggest a leaf's role, in the order roles take their pick (each leaf once)."""
+
+
 def _suggestion(found: list[str]) -> dict[str, str]:
-    """A ``keys=`` map guessed from the leaf names (what to fill in when no guess fits)."""
-    hints = {"observations": ("obs",), "actions": ("act",), "rewards": ("rew",),
-             "dones": ("done", "term")}
-    out = {}
-    for role, stems in hints.items():
-        match = next((name for name in found
-                      if any(stem in name.lower() for stem in stems)), None)
-        out[role] = match or f"<{role} key>"
+    """A ``keys=`` map guessed from the leaf names: every role a leaf seems to play, the
+    truncations and legal action masks included (a map without them would lose both), and a
+    placeholder for each required role nothing fits."""
+    out: dict[str, str] = {}
+    for role, stems in _HINTS:
+        if role == "dones" and "terminals" in out:
+            continue  # one done flag: terminals (with truncations) or dones
+        candidates = [name for name in found if name not in out.values()
+                      and any(stem in name.lower() for stem in stems)]
+        # "act" is in "legal_action_mask" too: a name that starts with the stem goes first
+        match = min(candidates, default=None, key=lambda name: (
+            not any(name.lower().rsplit(".", 1)[-1].startswith(stem) for stem in stems),
+            len(name)))
+        if match is not None:
+            out[role] = match
+        elif role in REQUIRED:
+            out[role] = f"<{role} key>"
+    if "terminals" not in out and "dones" not in out:
+        out["dones"] = "<dones key>"
     return out
+
+
+def keys_option_text(keys: Mapping[str, str]) -> str:
+    """A key map as the command line's ``--keys`` takes it (``role=leaf,...``)."""
+    return ",".join(f"{role}={name}" for role, name in keys.items())

@@ -21,7 +21,7 @@ from marl_minari.format.spec import MultiAgentSpec
 
 from .episodes import CutOn
 from .keys import KeyLayout, leaf_text
-from .store import LeafInfo
+from .structure import LeafInfo
 from .view import AgentFlat, flatten_plan
 
 Trailing = Literal["drop", "truncate", "error"]

@@ -13,7 +13,8 @@ from marl_minari.storage.arrays import MultiAgentArrays
 
 from .exact import ExactField, ExactSource, decode_json, restore_arrays
 from .rows import check_actions
-from .store import METADATA_FILE, VaultReader, leaf_name
+from .store import METADATA_FILE, VaultReader
+from .structure import leaf_name
 from .view import ViewPlan
 
 

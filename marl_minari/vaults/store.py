@@ -19,8 +19,6 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,9 +35,10 @@ from marl_minari.errors import (
 )
 from marl_minari.extras import require
 from marl_minari.format.ids import parse_dataset_id
-from marl_minari.format.spaces import leaves
 from marl_minari.storage.durable import sync_folder, sync_tree
 from marl_minari.storage.locking import remove_stale_staging, staging_folder
+
+from .structure import LeafInfo, claimed_leaves
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -76,25 +75,6 @@ thread that allocates decoded chunks keeps what it frees in its own malloc arena
 threads hold more freed chunks: reading a 64 MB vault into make_buffer's arrays peaked at
 1.37x the data with tensorstore's defaults, 1.19x with one of each (docs/benchmarks.md). Reads
 go window by window, every leaf at once, so one thread of each is as fast here."""
-
-
-def leaf_name(path: tuple[str, ...]) -> str:
-    """The store name of an experience leaf, as Flashbax spells it (``("infos", "legals")``
-    -> ``"infos.legals."``)."""
-    return "".join(f"{part}." for part in path)
-
-
-def flatten_structure(tree: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Yield ``(path, leaf)`` of a nested dict (``structure_shape``/``structure_dtype``), the
-    path as a tuple of keys (:func:`marl_minari.format.spaces.leaves` with the parts split)."""
-    for path, leaf in leaves(dict(tree)):
-        yield tuple(path.split("/")), leaf
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"(1, 200, 3)"`` -> ``(1, 200, 3)`` (how Flashbax stores shapes)."""
-    cleaned = text.strip().strip("()[]").replace(" ", "")
-    return tuple(int(part) for part in cleaned.split(",") if part)
 
 
 def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) -> Path:
@@ -138,37 +118,6 @@ def default_vault_uid(algorithm_name: object) -> str:
     if isinstance(algorithm_name, str) and _UID_WORD.fullmatch(algorithm_name):
         return algorithm_name[0].upper() + algorithm_name[1:]
     return default_uid()
-
-
-@dataclass(frozen=True)
-class LeafInfo:
-    """One experience leaf of a vault.
-
-    Attributes:
-        path: tree path (``("infos", "legals")``).
-        shape: ``(B, T_struct, ...)`` as recorded in ``structure_shape`` (``T_struct`` is the
-            writing buffer's time axis, not the vault's length).
-        dtype: numpy dtype name.
-    """
-
-    path: tuple[str, ...]
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def name(self) -> str:
-        """Store name (``infos.legals.``)."""
-        return leaf_name(self.path)
-
-    @property
-    def row_shape(self) -> tuple[int, ...]:
-        """Shape of one time step of one stream."""
-        return self.shape[2:]
-
-    @property
-    def row_bytes(self) -> int:
-        """Bytes of one time step of one stream."""
-        return int(np.prod(self.row_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
 def _spec(base: Path, name: str) -> dict[str, Any]:
@@ -215,24 +164,40 @@ class VaultReader:
                 f"no vault at {self.path}: expected {METADATA_FILE} there (a vault folder is "
                 "rel_dir/vault_name/vault_uid)")
         try:
-            self.metadata: dict[str, Any] = json.loads(meta_path.read_text())
-            shapes = dict(flatten_structure(self.metadata["structure_shape"]))
-            dtypes = dict(flatten_structure(self.metadata["structure_dtype"]))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            metadata = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: {exc}") \
                 from exc
-        if not shapes:
-            raise CorruptedDataError(f"{meta_path}: structure_shape lists no arrays")
+        if not isinstance(metadata, dict):
+            raise CorruptedDataError(f"{meta_path} is not a Flashbax vault's metadata: a JSON "
+                                     f"object was expected, not {type(metadata).__name__}")
+        self.metadata: dict[str, Any] = metadata
+        self.leaves = claimed_leaves(meta_path, metadata)
         check_version(self.metadata.get("version"), meta_path)
-        self.leaves = tuple(LeafInfo(path, parse_shape(shapes[path]), str(dtypes[path]))
-                            for path in shapes)
         self._context = tensorstore().Context({
             "cache_pool": {"total_bytes_limit": CACHE_BYTES},
             "data_copy_concurrency": {"limit": READ_CONCURRENCY},
             "file_io_concurrency": {"limit": READ_CONCURRENCY}})
         self._stores: dict[str, ts.TensorStore] = {}
+        self._check_stores(meta_path)
         self.length = self._checked_length()
         self.num_streams = self.leaves[0].shape[0]
+
+    def _check_stores(self, meta_path: Path) -> None:
+        """Every claimed leaf is a store of that dtype whose dimensions are the claimed ones
+        (all but the time axis, which Flashbax preallocates): checked before any read is sized
+        by the claims."""
+        for leaf in self.leaves:
+            store = self._open(leaf.name)
+            real = tuple(int(size) for size in store.shape)
+            dtype = store.dtype.numpy_dtype
+            if len(real) != len(leaf.shape) or (real[0], *real[2:]) != (
+                    leaf.shape[0], *leaf.shape[2:]) or dtype != np.dtype(leaf.dtype):
+                raise CorruptedDataError(
+                    f"{meta_path}: structure_shape/structure_dtype {'.'.join(leaf.path)!r} "
+                    f"claim {leaf.shape} {leaf.dtype}, but the array {leaf.name!r} is "
+                    f"{real} {dtype}: the metadata does not describe the vault (restore it from "
+                    "a copy)")
 
     def _checked_length(self) -> int:
         """``vault_index``, checked against the arrays: reading past what is stored would

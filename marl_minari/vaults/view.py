@@ -26,7 +26,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leave
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
-from .store import parse_shape
+from .structure import parse_shape
 
 PAD_VALUE: Final = 0.0
 """Value of the padding columns when agents' flattened widths differ."""
@@ -327,7 +327,11 @@ def plan_from_vault_record(spec: MultiAgentSpec, record: dict[str, Any]) -> View
         LayoutError: the dataset's spaces no longer fit the source vault's shapes.
     """
     agents = spec.possible_agents
-    shapes = {tuple(k.split(".")): parse_shape(v) for k, v in record["shapes"].items()}
+    try:
+        shapes = {tuple(k.split(".")): parse_shape(v) for k, v in record["shapes"].items()}
+    except (ValueError, AttributeError) as exc:
+        raise LayoutError(f"the dataset's record of its source vault has a malformed shape: "
+                          f"{exc}") from exc
     dtypes = {tuple(k.split(".")): v for k, v in record["dtypes"].items()}
     obs_shape = shapes[OBSERVATIONS][2:]
     observations = tuple(flatten_plan(spec.observation_spaces[a], dtypes[OBSERVATIONS],

@@ -3,6 +3,7 @@ comparisons of datasets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -113,6 +114,25 @@ def write_vault(rel_dir: Path, name: str, uid: str, *, streams: int = 1, steps: 
             vault.write(state)
     vault.write(state)
     return Vault(name, rel_dir=str(rel_dir), vault_uid=uid).read()
+
+
+def rename_leaves(vault: Path, names: dict[str, str]) -> None:
+    """Rename leaves of a vault written by Flashbax (its metadata and its stored arrays)."""
+    import tensorstore as ts
+
+    meta = json.loads((vault / "metadata.json").read_text())
+    for kind in ("structure_shape", "structure_dtype"):
+        meta[kind] = {names.get(k, k): v for k, v in meta[kind].items()}
+    (vault / "metadata.json").write_text(json.dumps(meta))
+    for old, new in names.items():
+        spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{vault}",
+                                              "path": f"{old}."}}
+        source = ts.open(spec, open=True).result()
+        values = source[:, :4096].read().result()
+        target = dict(spec, kvstore=dict(spec["kvstore"], path=f"{new}."))
+        store = ts.open(target, create=True, shape=source.shape, dtype=source.dtype,
+                        chunk_layout=source.chunk_layout).result()
+        store[:, :4096].write(values).result()
 
 
 # --------------------------------------------------------------------------- comparisons

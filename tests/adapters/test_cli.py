@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from adapter_helpers import assert_same_episodes, write_vault
+from adapter_helpers import assert_same_episodes, rename_leaves, write_vault
 from typer.testing import CliRunner
 
 import marl_minari as mm
@@ -56,3 +56,31 @@ def test_foreign_vault_and_errors(vaults: Path) -> None:
     assert bad.exit_code == 2 and "not a vault folder" in bad.output
     missing = runner.invoke(_app(), ["vault-info", str(vaults / "nothing")])
     assert missing.exit_code == 1 and "no vault" in missing.output
+
+
+def test_the_suggested_key_map_converts_a_renamed_vault_whole(vaults: Path) -> None:
+    """OG-MARL's leaves renamed: the error's suggested map, passed as --keys, keeps the
+    truncations and the legal action masks (a map without them lost both)."""
+    import re
+    import shutil
+
+    write_vault(vaults, "og", "u", streams=2, steps=30, max_cycles=6)
+    shutil.copytree(vaults / "og" / "u", vaults / "odd" / "u")
+    rename_leaves(vaults / "odd" / "u", {"observations": "obs_all", "actions": "act_taken",
+                                   "rewards": "rew_team", "terminals": "term_flag",
+                                   "truncations": "trunc_flag"})
+    runner = CliRunner()
+    failed = runner.invoke(_app(), ["convert", str(vaults / "odd" / "u"), "odd/x-v0"])
+    assert failed.exit_code == 1, failed.output
+    suggested = re.search(r"--keys (\S+);", " ".join(failed.output.split()))
+    assert suggested is not None, failed.output
+    assert "truncations=trunc_flag" in suggested[1] and "legals=infos.legals" in suggested[1]
+    done = runner.invoke(_app(), ["convert", str(vaults / "odd" / "u"), "odd/x-v0",
+                                  "--keys", suggested[1]])
+    assert done.exit_code == 0, done.output
+    plain = runner.invoke(_app(), ["convert", str(vaults / "og" / "u"), "og/x-v0"])
+    assert plain.exit_code == 0, plain.output
+    assert_same_episodes(mm.load_dataset("og/x-v0"), mm.load_dataset("odd/x-v0"))
+    bad = runner.invoke(_app(), ["convert", str(vaults / "odd" / "u"), "odd/y-v0",
+                                 "--keys", "observations"])
+    assert bad.exit_code == 2 and "ROLE=KEY" in bad.output

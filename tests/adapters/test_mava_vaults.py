@@ -3,12 +3,12 @@ with a key map; empty and inconsistent vaults get typed errors naming what is wr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import minari
 import numpy as np
 import pytest
+from adapter_helpers import rename_leaves
 from marl_minari.adapters import from_vault, make_buffer, to_vault
 from mava_style import Rollouts, expected_episodes, write_mava_vault
 
@@ -102,30 +102,11 @@ def test_a_vault_converted_from_mava_goes_back_to_a_vault(vaults: Path,
                                   [dataset[i].total_steps for i in range(len(dataset))])
 
 
-def _rename(vault: Path, names: dict[str, str]) -> None:
-    """Rename leaves of a vault written by Flashbax (its metadata and its stored arrays)."""
-    import tensorstore as ts
-
-    meta = json.loads((vault / "metadata.json").read_text())
-    for kind in ("structure_shape", "structure_dtype"):
-        meta[kind] = {names.get(k, k): v for k, v in meta[kind].items()}
-    (vault / "metadata.json").write_text(json.dumps(meta))
-    for old, new in names.items():
-        spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": f"file://{vault}",
-                                              "path": f"{old}."}}
-        source = ts.open(spec, open=True).result()
-        values = source[:, :4096].read().result()
-        target = dict(spec, kvstore=dict(spec["kvstore"], path=f"{new}."))
-        store = ts.open(target, create=True, shape=source.shape, dtype=source.dtype,
-                        chunk_layout=source.chunk_layout).result()
-        store[:, :4096].write(values).result()
-
-
 def test_another_naming_errors_with_the_keys_found_then_converts_with_a_map(
         vaults: Path, datasets_root: Path) -> None:
     rollouts = Rollouts(envs=2, agents=2, updates=2, rollout=8, seed=5)
     write_mava_vault(vaults, "own", "run", rollouts)
-    _rename(vaults / "own" / "run", {"observation": "obs", "action": "act", "reward": "rew",
+    rename_leaves(vaults / "own" / "run", {"observation": "obs", "action": "act", "reward": "rew",
                                      "done": "finished"})
     with pytest.raises(LayoutError) as error:
         from_vault(rel_dir=vaults, vault_name="own", vault_uid="run", dataset_id="own/x-v0")

@@ -118,3 +118,38 @@ def test_recover_lists_and_rescues_a_killed_recording(datasets_root: Path,
     assert [int(m["seed"]) for m in dataset.storage.get_episode_metadata(range(3))] == [0, 1, 2]
     assert not Path(folder).exists()
     assert np.all(mm.load_dataset("cli/rescued-v0").to_arrays().episode_lengths == 10)
+
+
+def test_recover_append_finishes_an_interrupted_add_to_dataset(tmp_path: Path) -> None:
+    """A recording whose add_to_dataset never finished: ``recover --append`` adds its episodes
+    to the existing dataset, as ``Recording.open(path).add_to_dataset(id)`` does."""
+    import warnings
+
+    from gymnasium import spaces
+    from marl_strategies import random_episode
+
+    from marl_minari.format.spec import MultiAgentSpec
+    from marl_minari.storage.recording import Recording
+    from marl_minari.storage.writer import write_dataset
+
+    agents = ["p", "q"]
+    obs = {a: spaces.Box(-1, 1, (3,), dtype=np.float32) for a in agents}
+    act = {a: spaces.Discrete(3) for a in agents}
+    spec = MultiAgentSpec(api="parallel", possible_agents=tuple(agents),
+                          observation_spaces=obs, action_spaces=act)
+    write_dataset("cli/grown-v0", [random_episode(agents, obs, act, 4, s) for s in range(3)],
+                  spec)
+    recording = Recording(spec, path=tmp_path / "rec")
+    for seed in (10, 11):
+        recording.append(random_episode(agents, obs, act, 5, seed))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        recording.close(keep=True)
+    created = CliRunner().invoke(app, ["recover", str(tmp_path / "rec"), "cli/grown-v0"])
+    assert created.exit_code == 1 and "already exists" in created.output, created.output
+    result = CliRunner().invoke(app, ["recover", str(tmp_path / "rec"), "cli/grown-v0",
+                                      "--append"])
+    assert result.exit_code == 0, result.output
+    grown = mm.load_dataset("cli/grown-v0")
+    assert grown.total_episodes == 5 and grown.total_steps == 3 * 4 + 2 * 5
+    assert not (tmp_path / "rec").exists()

@@ -117,3 +117,32 @@ def test_compare_command(ramp: None, tmp_path: Path) -> None:
     assert payload["datasets"][0]["coverage"] is None
     one = CliRunner().invoke(app, ["compare", "cli/ramp-v0"])
     assert one.exit_code == EXIT_USAGE and "at least two" in one.stderr
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"not JSON: bare {name}")
+
+
+def test_describe_and_compare_json_is_valid_json_with_null_for_nan(ramp: None) -> None:
+    """Returns of a dataset whose rewards hold NaN: null in the JSON, never a bare NaN."""
+    write_episodes("cli/nan-v0", [5] * 3, [1.0, float("nan"), 2.0])
+    described = CliRunner().invoke(app, ["describe", "cli/nan-v0", "--json"])
+    assert described.exit_code == 0, described.output
+    payload = json.loads(described.stdout, parse_constant=_refuse_constant)
+    assert payload["team_returns"]["mean"] is None
+    compared = CliRunner().invoke(app, ["compare", "cli/few-v0", "cli/nan-v0", "--json",
+                                        "--no-coverage"])
+    assert compared.exit_code == 0, compared.output
+    json.loads(compared.stdout, parse_constant=_refuse_constant)
+
+
+@pytest.mark.parametrize("command", [
+    ["describe", "cli/few-v0", "--coverage-plot"], ["describe", "cli/few-v0", "--plot"],
+    ["compare", "cli/few-v0", "cli/ramp-v0", "--plot"]])
+def test_an_output_file_that_is_a_folder_is_refused_before_the_report(
+        ramp: None, tmp_path: Path, command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, str(tmp_path)])
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert result.stdout == ""  # no report printed before the error
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "is a folder" in lines[0] and str(tmp_path) in lines[0]

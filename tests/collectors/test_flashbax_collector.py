@@ -19,7 +19,7 @@ from marl_minari.adapters import from_vault
 from marl_minari.collectors import FlashbaxDataCollector
 from mava_style import Rollouts, buffer_states, expected_episodes, flat_buffer
 
-from marl_minari.errors import BufferOverrunError, InvalidOptionError
+from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError, StepDataError
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.recording import recover_recording
 
@@ -164,4 +164,59 @@ def test_integer_actions_without_masks_need_action_spaces(tmp_path: Path) -> Non
         experience_structure=structure, recording_path=tmp_path / "r2",
         action_spaces={f"agent_{i}": spaces.Discrete(6) for i in range(3)})
     assert collector.spec.action_spaces["agent_2"] == spaces.Discrete(6)
+    collector.close()
+
+
+def _mava_structure(**changed: Any) -> dict[str, Any]:
+    structure: dict[str, Any] = {
+        "observation": np.zeros((2, 8, 3, 4), np.float32),
+        "action": np.zeros((2, 8, 3), np.int32), "reward": np.zeros((2, 8, 3), np.float32),
+        "done": np.zeros((2, 8, 3), bool)}
+    structure.update(changed)
+    return structure
+
+
+@pytest.mark.parametrize("current_index", [99, 16, -1, "3", 2.5, [1, 2]])
+def test_a_buffer_index_outside_the_time_axis_is_refused_before_anything_is_written(
+        tmp_path: Path, current_index: Any) -> None:
+    """Flashbax never makes such a state; a corrupted or hand-made one must not become data
+    (``current_index = 99`` on 16 timesteps once repeated the buffer's episodes six times)."""
+    rollouts = Rollouts(envs=2, agents=2, updates=2, rollout=6, seed=16)
+    states = list(buffer_states(rollouts, time_axis=16))
+    collector = _collector(states[0], tmp_path)
+    assert collector.write(states[0]) == 6
+    before = collector.durable_episodes
+    with pytest.raises(StepDataError, match="current_index"):
+        collector.write(states[1].replace(current_index=current_index))
+    assert collector.durable_episodes == before
+    assert collector.write(states[1]) == 6  # the real state is still taken whole
+    with pytest.warns(UserWarning, match="in no dataset yet"):
+        collector.close()
+
+
+@pytest.mark.parametrize(("structure", "named"), [
+    (list(_mava_structure().values()), "dict"),
+    (_mava_structure(observation=np.zeros((2, 8, 3, 4), np.complex64)), "'observation'"),
+    (_mava_structure(observation=np.zeros((2, 8, 3, 4), object)), "'observation'"),
+    (_mava_structure(observation=np.zeros((2, 8, 3, 4), "U3")), "'observation'"),
+    (_mava_structure(reward=np.zeros((2, 9, 3), np.float32)), "'reward'"),
+    (_mava_structure(done=np.zeros((3, 8, 3), bool)), "'done'"),
+], ids=["list", "complex", "object", "string", "time-axis", "batch-axis"])
+def test_an_experience_structure_that_is_not_a_flat_buffer_is_a_layout_error(
+        tmp_path: Path, structure: Any, named: str) -> None:
+    with pytest.raises(LayoutError, match=named):
+        FlashbaxDataCollector(experience_structure=structure, recording_path=tmp_path / "r",
+                              action_spaces={f"agent_{i}": spaces.Discrete(6)
+                                             for i in range(3)}).close()
+
+
+def test_a_buffer_state_shaped_unlike_the_structure_is_a_layout_error(tmp_path: Path) -> None:
+    rollouts = Rollouts(envs=2, agents=2, updates=1, rollout=6, seed=17)
+    state = next(iter(buffer_states(rollouts, time_axis=16)))
+    collector = _collector(state, tmp_path)
+    experience = dict(state.experience)
+    experience["reward"] = np.asarray(experience["reward"])[:, :8]
+    with pytest.raises(LayoutError, match="'reward'"):
+        collector.write(state.replace(experience=experience))
+    assert collector.durable_episodes == 0
     collector.close()

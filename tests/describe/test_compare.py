@@ -121,3 +121,9 @@ def test_zero_sum_games_compare_per_agent_returns() -> None:
     team = compare(["tests/team-v0", "tests/always-v0"], coverage=False)
     assert not team.zero_sum and team.agent_returns == ()
     assert "team returns against tests/team-v0" in team.to_text()
+
+
+@pytest.mark.parametrize("sources", ["tests/first-v0", Path("tests/first-v0"), b"ab"])
+def test_one_source_where_the_list_goes_is_refused(sources: object) -> None:
+    with pytest.raises(InvalidOptionError, match="list of two or more sources"):
+        compare(sources)  # type: ignore[arg-type]

@@ -5,21 +5,27 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import minari
+import numpy as np
 import pytest
+from forged_index import episode_leaves, swap_episodes_and_forge_index
 from marl_minari.registry.manifest import Manifest
 from registry_helpers import (
     Interrupted,
     as_older_manifest,
     interrupt_after,
     no_partial_dataset,
+    replace_published_file,
 )
 
+import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import (
     CorruptedDataError,
@@ -28,6 +34,7 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     RemoteError,
 )
+from marl_minari.format import layout, offset_index
 from marl_minari.format.ids import dataset_dir, datasets_root
 
 
@@ -293,3 +300,74 @@ def test_manifest_round_trip_rejects_bad_digests() -> None:
             Manifest.from_json(json.dumps({**good, "files": [bad]}).encode(), "a-v0", "test")
     with pytest.raises(CorruptedDataError, match="version"):
         Manifest.from_json(json.dumps({**good, "format_version": 99}).encode(), "a-v0", "t")
+
+
+def _forge_published_index(registry_dir: Path, dataset_id: str) -> None:
+    """Swap episodes 1 and 2 of the published data file, forge its index's header to match,
+    and re-sign both manifest entries: every digest the download checks agrees."""
+    remote_data = registry_dir / dataset_id / "data"
+    swap_episodes_and_forge_index(remote_data)
+    for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
+        replace_published_file(registry_dir, dataset_id, f"data/{name}",
+                               (remote_data / name).read_bytes())
+
+
+def test_download_drops_a_forged_offset_index(registry_dir: Path,
+                                              small_dataset: Callable[..., str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset_id = small_dataset("mpe2/spread/forged-v0", episodes=6)
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    _forge_published_index(registry_dir, dataset_id)
+    registry.download(dataset_id)
+    local = dataset_dir(dataset_id) / "data"
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})  # as in a fresh process
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    arrays = mm.load_dataset(dataset_id).to_arrays()
+    for episode_id in range(6):  # what h5py and plain Minari read
+        stored = episode_leaves(local / layout.MAIN_FILE_NAME, episode_id)
+        np.testing.assert_array_equal(arrays.episode(episode_id).team_rewards,
+                                      stored["rewards"])
+    assert not (local / layout.INDEX_FILE_NAME).exists()
+
+
+def test_download_keeps_an_offset_index_that_agrees_and_vouches_for_it(
+        published: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.download(published)
+    local = dataset_dir(published) / "data"
+    assert (local / layout.INDEX_FILE_NAME).exists()
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    compared: list[Any] = []
+    real = offset_index._agrees
+    monkeypatch.setattr(offset_index, "_agrees",
+                        lambda *args: compared.append(args[1]) or real(*args))
+    mm.load_dataset(published).to_arrays()
+    assert compared == []  # the downloader compared every entry and remembered the file
+
+
+def test_a_forged_index_too_large_to_compare_at_download_is_kept_unvouched(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where comparing every entry would cost more than the download's budget, the index is
+    left in place without the sidecar that would vouch for it: readers compare each entry
+    they use, and read what h5py reads."""
+    from marl_minari.format.digests import remembered_digests
+
+    dataset_id = small_dataset("mpe2/spread/big-v0", episodes=6)
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    _forge_published_index(registry_dir, dataset_id)
+    monkeypatch.setattr(offset_index, "VERIFY_BUDGET_BYTES", 0)
+    monkeypatch.setattr(offset_index, "ENTRY_COST_BYTES", 1 << 40)
+    registry.download(dataset_id)
+    local = dataset_dir(dataset_id) / "data"
+    assert (local / layout.INDEX_FILE_NAME).exists()
+    assert f"data/{layout.MAIN_FILE_NAME}" not in remembered_digests(local.parent)
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    arrays = mm.load_dataset(dataset_id).to_arrays()
+    for episode_id in range(6):
+        stored = episode_leaves(local / layout.MAIN_FILE_NAME, episode_id)
+        np.testing.assert_array_equal(arrays.episode(episode_id).team_rewards,
+                                      stored["rewards"])

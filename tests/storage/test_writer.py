@@ -406,3 +406,19 @@ def test_minari_cli_show_and_list(spread: tuple) -> None:
     assert "mpe2/spread/random-v0" in listed.stdout
     row = next(line for line in listed.stdout.splitlines() if "mpe2/spread/random-v0" in line)
     assert "4" in row and "24" in row
+
+
+@pytest.mark.parametrize(("metadata", "named"), [
+    ({"author": 123}, "'author'"), ({"author_email": ["a@b.c", 7]}, "'author_email'"),
+    ({"ref_max_score": float("nan")}, "'ref_max_score'"),
+    ({"algorithm_name": 1}, "'algorithm_name'"),
+])
+def test_metadata_of_the_wrong_type_is_refused_before_anything_is_written(
+        metadata: dict[str, Any], named: str) -> None:
+    agents = ["a", "b"]
+    obs = {a: spaces.Box(-1, 1, (2,), dtype=np.float32) for a in agents}
+    act = {a: spaces.Discrete(2) for a in agents}
+    episodes = [random_episode(agents, obs, act, 3, 0)]
+    with pytest.raises(mm.InvalidOptionError, match=named):
+        write_dataset("meta/typed-v0", episodes, _spec(agents, obs, act), **metadata)
+    assert not dataset_dir("meta/typed-v0").exists()
