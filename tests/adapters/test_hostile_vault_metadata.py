@@ -68,7 +68,8 @@ def test_tampered_vault_metadata_is_a_corrupted_data_error_naming_the_key(
     key = CASES[case](meta)
     meta_path.write_text(json.dumps(meta))
     attempts = {
-        "from_vault": lambda: from_vault(vaults, "mava", "u", "og/back-v0"),
+        "from_vault": lambda: from_vault("mava", rel_dir=vaults, vault_uid="u",
+                                                dataset_id="og/back-v0"),
         "open_source": lambda: open_source(path).read([0]),
         "describe": lambda: mm.describe(path),
         "make_buffer": lambda: make_buffer([path], sample_batch_size=2,
