@@ -1,20 +1,24 @@
 """Reading many episodes of one ``main_data.hdf5`` into contiguous per-agent arrays.
 
-Contiguous datasets are copied straight out of a memory map at the offsets the writer indexed
-(the index is checked against the file before use, :mod:`marl_minari.format.offset_index`);
-datasets without an index entry are read through h5py. Only the reading itself is inside
+Every array is allocated once at its final size. Contiguous datasets at the offsets the writer
+indexed (the index is checked against the file before use, :mod:`marl_minari.format.
+offset_index`) are planned as byte ranges for the whole read, all leaves together, and read in
+coalesced blocks straight into those arrays (:mod:`marl_minari.storage.range_reader`): from the
+local file, or from any :class:`~marl_minari.storage.byte_ranges.ByteRanges` supplier of its
+bytes. Rows the arrays leave out (an agent's reward row at reset, its ``acted`` row at the end)
+are left out of the ranges. Datasets without a usable index entry (JPEG, text, chunked, or a
+file written since) are read through h5py. Only the reading itself is inside
 :func:`~marl_minari.storage.datafile.hdf5_errors`: assembling the arrays is this library's own
 code, whose errors are not the file's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import mmap
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -33,12 +37,19 @@ from marl_minari.format.spaces import (
 )
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
 from marl_minari.storage.datafile import (
     MARL_GROUP,
     attribute_steps,
     episode_group,
     hdf5_errors,
     open_data_file,
+)
+from marl_minari.storage.range_reader import (
+    REMOTE_MAX_GAP,
+    RangePlanner,
+    read_plan_from_fd,
+    read_plan_from_source,
 )
 from marl_minari.storage.self_contained import check_dataset, check_links
 
@@ -53,6 +64,22 @@ class Leaf:
     per_obs: bool
     jpeg: bool = False
     text: bool = False
+    drop: Literal["first", "last"] | None = None
+    """The row of every episode the arrays leave out (stored rows are ``T + 1``)."""
+
+    def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
+        """Rows of every episode in the output array."""
+        return lengths if self.drop is not None or not self.per_obs else lengths + 1
+
+
+_DROPPED: dict[str, Literal["first", "last"]] = {
+    f"{MARL_GROUP}/{layout.AGENT_REWARDS}": "first",
+    f"{MARL_GROUP}/{layout.AGENT_TERMINATIONS}": "first",
+    f"{MARL_GROUP}/{layout.AGENT_TRUNCATIONS}": "first",
+    f"{MARL_GROUP}/{layout.ACTED}": "last",
+}
+"""Per-agent columns stored with a row per observation whose arrays hold one per step: the
+reset row of rewards and end flags, the final row of ``acted`` (``MultiAgentArrays``)."""
 
 
 @dataclass
@@ -74,16 +101,41 @@ def _files_key(data_path: Path) -> tuple[Any, ...]:
 
 
 class EpisodeReader:
-    """Reads leaves of many episodes out of one ``main_data.hdf5``."""
+    """Reads leaves of many episodes out of one ``main_data.hdf5``.
+
+    Args:
+        data_path: the dataset's ``data/`` folder (its metadata and offset index).
+        spec, metadata: the dataset's.
+        cache: the checked offset index, kept between readers of the same files.
+        byte_source: where the data file's bytes come from when not from the local file
+            (a remote file): HDF5 opens it through
+            :class:`~marl_minari.storage.byte_ranges.RangesFile` and indexed leaves are read
+            with :meth:`~marl_minari.storage.byte_ranges.ByteRanges.read_ranges`, in
+            coalesced blocks.
+    """
 
     def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any],
-                 cache: IndexCache | None = None) -> None:
+                 cache: IndexCache | None = None, *,
+                 byte_source: ByteRanges | None = None) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
-        self._file = open_data_file(self._path)
+        self._source = byte_source
+        if byte_source is None:
+            self._file = open_data_file(self._path)
+            # The file HDF5 has open, not whatever the path names now: the index entries are
+            # checked against this one (an append replaces the path's file).
+            self._fd: int | None = self._file.id.get_vfd_handle()
+            self._size = os.fstat(self._fd).st_size
+        else:
+            try:
+                self._file = h5py.File(RangesFile(byte_source), "r")
+            except OSError as exc:
+                raise CorruptedDataError(
+                    f"{byte_source.name} is damaged and cannot be opened ({exc}); download "
+                    "it again") from exc
+            self._fd = None
+            self._size = int(byte_source.size)
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
-        self._map: np.ndarray | None = None
-        self._mmap: mmap.mmap | None = None
         cache = cache or IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
@@ -102,14 +154,11 @@ class EpisodeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the data file."""
         self._file.close()
-        self._map = None
-        if self._mmap is not None:
-            # Every slice of the map was copied out, so nothing exports its buffer any more;
-            # if something still did, the map would close when that is collected.
-            with contextlib.suppress(BufferError):
-                self._mmap.close()
-            self._mmap = None
 
     def read(self, indices: np.ndarray) -> MultiAgentArrays:
         """Episodes ``indices`` (stored ids) as contiguous arrays.
@@ -120,14 +169,26 @@ class EpisodeReader:
         """
         if len(indices) == 0:
             raise InvalidOptionError("to_arrays needs at least one episode index")
+        indices = np.asarray(indices, dtype=np.int64)
         lengths = (self._index.steps[indices] if self._index is not None
                    else attribute_steps(self._file, self._path, indices))
+        name = str(self._path if self._source is None else self._source.name)
+        planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
-            by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
+            by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
                        for leaf in self._leaves(indices)}
+            if self._source is None:
+                assert self._fd is not None
+                read_plan_from_fd(planner.plan(), self._fd, name)
+            else:
+                read_plan_from_source(planner.plan(REMOTE_MAX_GAP), self._source)
         return self._assemble(by_path, indices, lengths)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
+        found = self._found_leaves(indices)
+        return [replace(leaf, drop=_DROPPED.get(leaf.path)) for leaf in found]
+
+    def _found_leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
         spec = self._spec
         found: list[Leaf] = []
@@ -198,47 +259,39 @@ class EpisodeReader:
                         late[agent] = index
         return late
 
-    def _read_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        rows = lengths + 1 if leaf.per_obs else lengths
-        out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
+    def _place_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
+                    planner: RangePlanner) -> np.ndarray:
+        """The leaf's output array: entries the index places (and :func:`offset_index.trusted`
+        binds to the file) are planned as ranges, the others read through h5py now."""
+        stored = lengths + 1 if leaf.per_obs else lengths
+        kept = leaf.kept_rows(lengths)
+        out = np.empty((int(kept.sum()), *leaf.row_shape), dtype=leaf.dtype)
         offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
         usable = np.zeros(len(indices), dtype=bool)
+        firsts = np.concatenate([[0], np.cumsum(kept)[:-1]]).astype(np.int64)
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
-            mapped = self._mapped()
-            ends = starts + rows * row_bytes
-            usable = (starts >= 0) & (ends <= len(mapped))
+            usable = (starts >= 0) & (starts + stored * row_bytes <= self._size)
             if usable.any():
                 assert self._index is not None
                 usable[usable] = offset_index.trusted(
                     self._index, self._file, leaf.path, indices[usable], leaf.dtype,
-                    leaf.row_shape, rows[usable])
-            if usable.all():
-                np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
-                                                            strict=True)],
-                               out=out.reshape(-1).view(np.uint8))
-                return out
-        flat = out.reshape(len(out), -1).view(np.uint8) if usable.any() else out
-        start = 0
-        for position, (index, count) in enumerate(zip(indices.tolist(), rows.tolist(),
-                                                      strict=True)):
-            if usable[position]:
-                begin = int(starts[position])
-                flat[start:start + count] = self._mapped()[begin:int(ends[position])].reshape(
-                    count, -1)
-            else:
-                self._read_h5(leaf, index, out[start:start + count])
-            start += count
+                    leaf.row_shape, stored[usable])
+            skip = row_bytes if leaf.drop == "first" else 0
+            planner.add(out.reshape(-1).view(np.uint8), firsts[usable] * row_bytes,
+                        starts[usable] + skip, kept[usable] * row_bytes)
+        for position in np.flatnonzero(~usable).tolist():
+            index, first, count = (int(indices[position]), int(firsts[position]),
+                                   int(kept[position]))
+            target = out[first:first + count]
+            if leaf.drop is None:
+                self._read_h5(leaf, index, target)
+            else:  # read as stored, then leave the row out
+                whole = np.empty((int(stored[position]), *leaf.row_shape), dtype=leaf.dtype)
+                self._read_h5(leaf, index, whole)
+                target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
         return out
-
-    def _mapped(self) -> np.ndarray:
-        if self._map is None:
-            # The file HDF5 has open, not whatever the path names now: the index entries were
-            # checked against this one (an append replaces the path's file).
-            self._mmap = mmap.mmap(self._file.id.get_vfd_handle(), 0, access=mmap.ACCESS_READ)
-            self._map = np.frombuffer(self._mmap, dtype=np.uint8)
-        return self._map
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
@@ -274,11 +327,6 @@ class EpisodeReader:
                   lengths: np.ndarray) -> MultiAgentArrays:
         spec = self._spec
         agents = spec.possible_agents
-        first_rows = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
-        after_reset = np.ones(int((lengths + 1).sum()), dtype=bool)
-        after_reset[first_rows] = False
-        before_end = np.ones_like(after_reset)
-        before_end[first_rows + lengths] = False
 
         def marl(name: str) -> np.ndarray:
             return by_path[f"{MARL_GROUP}/{name}"]
@@ -299,11 +347,11 @@ class EpisodeReader:
                 spec.observation_spaces[a]) else by_path[f"observations/{a}"] for a in agents},
             actions={a: build_tree(spec.action_spaces[a], subtree(f"actions/{a}")) if _is_nested(
                 spec.action_spaces[a]) else by_path[f"actions/{a}"] for a in agents},
-            rewards=marl(layout.AGENT_REWARDS)[after_reset],
-            terminations=marl(layout.AGENT_TERMINATIONS)[after_reset],
-            truncations=marl(layout.AGENT_TRUNCATIONS)[after_reset],
+            rewards=marl(layout.AGENT_REWARDS),
+            terminations=marl(layout.AGENT_TERMINATIONS),
+            truncations=marl(layout.AGENT_TRUNCATIONS),
             active=marl(layout.ACTIVE),
-            acted=marl(layout.ACTED)[before_end],
+            acted=marl(layout.ACTED),
             team_rewards=by_path["rewards"],
             episode_terminations=by_path["terminations"],
             episode_truncations=by_path["truncations"],
