@@ -275,9 +275,7 @@ class EpisodeReader:
             usable = (starts >= 0) & (starts + stored * row_bytes <= self._size)
             if usable.any():
                 assert self._index is not None
-                usable[usable] = offset_index.trusted(
-                    self._index, self._file, leaf.path, indices[usable], leaf.dtype,
-                    leaf.row_shape, stored[usable])
+                usable[usable] = self._trusted(leaf, indices[usable], stored[usable])
             skip = row_bytes if leaf.drop == "first" else 0
             planner.add(out.reshape(-1).view(np.uint8), firsts[usable] * row_bytes,
                         starts[usable] + skip, kept[usable] * row_bytes)
@@ -292,6 +290,22 @@ class EpisodeReader:
                 self._read_h5(leaf, index, whole)
                 target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
         return out
+
+    def _trusted(self, leaf: Leaf, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Which index entries of ``leaf`` may be read as bytes (``docs/format.md``).
+
+        The local file: :func:`offset_index.trusted`. Another supplier is trusted only as a
+        whole, when it verifies every byte against the file's BLAKE3 (its ``blake3``
+        attribute) and that is the digest the index was written for; else every leaf is read
+        through HDF5 over the supplier.
+        """
+        assert self._index is not None
+        if self._source is None:
+            return offset_index.trusted(self._index, self._file, leaf.path, indices,
+                                        leaf.dtype, leaf.row_shape, rows)
+        verified = getattr(self._source, "blake3", None)
+        whole = verified is not None and verified == self._index.fingerprint
+        return np.full(len(indices), whole, dtype=bool)
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
