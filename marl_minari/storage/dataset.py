@@ -171,15 +171,33 @@ class MultiAgentDataset:
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
         """
+        indices = self._checked_ids(episode_indices)
+        with EpisodeReader(self._data_path, self._spec, self._metadata,
+                           self._index_cache) as reader:
+            return reader.read(indices)
+
+    def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray]
+                          ) -> Iterator[MultiAgentArrays]:
+        """``to_arrays(batch)`` for every batch of stored ids, in order, with the data file
+        opened once for all of them (what a pass in chunks reads: a chunk then costs its
+        bytes, not a file open and its leaves found again).
+
+        Raises:
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        with EpisodeReader(self._data_path, self._spec, self._metadata,
+                           self._index_cache) as reader:
+            for batch in batches:
+                yield reader.read(self._checked_ids(batch))
+
+    def _checked_ids(self, episode_indices: Sequence[int] | np.ndarray | None) -> np.ndarray:
         indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
         if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
             raise EpisodeIndexError(
                 f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
                 f"{sorted(set(indices.tolist()))[:5]}")
-        with EpisodeReader(self._data_path, self._spec, self._metadata,
-                           self._index_cache) as reader:
-            return reader.read(indices)
+        return indices
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""

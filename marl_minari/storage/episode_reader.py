@@ -207,25 +207,31 @@ class EpisodeReader:
         if not isinstance(group, h5py.Group):
             raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
 
-        def visitor(prefix: str) -> Any:
-            def visit(name: str, obj: Any) -> None:
+        def visit(parent: h5py.Group, prefix: str) -> None:
+            # The low-level API: high-level objects for every dataset cost milliseconds per
+            # chunk read, more than the chunk's bytes.
+            names: list[bytes] = []
+            h5py.h5o.visit(parent.id, names.append)
+            for raw in names:
+                name = raw.decode()
                 if name == layout.STATE and spec.state_encoding == "jpeg" and (
                         spec.state_space is not None):
                     found.append(Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
                                        leaf_shape(spec.state_space), True, jpeg=True))
-                elif isinstance(obj, h5py.Dataset):
-                    text = h5py.check_string_dtype(obj.dtype) is not None
+                    continue
+                dataset = offset_index.dataset_id(parent, name)
+                if dataset is not None:
+                    text = h5py.check_string_dtype(dataset.dtype) is not None
                     found.append(Leaf(f"{prefix}/{name}", np.dtype(object) if text
-                                       else obj.dtype, obj.shape[1:], True, text=text))
-            return visit
+                                       else dataset.dtype, dataset.shape[1:], True, text=text))
 
         check_links(group, self._path)
-        group.visititems(visitor(MARL_GROUP))
+        visit(group, MARL_GROUP)
         first_infos = group.get(layout.AGENT_INFOS)
         seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
         for agent, index in self._late_info_agents(indices, seen).items():
-            self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"].visititems(
-                visitor(f"{_AGENT_INFOS}/{agent}"))
+            visit(self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"],
+                  f"{_AGENT_INFOS}/{agent}")
         return found
 
     def _late_info_agents(self, indices: np.ndarray, seen: set[str]) -> dict[str, int]:
