@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -136,6 +137,7 @@ class EpisodeReader:
             self._size = int(byte_source.size)
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
+        self._visited: dict[tuple[str, tuple[bytes, ...]], list[Leaf]] = {}
         cache = cache or IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
@@ -208,22 +210,31 @@ class EpisodeReader:
             raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
 
         def visit(parent: h5py.Group, prefix: str) -> None:
-            # The low-level API: high-level objects for every dataset cost milliseconds per
-            # chunk read, more than the chunk's bytes.
+            # The low-level API, and a group's leaves found once per reader for each set of
+            # names: high-level objects for every dataset cost milliseconds per chunk read,
+            # more than a small chunk's bytes.
             names: list[bytes] = []
             h5py.h5o.visit(parent.id, names.append)
+            key = (prefix, tuple(names))
+            known = self._visited.get(key)
+            if known is None:
+                known = self._visited[key] = list(group_leaves(parent, prefix, names))
+            found.extend(known)
+
+        def group_leaves(parent: h5py.Group, prefix: str, names: list[bytes]
+                         ) -> Iterator[Leaf]:
             for raw in names:
                 name = raw.decode()
                 if name == layout.STATE and spec.state_encoding == "jpeg" and (
                         spec.state_space is not None):
-                    found.append(Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
-                                       leaf_shape(spec.state_space), True, jpeg=True))
+                    yield Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
+                               leaf_shape(spec.state_space), True, jpeg=True)
                     continue
                 dataset = offset_index.dataset_id(parent, name)
                 if dataset is not None:
                     text = h5py.check_string_dtype(dataset.dtype) is not None
-                    found.append(Leaf(f"{prefix}/{name}", np.dtype(object) if text
-                                       else dataset.dtype, dataset.shape[1:], True, text=text))
+                    yield Leaf(f"{prefix}/{name}", np.dtype(object) if text
+                               else dataset.dtype, dataset.shape[1:], True, text=text)
 
         check_links(group, self._path)
         visit(group, MARL_GROUP)
