@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,6 +89,9 @@ class IndexCache:
 
     key: tuple[Any, ...] | None = None
     index: offset_index.OffsetIndex | None = None
+    leaves: dict[tuple[str, tuple[bytes, ...]], list[Leaf]] = field(default_factory=dict)
+    """The leaves found in a group of the files, by the group's path and names (a read of
+    one episode then opens no dataset to find them)."""
 
 
 def _files_key(data_path: Path) -> tuple[Any, ...]:
@@ -137,7 +140,6 @@ class EpisodeReader:
             self._size = int(byte_source.size)
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
-        self._visited: dict[tuple[str, tuple[bytes, ...]], list[Leaf]] = {}
         cache = cache or IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
@@ -150,7 +152,9 @@ class EpisodeReader:
                 self._file.close()
                 raise
             cache.key = key
+            cache.leaves = {}
         self._index = cache.index
+        self._visited = cache.leaves
 
     def __enter__(self) -> EpisodeReader:
         return self
@@ -187,10 +191,6 @@ class EpisodeReader:
         return self._assemble(by_path, indices, lengths)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
-        found = self._found_leaves(indices)
-        return [replace(leaf, drop=_DROPPED.get(leaf.path)) for leaf in found]
-
-    def _found_leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
         spec = self._spec
         found: list[Leaf] = []
@@ -233,8 +233,9 @@ class EpisodeReader:
                 dataset = offset_index.dataset_id(parent, name)
                 if dataset is not None:
                     text = h5py.check_string_dtype(dataset.dtype) is not None
-                    yield Leaf(f"{prefix}/{name}", np.dtype(object) if text
-                               else dataset.dtype, dataset.shape[1:], True, text=text)
+                    path = f"{prefix}/{name}"
+                    yield Leaf(path, np.dtype(object) if text else dataset.dtype,
+                               dataset.shape[1:], True, text=text, drop=_DROPPED.get(path))
 
         check_links(group, self._path)
         visit(group, MARL_GROUP)

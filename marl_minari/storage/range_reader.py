@@ -108,8 +108,9 @@ class RangePlanner:
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
         offsets = np.asarray(offsets, dtype=np.int64)
-        some = lengths > 0
-        starts, lengths, offsets = starts[some], lengths[some], offsets[some]
+        if not lengths.all():
+            some = lengths > 0
+            starts, lengths, offsets = starts[some], lengths[some], offsets[some]
         if not starts.size:
             return
         if (offsets < 0).any() or (offsets + lengths > destination.nbytes).any():
