@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true")
     parser.add_argument("--profile", choices=("to_arrays", "make_buffer", "episode"))
     parser.add_argument("--only", choices=("short", "long"))
+    parser.add_argument("--sort", default="tottime", help="cProfile order (--profile)")
     args = parser.parse_args()
     root = args.root or tempfile.mkdtemp(prefix="bench-bulk-")
     os.environ["MINARI_DATASETS_PATH"] = root
@@ -121,7 +122,7 @@ def main() -> None:
             calls[args.profile]()
             profile.disable()
             print(f"--- {name}: {args.profile}")
-            pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+            pstats.Stats(profile).sort_stats(args.sort).print_stats(18)
             continue
         floor = best(lambda path=path: read_file(path), args.repeats, args.cold)
         arrays = best(calls["to_arrays"], args.repeats, args.cold)
