@@ -108,7 +108,8 @@ class FolderSource(DatasetSource):
         self._prepare_pass()
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
-            yield from self.dataset.arrays_in_batches(self.batches(chunk_steps))
+            yield from self.dataset.arrays_in_batches(self.batches(chunk_steps),
+                                                      observations=observations)
             return
         yield from super().chunks(chunk_steps, observations=observations)
 

@@ -176,11 +176,12 @@ class MultiAgentDataset:
                            self._index_cache) as reader:
             return reader.read(indices)
 
-    def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray]
-                          ) -> Iterator[MultiAgentArrays]:
+    def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray], *,
+                          observations: bool = True) -> Iterator[MultiAgentArrays]:
         """``to_arrays(batch)`` for every batch of stored ids, in order, with the data file
         opened once for all of them (what a pass in chunks reads: a chunk then costs its
-        bytes, not a file open and its leaves found again).
+        bytes, not a file open and its leaves found again). ``observations=False`` leaves
+        the observations unread (every agent's tree is ``{}``).
 
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
@@ -188,7 +189,7 @@ class MultiAgentDataset:
         with EpisodeReader(self._data_path, self._spec, self._metadata,
                            self._index_cache) as reader:
             for batch in batches:
-                yield reader.read(self._checked_ids(batch))
+                yield reader.read(self._checked_ids(batch), observations=observations)
 
     def _checked_ids(self, episode_indices: Sequence[int] | np.ndarray | None) -> np.ndarray:
         indices = self._ids if episode_indices is None else np.asarray(

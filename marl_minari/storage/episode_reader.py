@@ -166,8 +166,9 @@ class EpisodeReader:
         """Close the data file."""
         self._file.close()
 
-    def read(self, indices: np.ndarray) -> MultiAgentArrays:
-        """Episodes ``indices`` (stored ids) as contiguous arrays.
+    def read(self, indices: np.ndarray, *, observations: bool = True) -> MultiAgentArrays:
+        """Episodes ``indices`` (stored ids) as contiguous arrays; ``observations=False``
+        leaves the agents' observations unread (each tree is then ``{}``).
 
         Raises:
             InvalidOptionError: no episode asked for.
@@ -182,13 +183,14 @@ class EpisodeReader:
         planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
             by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
-                       for leaf in self._leaves(indices)}
+                       for leaf in self._leaves(indices)
+                       if observations or not leaf.path.startswith("observations/")}
             if self._source is None:
                 assert self._fd is not None
                 read_plan_from_fd(planner.plan(), self._fd, name)
             else:
                 read_plan_from_source(planner.plan(REMOTE_MAX_GAP), self._source)
-        return self._assemble(by_path, indices, lengths)
+        return self._assemble(by_path, indices, lengths, observations)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
@@ -356,7 +358,7 @@ class EpisodeReader:
         return f"episode_{index}/{_AGENT_INFOS}/{agent}" not in self._file
 
     def _assemble(self, by_path: dict[str, np.ndarray], indices: np.ndarray,
-                  lengths: np.ndarray) -> MultiAgentArrays:
+                  lengths: np.ndarray, observations: bool) -> MultiAgentArrays:
         spec = self._spec
         agents = spec.possible_agents
 
@@ -374,8 +376,8 @@ class EpisodeReader:
             possible_agents=agents,
             episode_ids=indices.astype(np.int64),
             episode_lengths=lengths,
-            observations={a: build_tree(spec.observation_spaces[a],
-                                        subtree(f"observations/{a}")) if _is_nested(
+            observations={a: {} if not observations else build_tree(
+                spec.observation_spaces[a], subtree(f"observations/{a}")) if _is_nested(
                 spec.observation_spaces[a]) else by_path[f"observations/{a}"] for a in agents},
             actions={a: build_tree(spec.action_spaces[a], subtree(f"actions/{a}")) if _is_nested(
                 spec.action_spaces[a]) else by_path[f"actions/{a}"] for a in agents},

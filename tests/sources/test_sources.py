@@ -322,3 +322,15 @@ def test_a_pass_in_chunks_opens_the_data_file_once(
     assert len(opened) == 1
     for position, chunk in enumerate(chunks):
         _same_arrays(chunk, dataset.to_arrays([position]))
+
+
+def test_a_pass_without_observations_leaves_them_unread(
+        record_parallel: Callable[..., Any]) -> None:
+    # Statistics, returns and subsets read actions and rewards only.
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=3)
+    (chunk,) = open_source("tests/spread-v0").chunks(observations=False)
+    assert chunk.observations == {a: {} for a in chunk.possible_agents}
+    _same_arrays(chunk, dataset.to_arrays())
+    (full,) = open_source("tests/spread-v0").chunks()
+    assert all(np.array_equal(full.observations[a], dataset.to_arrays().observations[a])
+               for a in full.possible_agents)
