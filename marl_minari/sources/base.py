@@ -10,7 +10,7 @@ counts and reset attributes, and chunks of whole episodes as
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -168,7 +168,13 @@ class DatasetSource(ABC):
                observations: bool = True) -> Iterator[MultiAgentArrays]:
         """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
         for the default, :meth:`read` for ``observations``)."""
-        for batch in self.batches(chunk_steps):
+        yield from self.read_batches(self.batches(chunk_steps), observations=observations)
+
+    def read_batches(self, batches: Iterable[np.ndarray], *,
+                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+        """:meth:`read` of every batch of stored ids, in order: the one way a pass reads
+        (a source that can keeps its files open between batches)."""
+        for batch in batches:
             yield self.read(batch, observations=observations)
 
     def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +106,15 @@ class FolderSource(DatasetSource):
     def chunks(self, chunk_steps: int | None = None, *,
                observations: bool = True) -> Iterator[MultiAgentArrays]:
         self._prepare_pass()
+        yield from super().chunks(chunk_steps, observations=observations)
+
+    def read_batches(self, batches: Iterable[np.ndarray], *,
+                     observations: bool = True) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
-            yield from self.dataset.arrays_in_batches(self.batches(chunk_steps),
-                                                      observations=observations)
+            yield from self.dataset.arrays_in_batches(batches, observations=observations)
             return
-        yield from super().chunks(chunk_steps, observations=observations)
+        yield from super().read_batches(batches, observations=observations)
 
     def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
         self._prepare_pass()

@@ -186,10 +186,21 @@ class MultiAgentDataset:
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
         """
-        with EpisodeReader(self._data_path, self._spec, self._metadata,
-                           self._index_cache) as reader:
+        reader: EpisodeReader | None = None
+        try:
             for batch in batches:
+                if reader is None:
+                    reader = EpisodeReader(self._data_path, self._spec, self._metadata,
+                                           self._index_cache)
                 yield reader.read(self._checked_ids(batch), observations=observations)
+                if not reader.indexed:
+                    # Read through HDF5, whose open file grows in memory with every episode
+                    # visited (about 5 KB each): a new file per batch keeps a pass bounded.
+                    reader.close()
+                    reader = None
+        finally:
+            if reader is not None:
+                reader.close()
 
     def _checked_ids(self, episode_indices: Sequence[int] | np.ndarray | None) -> np.ndarray:
         indices = self._ids if episode_indices is None else np.asarray(

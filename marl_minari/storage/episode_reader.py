@@ -166,6 +166,11 @@ class EpisodeReader:
         """Close the data file."""
         self._file.close()
 
+    @property
+    def indexed(self) -> bool:
+        """The data file has a usable offset index (its leaves are read as byte ranges)."""
+        return self._index is not None
+
     def read(self, indices: np.ndarray, *, observations: bool = True) -> MultiAgentArrays:
         """Episodes ``indices`` (stored ids) as contiguous arrays; ``observations=False``
         leaves the agents' observations unread (each tree is then ``{}``).

@@ -322,6 +322,14 @@ def test_a_pass_in_chunks_opens_the_data_file_once(
     assert len(opened) == 1
     for position, chunk in enumerate(chunks):
         _same_arrays(chunk, dataset.to_arrays([position]))
+    # Without the offset index every leaf is read through HDF5, whose open file grows with
+    # the episodes visited: then each chunk opens the file anew.
+    (dataset_dir("tests/spread-v0") / "data" / "marl_minari_index.npz").unlink()
+    opened.clear()
+    unindexed = list(open_source("tests/spread-v0").chunks(chunk_steps=6))
+    assert len(opened) == 4
+    for chunk, indexed in zip(unindexed, chunks, strict=True):
+        _same_arrays(chunk, indexed)
 
 
 def test_a_pass_without_observations_leaves_them_unread(
