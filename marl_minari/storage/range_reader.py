@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -181,8 +182,8 @@ def read_plan_from_fd(plan: RangePlan, fd: int, name: str) -> None:
         CorruptedDataError: the file ended before a range (it was truncated since).
     """
     calls = _preadv()
-    if calls is None:  # no preadv here: one pread per piece, still no copy in between
-        _read_pieces(plan, 0, len(plan.starts), fd, name)
+    if calls is None:  # no libc preadv here (Windows): copy the pieces out of a memory map
+        _read_mapped(plan, fd, name)
         return
     preadv, _ = calls
     if not len(plan.starts):
@@ -210,25 +211,37 @@ def read_plan_from_fd(plan: RangePlan, fd: int, name: str) -> None:
             _read_pieces(plan, first, last, fd, name)
 
 
+def _read_mapped(plan: RangePlan, fd: int, name: str) -> None:
+    """Every piece of ``plan`` copied out of a read-only memory map of ``fd``."""
+    if not len(plan.starts):
+        return
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+        if int((plan.starts + plan.lengths).max()) > len(mapped):
+            raise CorruptedDataError(
+                f"{name}: the file ends before byte {int((plan.starts + plan.lengths).max())}; "
+                "it was truncated while being read: copy or download it again")
+        view = np.frombuffer(mapped, dtype=np.uint8)
+        base = view.ctypes.data
+        for start, length, target in zip(plan.starts.tolist(), plan.lengths.tolist(),
+                                         plan.targets.tolist(), strict=True):
+            ctypes.memmove(target, base + start, length)
+        del view  # the map closes only once nothing exports its buffer
+
+
 def _read_pieces(plan: RangePlan, first: int, last: int, fd: int, name: str) -> None:
     """Pieces ``first:last`` of ``plan``, one ``pread`` loop each (the exact, slow way)."""
-    calls = _preadv()
+    _, pread = _preadv()
     for start, length, target in zip(plan.starts[first:last].tolist(),
                                      plan.lengths[first:last].tolist(),
                                      plan.targets[first:last].tolist(), strict=True):
         done = 0
         while done < length:
-            if calls is not None:
-                count = calls[1](fd, target + done, length - done, start + done)
-                if count < 0 and ctypes.get_errno() == errno.EINTR:
-                    continue
-                if count < 0:
-                    code = ctypes.get_errno()
-                    raise CorruptedDataError(f"{name}: reading failed ({os.strerror(code)})")
-            else:
-                data = os.pread(fd, length - done, start + done)
-                count = len(data)
-                ctypes.memmove(target + done, data, count)
+            count = pread(fd, target + done, length - done, start + done)
+            if count < 0 and ctypes.get_errno() == errno.EINTR:
+                continue
+            if count < 0:
+                code = ctypes.get_errno()
+                raise CorruptedDataError(f"{name}: reading failed ({os.strerror(code)})")
             if count == 0:
                 raise CorruptedDataError(
                     f"{name}: the file ends before byte {start + length}; it was truncated "

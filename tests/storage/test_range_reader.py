@@ -16,6 +16,7 @@ import marl_minari as mm
 from marl_minari.errors import CorruptedDataError
 from marl_minari.format import layout, offset_index
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage import range_reader
 from marl_minari.storage.byte_ranges import LocalFileRanges
 from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.range_reader import (
@@ -89,8 +90,12 @@ def test_overlapping_pieces_start_a_new_block(data_file: tuple) -> None:
     assert out.tobytes() == _expected(content, pieces)
 
 
+@pytest.mark.parametrize("preadv", [True, False])
 @pytest.mark.parametrize("max_gap", [0, 64, 1 << 17])
-def test_a_local_read_puts_every_piece_where_it_belongs(data_file: tuple, max_gap: int) -> None:
+def test_a_local_read_puts_every_piece_where_it_belongs(
+        data_file: tuple, max_gap: int, preadv: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not preadv:  # as where libc has no preadv (Windows): a memory map
+        monkeypatch.setattr(range_reader, "_LIBC", False)
     path, content = data_file
     rng = np.random.default_rng(1)
     starts = rng.integers(0, SIZE - 5000, 3000)
