@@ -129,10 +129,10 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a thirty-second of the buffer's bytes for a dataset and a sixteenth for a
-            vault, which is read straight into the buffer (1 to 32 MiB,
-            :func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
-            the buffer's own bytes (docs/benchmarks.md).
+            as fit a sixteenth of the buffer's bytes (1 to 32 MiB,
+            :func:`~marl_minari.sources.holding_chunk_bytes`; a dataset's rows and a vault's
+            windows are built straight into the buffer): this keeps peak memory near the
+            buffer's own bytes (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -164,7 +164,8 @@ def make_buffer(
     total_bytes = sum(_source_bytes(o) for o in opened)
     views = [_vault_source(o, chunk_steps, holding_chunk_bytes(total_bytes, in_place=True))
              if isinstance(o, VaultReader)
-             else _dataset_source(o, chunk_steps, holding_chunk_bytes(total_bytes))
+             else _dataset_source(o, chunk_steps,
+                                  holding_chunk_bytes(total_bytes, in_place=True))
              for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
@@ -297,14 +298,14 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int
         cursor = 0
         arrays = first.pop()
         while arrays is not None:
-            rows = view_rows(plan, arrays)
             count = int(arrays.episode_lengths.sum())
-            for path, values in rows.items():
-                out[path][cursor:cursor + count] = values
+            # Rows are built straight into the buffer's windows (no copy in between).
+            view_rows(plan, arrays, {path: array[cursor:cursor + count]
+                                     for path, array in out.items()})
             lengths.append(arrays.episode_lengths)
             cursor += count
             # Let this chunk go before the next is read: peak memory holds one chunk.
-            del arrays, rows
+            del arrays
             arrays = next(chunks, None)
         return [np.concatenate(lengths)]
 

@@ -47,7 +47,8 @@ def chunks(source: DatasetSource, chunk_steps: int | None, streams: Iterable[int
             episode); ``False`` gives ``None`` for all.
     """
     stream_iter = iter(streams) if streams is not None else None
-    for batch in source.batches(chunk_steps):
+    batches = list(source.batches(chunk_steps))
+    for batch, arrays in zip(batches, source.read_batches(batches), strict=True):
         # Attributes are read per chunk, not in one pass kept open across chunks: an HDF5
         # file grows in memory while its episodes are visited (about 5 KB per episode).
         read = (source.episode_attributes(batch) if attributes
@@ -56,7 +57,7 @@ def chunks(source: DatasetSource, chunk_steps: int | None, streams: Iterable[int
         options = [given or None for _, given in read]
         stream_ids = np.zeros(len(batch), dtype=np.int32) if stream_iter is None else \
             np.asarray([next(stream_iter) for _ in batch], dtype=np.int32)
-        yield Chunk(source.read(batch), EpisodeInfo(seeds, options, stream_ids))
+        yield Chunk(arrays, EpisodeInfo(seeds, options, stream_ids))
 
 
 def writer_metadata(metadata: dict[str, Any], spec_extra: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ The RLlib export and offline training build on this module; all three are import
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -203,11 +204,14 @@ def to_block(batch: Mapping[str, np.ndarray]) -> Any:
 
 def _read_chunks(chunks: Sequence[_Chunk], options: _ReadOptions) -> Iterator[Any]:
     """Body of one read task: one Arrow block per chunk of whole episodes."""
-    for chunk in chunks:
-        batch = P.build_rows(options.kind, chunk.source.read(chunk.indices), chunk.source.spec,
-                             dataset=chunk.source.name, agents=options.agents,
-                             only_acted=options.only_acted)
-        yield to_block(batch)
+    # Consecutive chunks of one source are read in one pass (its file opened once).
+    for _, run in itertools.groupby(chunks, key=lambda chunk: id(chunk.source)):
+        members = list(run)
+        source = members[0].source
+        for arrays in source.read_batches(chunk.indices for chunk in members):
+            batch = P.build_rows(options.kind, arrays, source.spec, dataset=source.name,
+                                 agents=options.agents, only_acted=options.only_acted)
+            yield to_block(batch)
 
 
 @functools.cache

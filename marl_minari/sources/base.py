@@ -10,7 +10,7 @@ counts and reset attributes, and chunks of whole episodes as
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -168,7 +168,13 @@ class DatasetSource(ABC):
                observations: bool = True) -> Iterator[MultiAgentArrays]:
         """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
         for the default, :meth:`read` for ``observations``)."""
-        for batch in self.batches(chunk_steps):
+        yield from self.read_batches(self.batches(chunk_steps), observations=observations)
+
+    def read_batches(self, batches: Iterable[np.ndarray], *,
+                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+        """:meth:`read` of every batch of stored ids, in order: the one way a pass reads
+        (a source that can keeps its files open between batches)."""
+        for batch in batches:
             yield self.read(batch, observations=observations)
 
     def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
@@ -230,13 +236,14 @@ def steps_per_chunk(chunk_steps: int | None, step_bytes: int, *,
 def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False) -> int:
     """The chunk budget of a reader that fills arrays of ``total_bytes`` (``make_buffer``).
 
-    A chunk converted on the host (a dataset's: read, then made into rows) adds up to about
-    five chunks' bytes to the arrays at its peak (the chunk's arrays, the rows made from them,
-    the file's pages read for them: short episodes store about as many bytes of HDF5 headers
-    as of data), so it is a thirty-second of the arrays: on 338 MB of 10-36-step episodes the
-    peak was 1.13x the arrays' bytes, 1.23x with a sixteenth. A window read straight into the
-    arrays (``in_place``: a vault's) holds only what decoding it needs, so it is a sixteenth:
-    1.14x on a 64 MB buffer, 1.43x with 32 MiB windows, and smaller windows only cost time.
+    A chunk converted on the host into new rows, then copied into the arrays, adds up to
+    about five chunks' bytes to the arrays at its peak (the chunk's arrays, the rows made from
+    them, the file's pages read for them), so it is a thirty-second of the arrays: on 338 MB
+    of 10-36-step episodes the peak was 1.13x the arrays' bytes, 1.23x with a sixteenth.
+    What is built straight into the arrays (``in_place``: a vault's windows, a dataset's rows
+    made in the buffer's windows by ``make_buffer``) holds only the chunk as read, so it is a
+    sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
+    dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
     Both stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """

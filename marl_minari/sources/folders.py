@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +108,24 @@ class FolderSource(DatasetSource):
         self._prepare_pass()
         yield from super().chunks(chunk_steps, observations=observations)
 
+    def read_batches(self, batches: Iterable[np.ndarray], *,
+                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+        if self._reads_data_file():
+            # One open reader for the whole pass (every bulk consumer's common path).
+            yield from self.dataset.arrays_in_batches(batches, observations=observations)
+            return
+        yield from super().read_batches(batches, observations=observations)
+
     def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
         self._prepare_pass()
         yield from super().episodes(chunk_steps)
 
+    def _reads_data_file(self) -> bool:
+        """The episodes are read from ``main_data.hdf5`` by the multi-agent reader."""
+        return self.multi_agent and self.metadata.get("data_format", "hdf5") == "hdf5"
+
     def _prepare_pass(self) -> None:
-        if self.multi_agent and self.metadata.get("data_format", "hdf5") == "hdf5":
+        if self._reads_data_file():
             offset_index.prepare_pass(self.data_path, self._ids)
 
     def read(self, ids: Sequence[int] | np.ndarray, *,

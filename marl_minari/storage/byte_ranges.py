@@ -24,6 +24,11 @@ class ByteRanges(Protocol):
     Attributes:
         name: how errors name the file (a path or a URL).
         size: the file's length in bytes.
+
+    A supplier that checks every byte it returns against the file's published BLAKE3 may
+    say so with an attribute ``blake3`` (that hex digest): the episode reader then reads
+    through the offset index exactly when the index was written for that digest (the
+    whole-file rule of ``docs/format.md``), and through HDF5 otherwise.
     """
 
     name: str

@@ -230,15 +230,45 @@ class MultiAgentDataset:
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
         """
+        indices = self._checked_ids(episode_indices)
+        with EpisodeReader(self._data_path, self._spec, self._metadata,
+                           self._index_cache) as reader:
+            return reader.read(indices)
+
+    def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray], *,
+                          observations: bool = True) -> Iterator[MultiAgentArrays]:
+        """``to_arrays(batch)`` for every batch of stored ids, in order, with the data file
+        opened once for all of them (what a pass in chunks reads: a chunk then costs its
+        bytes, not a file open and its leaves found again). ``observations=False`` leaves
+        the observations unread (every agent's tree is ``{}``).
+
+        Raises:
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        reader: EpisodeReader | None = None
+        try:
+            for batch in batches:
+                if reader is None:
+                    reader = EpisodeReader(self._data_path, self._spec, self._metadata,
+                                           self._index_cache)
+                yield reader.read(self._checked_ids(batch), observations=observations)
+                if not reader.indexed:
+                    # Read through HDF5, whose open file grows in memory with every episode
+                    # visited (about 5 KB each): a new file per batch keeps a pass bounded.
+                    reader.close()
+                    reader = None
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _checked_ids(self, episode_indices: Sequence[int] | np.ndarray | None) -> np.ndarray:
         indices = self._ids if episode_indices is None else np.asarray(
             episode_indices, dtype=np.int64)
         if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
             raise EpisodeIndexError(
                 f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
                 f"{sorted(set(indices.tolist()))[:5]}")
-        with EpisodeReader(self._data_path, self._spec, self._metadata,
-                           self._index_cache) as reader:
-            return reader.read(indices)
+        return indices
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""

@@ -1,20 +1,25 @@
 """Reading many episodes of one ``main_data.hdf5`` into contiguous per-agent arrays.
 
-Contiguous datasets are copied straight out of a memory map at the offsets the writer indexed
-(the index is checked against the file before use, :mod:`marl_minari.format.offset_index`);
-datasets without an index entry are read through h5py. Only the reading itself is inside
+Every array is allocated once at its final size. Contiguous datasets at the offsets the writer
+indexed (the index is checked against the file before use, :mod:`marl_minari.format.
+offset_index`) are planned as byte ranges for the whole read, all leaves together, and read in
+coalesced blocks straight into those arrays (:mod:`marl_minari.storage.range_reader`): from the
+local file, or from any :class:`~marl_minari.storage.byte_ranges.ByteRanges` supplier of its
+bytes. Rows the arrays leave out (an agent's reward row at reset, its ``acted`` row at the end)
+are left out of the ranges. Datasets without a usable index entry (JPEG, text, chunked, or a
+file written since) are read through h5py. Only the reading itself is inside
 :func:`~marl_minari.storage.datafile.hdf5_errors`: assembling the arrays is this library's own
 code, whose errors are not the file's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import mmap
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -33,12 +38,19 @@ from marl_minari.format.spaces import (
 )
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
 from marl_minari.storage.datafile import (
     MARL_GROUP,
     attribute_steps,
     episode_group,
     hdf5_errors,
     open_data_file,
+)
+from marl_minari.storage.range_reader import (
+    REMOTE_MAX_GAP,
+    RangePlanner,
+    read_plan_from_fd,
+    read_plan_from_source,
 )
 from marl_minari.storage.self_contained import check_dataset, check_links
 
@@ -53,6 +65,22 @@ class Leaf:
     per_obs: bool
     jpeg: bool = False
     text: bool = False
+    drop: Literal["first", "last"] | None = None
+    """The row of every episode the arrays leave out (stored rows are ``T + 1``)."""
+
+    def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
+        """Rows of every episode in the output array."""
+        return lengths if self.drop is not None or not self.per_obs else lengths + 1
+
+
+_DROPPED: dict[str, Literal["first", "last"]] = {
+    f"{MARL_GROUP}/{layout.AGENT_REWARDS}": "first",
+    f"{MARL_GROUP}/{layout.AGENT_TERMINATIONS}": "first",
+    f"{MARL_GROUP}/{layout.AGENT_TRUNCATIONS}": "first",
+    f"{MARL_GROUP}/{layout.ACTED}": "last",
+}
+"""Per-agent columns stored with a row per observation whose arrays hold one per step: the
+reset row of rewards and end flags, the final row of ``acted`` (``MultiAgentArrays``)."""
 
 
 @dataclass
@@ -61,6 +89,9 @@ class IndexCache:
 
     key: tuple[Any, ...] | None = None
     index: offset_index.OffsetIndex | None = None
+    leaves: dict[tuple[str, tuple[bytes, ...]], list[Leaf]] = field(default_factory=dict)
+    """The leaves found in a group of the files, by the group's path and names (a read of
+    one episode then opens no dataset to find them)."""
 
 
 def _files_key(data_path: Path) -> tuple[Any, ...]:
@@ -74,16 +105,41 @@ def _files_key(data_path: Path) -> tuple[Any, ...]:
 
 
 class EpisodeReader:
-    """Reads leaves of many episodes out of one ``main_data.hdf5``."""
+    """Reads leaves of many episodes out of one ``main_data.hdf5``.
+
+    Args:
+        data_path: the dataset's ``data/`` folder (its metadata and offset index).
+        spec, metadata: the dataset's.
+        cache: the checked offset index, kept between readers of the same files.
+        byte_source: where the data file's bytes come from when not from the local file
+            (a remote file): HDF5 opens it through
+            :class:`~marl_minari.storage.byte_ranges.RangesFile` and indexed leaves are read
+            with :meth:`~marl_minari.storage.byte_ranges.ByteRanges.read_ranges`, in
+            coalesced blocks.
+    """
 
     def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any],
-                 cache: IndexCache | None = None) -> None:
+                 cache: IndexCache | None = None, *,
+                 byte_source: ByteRanges | None = None) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
-        self._file = open_data_file(self._path)
+        self._source = byte_source
+        if byte_source is None:
+            self._file = open_data_file(self._path)
+            # The file HDF5 has open, not whatever the path names now: the index entries are
+            # checked against this one (an append replaces the path's file).
+            self._fd: int | None = self._file.id.get_vfd_handle()
+            self._size = os.fstat(self._fd).st_size
+        else:
+            try:
+                self._file = h5py.File(RangesFile(byte_source), "r")
+            except OSError as exc:
+                raise CorruptedDataError(
+                    f"{byte_source.name} is damaged and cannot be opened ({exc}); download "
+                    "it again") from exc
+            self._fd = None
+            self._size = int(byte_source.size)
         self._spec = spec
         self._jpeg = jpeg_paths(spec, bool(metadata.get("jpeg_encoding", True)))
-        self._map: np.ndarray | None = None
-        self._mmap: mmap.mmap | None = None
         cache = cache or IndexCache()
         key = _files_key(data_path)
         if cache.key != key:
@@ -96,23 +152,28 @@ class EpisodeReader:
                 self._file.close()
                 raise
             cache.key = key
+            cache.leaves = {}
         self._index = cache.index
+        self._visited = cache.leaves
 
     def __enter__(self) -> EpisodeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._file.close()
-        self._map = None
-        if self._mmap is not None:
-            # Every slice of the map was copied out, so nothing exports its buffer any more;
-            # if something still did, the map would close when that is collected.
-            with contextlib.suppress(BufferError):
-                self._mmap.close()
-            self._mmap = None
+        self.close()
 
-    def read(self, indices: np.ndarray) -> MultiAgentArrays:
-        """Episodes ``indices`` (stored ids) as contiguous arrays.
+    def close(self) -> None:
+        """Close the data file."""
+        self._file.close()
+
+    @property
+    def indexed(self) -> bool:
+        """The data file has a usable offset index (its leaves are read as byte ranges)."""
+        return self._index is not None
+
+    def read(self, indices: np.ndarray, *, observations: bool = True) -> MultiAgentArrays:
+        """Episodes ``indices`` (stored ids) as contiguous arrays; ``observations=False``
+        leaves the agents' observations unread (each tree is then ``{}``).
 
         Raises:
             InvalidOptionError: no episode asked for.
@@ -120,12 +181,21 @@ class EpisodeReader:
         """
         if len(indices) == 0:
             raise InvalidOptionError("to_arrays needs at least one episode index")
+        indices = np.asarray(indices, dtype=np.int64)
         lengths = (self._index.steps[indices] if self._index is not None
                    else attribute_steps(self._file, self._path, indices))
+        name = str(self._path if self._source is None else self._source.name)
+        planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
-            by_path = {leaf.path: self._read_leaf(leaf, indices, lengths)
-                       for leaf in self._leaves(indices)}
-        return self._assemble(by_path, indices, lengths)
+            by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
+                       for leaf in self._leaves(indices)
+                       if observations or not leaf.path.startswith("observations/")}
+            if self._source is None:
+                assert self._fd is not None
+                read_plan_from_fd(planner.plan(), self._fd, name)
+            else:
+                read_plan_from_source(planner.plan(REMOTE_MAX_GAP), self._source)
+        return self._assemble(by_path, indices, lengths, observations)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
@@ -146,26 +216,41 @@ class EpisodeReader:
         if not isinstance(group, h5py.Group):
             raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
 
-        def visitor(prefix: str) -> Any:
-            def visit(name: str, obj: Any) -> None:
-                path = f"{prefix}/{name}"
-                if path == layout.STATE_PATH and path in self._jpeg and (
+        def visit(parent: h5py.Group, prefix: str) -> None:
+            # The low-level API, and a group's leaves found once per reader for each set of
+            # names: high-level objects for every dataset cost milliseconds per chunk read,
+            # more than a small chunk's bytes.
+            names: list[bytes] = []
+            h5py.h5o.visit(parent.id, names.append)
+            key = (prefix, tuple(names))
+            known = self._visited.get(key)
+            if known is None:
+                known = self._visited[key] = list(group_leaves(parent, prefix, names))
+            found.extend(known)
+
+        def group_leaves(parent: h5py.Group, prefix: str, names: list[bytes]
+                         ) -> Iterator[Leaf]:
+            for raw in names:
+                name = raw.decode()
+                if f"{prefix}/{name}" in self._jpeg and name == layout.STATE and (
                         spec.state_space is not None):
-                    found.append(Leaf(path, np.dtype(np.uint8),
-                                       leaf_shape(spec.state_space), True, jpeg=True))
-                elif isinstance(obj, h5py.Dataset):
-                    text = h5py.check_string_dtype(obj.dtype) is not None
-                    found.append(Leaf(f"{prefix}/{name}", np.dtype(object) if text
-                                       else obj.dtype, obj.shape[1:], True, text=text))
-            return visit
+                    yield Leaf(f"{prefix}/{name}", np.dtype(np.uint8),
+                               leaf_shape(spec.state_space), True, jpeg=True)
+                    continue
+                dataset = offset_index.dataset_id(parent, name)
+                if dataset is not None:
+                    text = h5py.check_string_dtype(dataset.dtype) is not None
+                    path = f"{prefix}/{name}"
+                    yield Leaf(path, np.dtype(object) if text else dataset.dtype,
+                               dataset.shape[1:], True, text=text, drop=_DROPPED.get(path))
 
         check_links(group, self._path)
-        group.visititems(visitor(MARL_GROUP))
+        visit(group, MARL_GROUP)
         first_infos = group.get(layout.AGENT_INFOS)
         seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
         for agent, index in self._late_info_agents(indices, seen).items():
-            self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"].visititems(
-                visitor(f"{_AGENT_INFOS}/{agent}"))
+            visit(self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"],
+                  f"{_AGENT_INFOS}/{agent}")
         return found
 
     def _late_info_agents(self, indices: np.ndarray, seen: set[str]) -> dict[str, int]:
@@ -199,47 +284,53 @@ class EpisodeReader:
                         late[agent] = index
         return late
 
-    def _read_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        rows = lengths + 1 if leaf.per_obs else lengths
-        out = np.empty((int(rows.sum()), *leaf.row_shape), dtype=leaf.dtype)
+    def _place_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
+                    planner: RangePlanner) -> np.ndarray:
+        """The leaf's output array: entries the index places (and :func:`offset_index.trusted`
+        binds to the file) are planned as ranges, the others read through h5py now."""
+        stored = lengths + 1 if leaf.per_obs else lengths
+        kept = leaf.kept_rows(lengths)
+        out = np.empty((int(kept.sum()), *leaf.row_shape), dtype=leaf.dtype)
         offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
         usable = np.zeros(len(indices), dtype=bool)
+        firsts = np.concatenate([[0], np.cumsum(kept)[:-1]]).astype(np.int64)
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
-            mapped = self._mapped()
-            ends = starts + rows * row_bytes
-            usable = (starts >= 0) & (ends <= len(mapped))
+            usable = (starts >= 0) & (starts + stored * row_bytes <= self._size)
             if usable.any():
                 assert self._index is not None
-                usable[usable] = offset_index.trusted(
-                    self._index, self._file, leaf.path, indices[usable], leaf.dtype,
-                    leaf.row_shape, rows[usable])
-            if usable.all():
-                np.concatenate([mapped[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
-                                                            strict=True)],
-                               out=out.reshape(-1).view(np.uint8))
-                return out
-        flat = out.reshape(len(out), -1).view(np.uint8) if usable.any() else out
-        start = 0
-        for position, (index, count) in enumerate(zip(indices.tolist(), rows.tolist(),
-                                                      strict=True)):
-            if usable[position]:
-                begin = int(starts[position])
-                flat[start:start + count] = self._mapped()[begin:int(ends[position])].reshape(
-                    count, -1)
-            else:
-                self._read_h5(leaf, index, out[start:start + count])
-            start += count
+                usable[usable] = self._trusted(leaf, indices[usable], stored[usable])
+            skip = row_bytes if leaf.drop == "first" else 0
+            planner.add(out.reshape(-1).view(np.uint8), firsts[usable] * row_bytes,
+                        starts[usable] + skip, kept[usable] * row_bytes)
+        for position in np.flatnonzero(~usable).tolist():
+            index, first, count = (int(indices[position]), int(firsts[position]),
+                                   int(kept[position]))
+            target = out[first:first + count]
+            if leaf.drop is None:
+                self._read_h5(leaf, index, target)
+            else:  # read as stored, then leave the row out
+                whole = np.empty((int(stored[position]), *leaf.row_shape), dtype=leaf.dtype)
+                self._read_h5(leaf, index, whole)
+                target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
         return out
 
-    def _mapped(self) -> np.ndarray:
-        if self._map is None:
-            # The file HDF5 has open, not whatever the path names now: the index entries were
-            # checked against this one (an append replaces the path's file).
-            self._mmap = mmap.mmap(self._file.id.get_vfd_handle(), 0, access=mmap.ACCESS_READ)
-            self._map = np.frombuffer(self._mmap, dtype=np.uint8)
-        return self._map
+    def _trusted(self, leaf: Leaf, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Which index entries of ``leaf`` may be read as bytes (``docs/format.md``).
+
+        The local file: :func:`offset_index.trusted`. Another supplier is trusted only as a
+        whole, when it verifies every byte against the file's BLAKE3 (its ``blake3``
+        attribute) and that is the digest the index was written for; else every leaf is read
+        through HDF5 over the supplier.
+        """
+        assert self._index is not None
+        if self._source is None:
+            return offset_index.trusted(self._index, self._file, leaf.path, indices,
+                                        leaf.dtype, leaf.row_shape, rows)
+        verified = getattr(self._source, "blake3", None)
+        whole = verified is not None and verified == self._index.fingerprint
+        return np.full(len(indices), whole, dtype=bool)
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
@@ -272,14 +363,9 @@ class EpisodeReader:
         return f"episode_{index}/{_AGENT_INFOS}/{agent}" not in self._file
 
     def _assemble(self, by_path: dict[str, np.ndarray], indices: np.ndarray,
-                  lengths: np.ndarray) -> MultiAgentArrays:
+                  lengths: np.ndarray, observations: bool) -> MultiAgentArrays:
         spec = self._spec
         agents = spec.possible_agents
-        first_rows = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
-        after_reset = np.ones(int((lengths + 1).sum()), dtype=bool)
-        after_reset[first_rows] = False
-        before_end = np.ones_like(after_reset)
-        before_end[first_rows + lengths] = False
 
         def marl(name: str) -> np.ndarray:
             return by_path[f"{MARL_GROUP}/{name}"]
@@ -295,16 +381,16 @@ class EpisodeReader:
             possible_agents=agents,
             episode_ids=indices.astype(np.int64),
             episode_lengths=lengths,
-            observations={a: build_tree(spec.observation_spaces[a],
-                                        subtree(f"observations/{a}")) if _is_nested(
+            observations={a: {} if not observations else build_tree(
+                spec.observation_spaces[a], subtree(f"observations/{a}")) if _is_nested(
                 spec.observation_spaces[a]) else by_path[f"observations/{a}"] for a in agents},
             actions={a: build_tree(spec.action_spaces[a], subtree(f"actions/{a}")) if _is_nested(
                 spec.action_spaces[a]) else by_path[f"actions/{a}"] for a in agents},
-            rewards=marl(layout.AGENT_REWARDS)[after_reset],
-            terminations=marl(layout.AGENT_TERMINATIONS)[after_reset],
-            truncations=marl(layout.AGENT_TRUNCATIONS)[after_reset],
+            rewards=marl(layout.AGENT_REWARDS),
+            terminations=marl(layout.AGENT_TERMINATIONS),
+            truncations=marl(layout.AGENT_TRUNCATIONS),
             active=marl(layout.ACTIVE),
-            acted=marl(layout.ACTED)[before_end],
+            acted=marl(layout.ACTED),
             team_rewards=by_path["rewards"],
             episode_terminations=by_path["terminations"],
             episode_truncations=by_path["truncations"],

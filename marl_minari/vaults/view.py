@@ -377,8 +377,17 @@ def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: np.nda
         out[:, leaf.offset:leaf.offset + leaf.size] = values.reshape(len(out), leaf.size)
 
 
-def view_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...], np.ndarray]:
+def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
+              out: dict[tuple[str, ...], np.ndarray] | None = None
+              ) -> dict[tuple[str, ...], np.ndarray]:
     """The view rows (``S`` of them, one per step) of a chunk of episodes.
+
+    Args:
+        plan: the view.
+        arrays: the chunk.
+        out: ``{key: (S, ...) array}`` (C-contiguous, every key of ``plan.keys()``) to write
+            the rows into, in place of new arrays: a buffer's windows, filled without a copy
+            of the rows in between. Returned.
 
     Raises:
         StepDataError: a discrete action does not fit int32.
@@ -386,39 +395,72 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays) -> dict[tuple[str, ...],
     steps = int(arrays.episode_lengths.sum())
     obs_rows = arrays.obs_rows
     n = plan.num_agents
-    out: dict[tuple[str, ...], np.ndarray] = {}
-    obs_flat = np.full((steps, n, int(np.prod(plan.obs_shape[1:], dtype=np.int64))),
-                       plan.pad_value, dtype=plan.obs_dtype)
+    rows: dict[tuple[str, ...], np.ndarray] = {} if out is None else out
+    dtypes = {key: dtype for key, (_, dtype) in plan.keys().items()}
+
+    def put(key: tuple[str, ...], values: np.ndarray) -> None:
+        _put(rows, key, values, dtypes[key])
+
+    width = int(np.prod(plan.obs_shape[1:], dtype=np.int64))
+    if out is None:
+        obs_flat = np.full((steps, n, width), plan.pad_value, dtype=plan.obs_dtype)
+    else:
+        obs_flat = _rows_view(out[OBSERVATIONS], (steps, n, width))
+        for i, agent_plan in enumerate(plan.observations):
+            obs_flat[:, i, agent_plan.size:] = plan.pad_value
     obs_leaves = {agent: dict(leaves(arrays.observations[agent])) for agent in plan.agents}
     for i, agent in enumerate(plan.agents):
         _flat_rows(plan.observations[i], obs_leaves[agent], obs_rows, obs_flat[:, i])
     if plan.zero_idle_observations:
         obs_flat[~arrays.acted] = 0.0
-    out[OBSERVATIONS] = obs_flat.reshape((steps, *plan.obs_shape))
-    out[ACTIONS] = _actions(plan, arrays, steps)
-    out[REWARDS] = arrays.rewards.astype(np.float32)
+    if out is None:
+        rows[OBSERVATIONS] = obs_flat.reshape((steps, *plan.obs_shape))
+    put(ACTIONS, _actions(plan, arrays, steps))
+    put(REWARDS, arrays.rewards)
     if plan.dones == "team":
         terms = np.repeat(arrays.episode_terminations[:, None], n, axis=1)
         truncs = np.repeat(arrays.episode_truncations[:, None], n, axis=1)
     else:
         terms, truncs = arrays.terminations, arrays.truncations
-    out[TERMINALS] = (terms | truncs if plan.terminals == "end" else terms).astype(np.float32)
+    put(TERMINALS, terms | truncs if plan.terminals == "end" else terms)
     if plan.truncations:
-        out[TRUNCATIONS] = truncs.astype(np.float32)
+        put(TRUNCATIONS, truncs)
     if plan.legals is not None:
-        out[LEGALS] = _legals(plan.legals, plan.agents, arrays, obs_leaves, obs_rows)
+        put(LEGALS, _legals(plan.legals, plan.agents, arrays, obs_leaves, obs_rows))
     if plan.state == "env":
         if arrays.state is None:
             raise LayoutError("the plan needs the recorded global state, the data has none")
-        state = arrays.state[obs_rows]  # a new array: converting it in place is safe
-        out[STATE] = state.reshape((steps, *plan.state_shape)).astype(plan.state_dtype,
-                                                                       copy=False)
+        state = arrays.state.reshape(len(arrays.state), -1)
+        if out is not None and out[STATE].dtype == state.dtype:
+            # Gathered straight into the window ("clip": the rows are valid by construction,
+            # and numpy buffers a take that checks bounds).
+            np.take(state, obs_rows, axis=0, out=_rows_view(out[STATE], (steps, -1)),
+                    mode="clip")
+        else:
+            put(STATE, state[obs_rows].reshape((steps, *plan.state_shape)))
     elif plan.state == "observations":
-        out[STATE] = obs_flat.reshape(steps, -1).astype(plan.state_dtype)
-    for path, name, shape, dtype in plan.extras:
-        out[path] = arrays.extras[name][obs_rows].reshape((steps, *shape)).astype(
-            dtype, copy=False)
-    return out
+        put(STATE, np.array(obs_flat.reshape(steps, -1), dtype=plan.state_dtype))
+    for path, name, shape, _ in plan.extras:
+        put(path, arrays.extras[name][obs_rows].reshape((steps, *shape)))
+    return rows
+
+
+def _rows_view(target: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``target`` (C-contiguous) seen as ``shape``: a view, never a copy (writes must land)."""
+    if not target.flags.c_contiguous:
+        raise ValueError("view_rows writes into C-contiguous arrays only")
+    return target.reshape(shape)
+
+
+def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
+         values: np.ndarray, dtype: str) -> None:
+    """``values`` as ``rows[key]``: copied (and cast) into it when it is there already,
+    else cast to the view's ``dtype``."""
+    target = rows.get(key)
+    if target is None:
+        rows[key] = values.astype(dtype, copy=False)
+    else:
+        np.copyto(target, values.reshape(target.shape), casting="unsafe")
 
 
 def _actions(plan: ViewPlan, arrays: MultiAgentArrays, steps: int) -> np.ndarray:

@@ -304,3 +304,41 @@ def test_every_entry_point_gives_the_same_error_for_the_same_mistake(
                 "too long": "no dataset at 'aaaa", "not a path": "no dataset at 'no id here'"}
     assert expected[kind] in str(caught.value)
     assert "malformed" not in str(caught.value).split(":")[0]
+
+
+def test_a_pass_in_chunks_opens_the_data_file_once(
+        record_parallel: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every bulk consumer reads through chunks(): the file is opened (and its leaves found)
+    # once for the pass, not once per chunk.
+    import marl_minari.storage.episode_reader as episode_reader
+
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=4)
+    opened: list[Any] = []
+    real_open = episode_reader.open_data_file
+    monkeypatch.setattr(episode_reader, "open_data_file",
+                        lambda path: opened.append(path) or real_open(path))
+    chunks = list(open_source("tests/spread-v0").chunks(chunk_steps=6))
+    assert [c.episode_ids.tolist() for c in chunks] == [[0], [1], [2], [3]]
+    assert len(opened) == 1
+    for position, chunk in enumerate(chunks):
+        _same_arrays(chunk, dataset.to_arrays([position]))
+    # Without the offset index every leaf is read through HDF5, whose open file grows with
+    # the episodes visited: then each chunk opens the file anew.
+    (dataset_dir("tests/spread-v0") / "data" / "marl_minari_index.npz").unlink()
+    opened.clear()
+    unindexed = list(open_source("tests/spread-v0").chunks(chunk_steps=6))
+    assert len(opened) == 4
+    for chunk, indexed in zip(unindexed, chunks, strict=True):
+        _same_arrays(chunk, indexed)
+
+
+def test_a_pass_without_observations_leaves_them_unread(
+        record_parallel: Callable[..., Any]) -> None:
+    # Statistics, returns and subsets read actions and rewards only.
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=3)
+    (chunk,) = open_source("tests/spread-v0").chunks(observations=False)
+    assert chunk.observations == {a: {} for a in chunk.possible_agents}
+    _same_arrays(chunk, dataset.to_arrays())
+    (full,) = open_source("tests/spread-v0").chunks()
+    assert all(np.array_equal(full.observations[a], dataset.to_arrays().observations[a])
+               for a in full.possible_agents)

@@ -1,0 +1,148 @@
+"""Bulk reads against the file: ``to_arrays()``, ``make_buffer`` and one episode, beside one
+read of ``main_data.hdf5`` into memory (the floor), page cache warm and cold.
+
+Records mpe2 ``simple_spread_v3`` on defaults twice (4,000 episodes x 25 steps and 400 x 250
+steps) into ``--root`` (kept between runs: ``--root`` of an earlier run skips the recording),
+then times, in one process and one run, best of ``--repeats``:
+
+- ``read file``: ``main_data.hdf5`` read once into a preallocated buffer (the floor);
+- ``to_arrays()`` of every episode;
+- ``make_buffer([dataset], ...)`` (CPU: the host arrays are the buffer);
+- one episode (``to_arrays([k])`` of a middle episode).
+
+Ratios are ``floor / ours`` (1.0 is the floor), of the best times; the calls are measured in
+interleaved rounds, and the median of each round's ratio is printed too. ``--cold`` drops
+the page cache before each timed call (``sync; echo 3 > /proc/sys/vm/drop_caches``: root
+only), so the floor is the disk.
+``--profile NAME`` prints a cProfile of one call (``to_arrays`` or ``make_buffer``) instead.
+
+    python benchmarks/bench_bulk.py [--root DIR] [--repeats 5] [--cold] [--profile to_arrays]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHAPES = ((4000, 25), (400, 250))
+
+
+def dataset_id(episodes: int, steps: int) -> str:
+    return f"bench/spread-{episodes}x{steps}-v0"
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def read_file(path: Path) -> None:
+    """The floor: the file read once into fresh memory (``np.empty``: its pages are first
+    touched by the read, as the reader's arrays are; a ``bytearray`` would zero them first)."""
+    size = path.stat().st_size
+    buffer = np.empty(size, dtype=np.uint8)
+    with open(path, "rb", buffering=0) as handle:
+        view = memoryview(buffer)
+        done = 0
+        while done < size:
+            done += handle.readinto(view[done:])
+
+
+def best(call: Callable[[], Any], repeats: int, cold: bool) -> float:
+    times = []
+    for _ in range(repeats):
+        if cold:
+            drop_caches()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--profile", choices=("to_arrays", "make_buffer", "episode"))
+    parser.add_argument("--only", choices=("short", "long"))
+    parser.add_argument("--sort", default="tottime", help="cProfile order (--profile)")
+    args = parser.parse_args()
+    root = args.root or tempfile.mkdtemp(prefix="bench-bulk-")
+    os.environ["MINARI_DATASETS_PATH"] = root
+    warnings.simplefilter("ignore")
+
+    from marl_minari.adapters import make_buffer
+    from marl_minari.collectors.collect import collect
+
+    import marl_minari as mm
+    from marl_minari.format import layout
+
+    for episodes, steps in SHAPES:
+        name = dataset_id(episodes, steps)
+        if not (Path(root) / name / "data" / layout.MAIN_FILE_NAME).exists():
+            start = time.perf_counter()
+            collect("mpe2/simple_spread_v3", episodes, dataset_id=name,
+                    env_kwargs={"max_cycles": steps})
+            print(f"recorded {name} in {time.perf_counter() - start:.1f} s")
+
+    # Warm-up: imports, JAX's first device_put, the index checks of this process.
+    warm = mm.load_dataset(dataset_id(*SHAPES[1]))
+    make_buffer([warm.subset(np.arange(4))], sample_batch_size=2, sample_sequence_length=2)
+
+    print(f"root {root}, {'cold' if args.cold else 'warm'} page cache, best of {args.repeats}")
+    print(f"{'dataset':>14} {'file MB':>8} {'read file':>10} {'to_arrays':>16} "
+          f"{'make_buffer':>16} {'one episode':>12}")
+    for episodes, steps in SHAPES:
+        if args.only and (steps == 25) != (args.only == "short"):
+            continue
+        name = dataset_id(episodes, steps)
+        dataset = mm.load_dataset(name)
+        path = dataset.data_path / layout.MAIN_FILE_NAME
+        middle = [episodes // 2]
+        calls: dict[str, Callable[[], Any]] = {
+            "to_arrays": dataset.to_arrays,
+            "make_buffer": lambda dataset=dataset: make_buffer(
+                [dataset], sample_batch_size=256, sample_sequence_length=10),
+            "episode": lambda dataset=dataset, middle=middle: dataset.to_arrays(middle),
+        }
+        if args.profile:
+            calls[args.profile]()
+            profile = cProfile.Profile()
+            profile.enable()
+            calls[args.profile]()
+            profile.disable()
+            print(f"--- {name}: {args.profile}")
+            pstats.Stats(profile).sort_stats(args.sort).print_stats(18)
+            continue
+        # Interleaved rounds: the floor and each call see the same load on a shared machine.
+        rounds = [{"floor": best(lambda path=path: read_file(path), 1, args.cold),
+                   "to_arrays": best(calls["to_arrays"], 1, args.cold),
+                   "make_buffer": best(calls["make_buffer"], 1, args.cold),
+                   "episode": best(calls["episode"], 1 if args.cold else 5, args.cold)}
+                  for _ in range(args.repeats)]
+        floor, arrays, buffer, one = (min(r[k] for r in rounds) for k in (
+            "floor", "to_arrays", "make_buffer", "episode"))
+        def median_ratio(key: str, rounds: list[dict[str, float]] = rounds) -> float:
+            return float(np.median([r["floor"] / r[key] for r in rounds]))
+
+        print(f"{episodes:>6} x {steps:<5} {path.stat().st_size / 1e6:8.1f} "
+              f"{floor * 1e3:7.1f} ms {arrays * 1e3:7.1f} ms ({floor / arrays:4.2f}) "
+              f"{buffer * 1e3:7.1f} ms ({floor / buffer:4.2f}) {one * 1e3:9.2f} ms   "
+              f"median of per-round ratios: {median_ratio('to_arrays'):4.2f}, "
+              f"{median_ratio('make_buffer'):4.2f}")
+
+
+if __name__ == "__main__":
+    main()

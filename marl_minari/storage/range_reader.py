@@ -1,0 +1,277 @@
+"""The range reader: a pass over many leaves of many episodes as coalesced byte ranges.
+
+A reader says where each piece of bytes goes (a destination array, allocated once at its final
+size, and a byte offset in it) and where it lies in the data file (an ``(offset, length)``
+range the offset index placed). :func:`plan_ranges` sorts the pieces by file offset and
+coalesces neighbours separated by at most ``max_gap`` bytes (HDF5's object headers between
+datasets) into blocks; a block is then read in one request and scattered into the
+destinations with no copy in between:
+
+- a local file (:func:`read_plan_from_fd`): one ``preadv`` per block, its I/O vector pointing
+  at the destinations and, for the gaps, at one scratch buffer; the kernel copies the page
+  cache (or the disk's blocks) straight into the arrays;
+- any other supplier of the file's bytes (:func:`read_plan_from_source`, a remote file):
+  one :meth:`~marl_minari.storage.byte_ranges.ByteRanges.read_ranges` call for all blocks,
+  then each piece copied out of its block.
+
+The planner never assumes a local file: both ways read the same plan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from marl_minari.errors import CorruptedDataError
+from marl_minari.storage.byte_ranges import ByteRanges
+
+LOCAL_MAX_GAP: Final = 128 * 1024
+"""Bytes between two pieces of a local file read (into scratch) rather than skipped: a
+``preadv`` costs a few microseconds, while copying a gap from the page cache costs about as
+much per 32 KiB; an unread gap of a cold file is read by the kernel's read-ahead anyway."""
+REMOTE_MAX_GAP: Final = 1024 * 1024
+"""The same for a remote supplier, where a request costs a round trip (milliseconds)."""
+MAX_BLOCK_BYTES: Final = 64 * 2**20
+"""The largest block one request asks for (a remote supplier holds a block in memory)."""
+
+
+def _iov_max() -> int:
+    try:
+        found = os.sysconf("SC_IOV_MAX")
+    except (AttributeError, ValueError, OSError):
+        found = -1
+    return found if found > 0 else 1024
+
+
+_PIECES_PER_BLOCK: Final = max(1, _iov_max() // 2 - 1)
+"""Pieces per block: each takes two I/O vector entries (the gap before it, then itself)."""
+
+
+@dataclass
+class RangePlan:
+    """Pieces sorted by file offset, grouped into blocks.
+
+    Attributes:
+        starts: ``(K,)`` int64 file offset of every piece.
+        lengths: ``(K,)`` int64 bytes of every piece.
+        targets: ``(K,)`` uint64 address of every piece's destination.
+        block_bounds: ``(B + 1,)`` the pieces of block ``b`` are ``block_bounds[b]:[b + 1]``.
+        max_gap: the largest gap between two pieces of one block.
+        keep: the destination arrays (alive as long as the plan is).
+    """
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    targets: np.ndarray
+    block_bounds: np.ndarray
+    max_gap: int
+    keep: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def blocks(self) -> list[tuple[int, int]]:
+        """``(offset, length)`` of every block: from its first piece to its last piece's end."""
+        first = self.block_bounds[:-1]
+        last = self.block_bounds[1:] - 1
+        begins = self.starts[first]
+        ends = self.starts[last] + self.lengths[last]
+        return list(zip(begins.tolist(), (ends - begins).tolist(), strict=True))
+
+
+class RangePlanner:
+    """Collects pieces (destination, file range) for one pass; :meth:`plan` coalesces them."""
+
+    def __init__(self, file_size: int, name: str) -> None:
+        self._size = file_size
+        self._name = name
+        self._starts: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._targets: list[np.ndarray] = []
+        self._keep: list[np.ndarray] = []
+
+    def add(self, destination: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
+            lengths: np.ndarray) -> None:
+        """Bytes ``starts[i]:starts[i] + lengths[i]`` of the file go to bytes
+        ``offsets[i]:offsets[i] + lengths[i]`` of ``destination`` (C-contiguous).
+
+        Raises:
+            CorruptedDataError: a range reaches outside the file.
+            ValueError: a piece lies outside ``destination`` (a bug of the caller).
+        """
+        if not destination.flags.c_contiguous:
+            raise ValueError("range reader destinations must be C-contiguous")
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not lengths.all():
+            some = lengths > 0
+            starts, lengths, offsets = starts[some], lengths[some], offsets[some]
+        if not starts.size:
+            return
+        if (offsets < 0).any() or (offsets + lengths > destination.nbytes).any():
+            raise ValueError("a planned piece lies outside its destination array")
+        if (starts < 0).any() or (starts + lengths > self._size).any():
+            raise CorruptedDataError(
+                f"{self._name}: a dataset's bytes reach past the file's {self._size} bytes; "
+                "the file is truncated: copy or download it again")
+        self._starts.append(starts)
+        self._lengths.append(lengths)
+        self._targets.append(offsets.astype(np.uint64) + np.uint64(destination.ctypes.data))
+        self._keep.append(destination)
+
+    def plan(self, max_gap: int = LOCAL_MAX_GAP,
+             max_block: int = MAX_BLOCK_BYTES) -> RangePlan:
+        """The pieces sorted by file offset and cut into blocks: a new block starts where the
+        gap from the previous piece exceeds ``max_gap``, where pieces overlap (never in a
+        sound file, but a block reads the file forwards only), past ``max_block`` bytes, and
+        every :data:`_PIECES_PER_BLOCK` pieces (one ``preadv``'s I/O vector)."""
+        if not self._starts:
+            empty = np.zeros(0, dtype=np.int64)
+            return RangePlan(empty, empty, empty.astype(np.uint64),
+                             np.zeros(1, dtype=np.int64), max_gap, [])
+        starts = np.concatenate(self._starts)
+        order = np.argsort(starts, kind="stable")
+        starts = starts[order]
+        lengths = np.concatenate(self._lengths)[order]
+        targets = np.concatenate(self._targets)[order]
+        gaps = starts[1:] - (starts[:-1] + lengths[:-1])
+        cut = np.ones(len(starts), dtype=bool)
+        cut[1:] = (gaps < 0) | (gaps > max_gap)
+        cut[np.arange(0, len(starts), _PIECES_PER_BLOCK)] = True
+        if max_block > 0:
+            # Blocks of about max_block bytes (a cut where the running size crosses a multiple).
+            position = np.cumsum(lengths) // max_block
+            cut[1:] |= position[1:] != position[:-1]
+        bounds = np.append(np.flatnonzero(cut), len(starts)).astype(np.int64)
+        return RangePlan(starts, lengths, targets, bounds, max_gap, self._keep)
+
+
+# --------------------------------------------------------------------------- local files
+
+_LIBC: Any = None
+
+
+def _preadv() -> Any:
+    """libc's ``preadv`` and ``pread`` through ctypes, or ``None`` where there is none."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            preadv, pread = libc.preadv, libc.pread
+        except (OSError, AttributeError):
+            _LIBC = False
+            return None
+        preadv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+        preadv.restype = ctypes.c_ssize_t
+        pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
+        pread.restype = ctypes.c_ssize_t
+        _LIBC = (preadv, pread)
+    return _LIBC or None
+
+
+def read_plan_from_fd(plan: RangePlan, fd: int, name: str) -> None:
+    """Read every block of ``plan`` from the open file ``fd`` straight into its destinations.
+
+    Raises:
+        CorruptedDataError: the file ended before a range (it was truncated since).
+    """
+    calls = _preadv()
+    if calls is None:  # no libc preadv here (Windows): copy the pieces out of a memory map
+        _read_mapped(plan, fd, name)
+        return
+    preadv, _ = calls
+    if not len(plan.starts):
+        return
+    scratch = np.empty(max(1, plan.max_gap), dtype=np.uint8)
+    ends = plan.starts + plan.lengths
+    gap_lengths = np.zeros(len(plan.starts), dtype=np.uint64)
+    inner = np.ones(len(plan.starts), dtype=bool)
+    inner[plan.block_bounds[:-1]] = False
+    gap_lengths[1:][inner[1:]] = (plan.starts[1:] - ends[:-1])[inner[1:]].astype(np.uint64)
+    # struct iovec {void *iov_base; size_t iov_len;}: a gap entry, then the piece, per piece.
+    vectors = np.empty((len(plan.starts), 2, 2), dtype=np.uint64)
+    vectors[:, 0, 0] = scratch.ctypes.data
+    vectors[:, 0, 1] = gap_lengths
+    vectors[:, 1, 0] = plan.targets
+    vectors[:, 1, 1] = plan.lengths.astype(np.uint64)
+    base = vectors.ctypes.data
+    wanted = ends[plan.block_bounds[1:] - 1] - plan.starts[plan.block_bounds[:-1]]
+    for first, last, offset, size in zip(plan.block_bounds[:-1].tolist(),
+                                         plan.block_bounds[1:].tolist(),
+                                         plan.starts[plan.block_bounds[:-1]].tolist(),
+                                         wanted.tolist(), strict=True):
+        done = preadv(fd, base + first * 32, 2 * (last - first), offset)
+        if done != size:  # interrupted, short or failed: finish piece by piece
+            _read_pieces(plan, first, last, fd, name)
+
+
+def _read_mapped(plan: RangePlan, fd: int, name: str) -> None:
+    """Every piece of ``plan`` copied out of a read-only memory map of ``fd``."""
+    if not len(plan.starts):
+        return
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+        if int((plan.starts + plan.lengths).max()) > len(mapped):
+            raise CorruptedDataError(
+                f"{name}: the file ends before byte {int((plan.starts + plan.lengths).max())}; "
+                "it was truncated while being read: copy or download it again")
+        view = np.frombuffer(mapped, dtype=np.uint8)
+        base = view.ctypes.data
+        for start, length, target in zip(plan.starts.tolist(), plan.lengths.tolist(),
+                                         plan.targets.tolist(), strict=True):
+            ctypes.memmove(target, base + start, length)
+        del view  # the map closes only once nothing exports its buffer
+
+
+def _read_pieces(plan: RangePlan, first: int, last: int, fd: int, name: str) -> None:
+    """Pieces ``first:last`` of ``plan``, one ``pread`` loop each (the exact, slow way)."""
+    _, pread = _preadv()
+    for start, length, target in zip(plan.starts[first:last].tolist(),
+                                     plan.lengths[first:last].tolist(),
+                                     plan.targets[first:last].tolist(), strict=True):
+        done = 0
+        while done < length:
+            count = pread(fd, target + done, length - done, start + done)
+            if count < 0 and ctypes.get_errno() == errno.EINTR:
+                continue
+            if count < 0:
+                code = ctypes.get_errno()
+                raise CorruptedDataError(f"{name}: reading failed ({os.strerror(code)})")
+            if count == 0:
+                raise CorruptedDataError(
+                    f"{name}: the file ends before byte {start + length}; it was truncated "
+                    "while being read: copy or download it again")
+            done += count
+
+
+# --------------------------------------------------------------------------- any supplier
+
+
+def read_plan_from_source(plan: RangePlan, source: ByteRanges) -> None:
+    """Read the blocks of ``plan`` with one ``source.read_ranges`` call and copy every piece
+    out of its block into its destination.
+
+    Raises:
+        CorruptedDataError: the supplier's (a block past the end, or not verified).
+    """
+    blocks = plan.blocks
+    if not blocks:
+        return
+    data: Sequence[memoryview] = source.read_ranges(blocks)
+    for (offset, length), block, first, last in zip(
+            blocks, data, plan.block_bounds[:-1].tolist(), plan.block_bounds[1:].tolist(),
+            strict=True):
+        if len(block) != length:
+            raise CorruptedDataError(
+                f"{source.name}: asked for {length} bytes at {offset}, got {len(block)}")
+        held = np.frombuffer(block, dtype=np.uint8)
+        address = held.ctypes.data
+        for start, size, target in zip(plan.starts[first:last].tolist(),
+                                       plan.lengths[first:last].tolist(),
+                                       plan.targets[first:last].tolist(), strict=True):
+            ctypes.memmove(target, address + start - offset, size)

@@ -1,0 +1,35 @@
+"""View rows built into given arrays (a buffer's windows) equal the rows built anew."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from marl_minari.format.spaces import leaves
+from marl_minari.vaults.view import OBSERVATIONS, plan_from_spec, view_rows
+
+
+@pytest.mark.parametrize("state", ["auto", "observations"])
+def test_rows_written_into_windows_equal_new_rows(record_parallel: Callable[..., Any],
+                                                  state: str) -> None:
+    dataset, _ = record_parallel("mpe2/simple_spread_v3", 3, max_cycles=7,
+                                 dataset_id="tests/view-rows-v0")
+    arrays = dataset.to_arrays()
+    info_paths = {a: {p for p, _ in leaves(t)} for a, t in (arrays.agent_infos or {}).items()}
+    plan = plan_from_spec(dataset.spec, info_paths, state=state)  # type: ignore[arg-type]
+    expected = view_rows(plan, arrays)
+    steps = int(arrays.episode_lengths.sum())
+    # Windows of a larger array, holding a value no row has: every element must be written.
+    holders = {path: np.full((steps + 4, *shape), 7, dtype=dtype)
+               for path, (shape, dtype) in plan.keys().items()}
+    windows = {path: array[2:2 + steps] for path, array in holders.items()}
+    view_rows(plan, arrays, windows)
+    assert windows.keys() == expected.keys()
+    for path, rows in expected.items():
+        assert windows[path].dtype == rows.dtype, path
+        np.testing.assert_array_equal(windows[path], rows, err_msg=str(path))
+        assert (holders[path][:2] == 7).all() and (holders[path][-2:] == 7).all()
+    assert expected[OBSERVATIONS].shape == (steps, *plan.obs_shape)

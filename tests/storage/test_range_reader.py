@@ -1,0 +1,177 @@
+"""The range reader: pieces planned by file offset, coalesced into blocks, read straight into
+their destinations from a local file (``preadv``) or from any ``ByteRanges`` supplier."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from marl_strategies import assert_episode_equal, random_episode
+
+import marl_minari as mm
+from marl_minari.errors import CorruptedDataError
+from marl_minari.format import layout, offset_index
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage import range_reader
+from marl_minari.storage.byte_ranges import LocalFileRanges
+from marl_minari.storage.episode_reader import EpisodeReader
+from marl_minari.storage.range_reader import (
+    RangePlanner,
+    read_plan_from_fd,
+    read_plan_from_source,
+)
+from marl_minari.storage.writer import write_dataset
+
+SIZE = 1 << 20
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[Path, bytes]:
+    content = np.random.default_rng(0).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(content)
+    return path, content
+
+
+class CountingRanges(LocalFileRanges):
+    """The local supplier, remembering the ranges asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked: list[list[tuple[int, int]]] = []
+
+    def read_ranges(self, ranges: Any) -> list[memoryview]:
+        self.asked.append(list(ranges))
+        return super().read_ranges(ranges)
+
+
+def _planned(pieces: list[tuple[int, int]], size: int = SIZE) -> tuple[RangePlanner, np.ndarray]:
+    """A planner with ``(file offset, length)`` pieces laid end to end in one destination."""
+    lengths = np.asarray([length for _, length in pieces], dtype=np.int64)
+    out = np.zeros(int(lengths.sum()), dtype=np.uint8)
+    planner = RangePlanner(size, "bytes.bin")
+    planner.add(out, np.concatenate([[0], np.cumsum(lengths)[:-1]]),
+                np.asarray([start for start, _ in pieces]), lengths)
+    return planner, out
+
+
+def _expected(content: bytes, pieces: list[tuple[int, int]]) -> bytes:
+    return b"".join(content[start:start + length] for start, length in pieces)
+
+
+PIECES = [(5000, 100), (100, 50), (300, 7), (400_000, 1000), (5100, 3), (350, 0)]
+
+
+def test_pieces_are_sorted_and_coalesced_across_small_gaps_only(data_file: tuple) -> None:
+    planner, _ = _planned(PIECES)
+    plan = planner.plan(max_gap=8192)
+    # 100..357 and 5000..5103 are 4.6 KB apart (one block); 400,000 is far (its own)
+    assert plan.blocks == [(100, 5003), (400_000, 1000)]
+    assert plan.starts.tolist() == [100, 300, 5000, 5100, 400_000]  # the empty piece dropped
+    planner, _ = _planned(PIECES)
+    assert planner.plan(max_gap=200).blocks == [(100, 207), (5000, 103), (400_000, 1000)]
+
+
+def test_overlapping_pieces_start_a_new_block(data_file: tuple) -> None:
+    path, content = data_file
+    pieces = [(1000, 500), (1200, 100), (1600, 10)]
+    planner, out = _planned(pieces)
+    plan = planner.plan(max_gap=8192)
+    assert plan.blocks == [(1000, 500), (1200, 410)]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        read_plan_from_fd(plan, fd, str(path))
+    finally:
+        os.close(fd)
+    assert out.tobytes() == _expected(content, pieces)
+
+
+@pytest.mark.parametrize("preadv", [True, False])
+@pytest.mark.parametrize("max_gap", [0, 64, 1 << 17])
+def test_a_local_read_puts_every_piece_where_it_belongs(
+        data_file: tuple, max_gap: int, preadv: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not preadv:  # as where libc has no preadv (Windows): a memory map
+        monkeypatch.setattr(range_reader, "_LIBC", False)
+    path, content = data_file
+    rng = np.random.default_rng(1)
+    starts = rng.integers(0, SIZE - 5000, 3000)
+    pieces = [(int(s), int(n)) for s, n in zip(starts, rng.integers(0, 5000, 3000),
+                                              strict=True)]
+    planner, out = _planned(pieces)
+    plan = planner.plan(max_gap=max_gap)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        read_plan_from_fd(plan, fd, str(path))
+    finally:
+        os.close(fd)
+    assert out.tobytes() == _expected(content, pieces)
+
+
+def test_a_supplier_gets_one_call_for_all_blocks(data_file: tuple) -> None:
+    path, content = data_file
+    planner, out = _planned(PIECES)
+    plan = planner.plan(max_gap=8192)
+    with CountingRanges(path) as source:
+        read_plan_from_source(plan, source)
+    assert source.asked == [[(100, 5003), (400_000, 1000)]]
+    assert out.tobytes() == _expected(content, PIECES)
+
+
+def test_a_range_past_the_end_of_the_file_is_refused_when_planned(data_file: tuple) -> None:
+    with pytest.raises(CorruptedDataError, match="bytes.bin.*past the file's"):
+        _planned([(SIZE - 10, 11)])
+
+
+def test_a_file_truncated_after_planning_is_a_typed_error(data_file: tuple) -> None:
+    path, _ = data_file
+    planner, _ = _planned([(1000, 10), (SIZE - 100, 100)])
+    plan = planner.plan()
+    os.truncate(path, SIZE - 50)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(CorruptedDataError, match="bytes.bin: the file ends before"):
+            read_plan_from_fd(plan, fd, str(path))
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- the reader
+
+AGENTS = ["p", "q"]
+OBS = {a: spaces.Box(-3, 3, (6,), dtype=np.float32) for a in AGENTS}
+ACT = {a: spaces.Discrete(4) for a in AGENTS}
+STATE = spaces.Box(-1, 1, (5,), dtype=np.float32)
+
+
+@pytest.fixture
+def recorded() -> tuple[Any, list]:
+    spec = MultiAgentSpec(api="parallel", possible_agents=tuple(AGENTS), observation_spaces=OBS,
+                          action_spaces=ACT, state_space=STATE)
+    episodes = [random_episode(AGENTS, OBS, ACT, steps, seed, state_space=STATE)
+                for seed, steps in enumerate([4, 1, 9, 3, 6])]
+    write_dataset("ranges/read-v0", episodes, spec)
+    return mm.load_dataset("ranges/read-v0"), episodes
+
+
+def test_the_reader_reads_through_a_byte_supplier(recorded: tuple) -> None:
+    dataset, episodes = recorded
+    h5_path = dataset.data_path / layout.MAIN_FILE_NAME
+    asked = {}
+    for verified in (True, False):
+        with CountingRanges(h5_path) as source:
+            source.blake3 = offset_index.fingerprint(h5_path) if verified else "0" * 64
+            with EpisodeReader(dataset.data_path, dataset.spec, dataset.metadata,
+                               byte_source=source) as reader:
+                arrays = reader.read(np.asarray([4, 0, 2]))
+        for position, index in enumerate([4, 0, 2]):
+            assert_episode_equal(arrays.episode(position), episodes[index])
+        asked[verified] = source.asked
+    # a supplier verifying the file the index was written for gets the leaves' bytes as
+    # one planned pass; another one is read through HDF5, dataset by dataset
+    data_bytes = sum(length for _, length in asked[True][-1])
+    assert data_bytes >= 3 * (4 + 10 + 7) * 6 * 4  # the observations at least
+    assert len(asked[False]) > len(asked[True]) + 3 * len(AGENTS)
