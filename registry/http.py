@@ -31,7 +31,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from marl_minari.errors import RemoteError
 
-from .backend import Backend
+from .backend import Backend, RangesIgnored
 from .credentials import scrub, split_userinfo
 from .deadline import Deadline, DeadlineExceeded
 from .settings import RemoteSettings
@@ -187,6 +187,41 @@ class HttpBackend(Backend):
         if length is not None and length.isdigit() and len(data) != int(length):
             raise self.fail(f"connection to {self.location} dropped while reading {key}")
         return data
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        where = f"{self.location}/{key}"
+        asked = f"bytes={offset}-{offset + length - 1}"
+        request = urllib.request.Request(f"{self._base}/{quote(key)}",
+                                         headers={**self._headers, "Range": asked})
+        try:
+            response = self._opener.open(request, timeout=self.deadline.wait_limit())
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 410):
+                raise missing_remote_file(where) from None
+            if exc.code == 416:  # past the end: the caller's verification names the range
+                return b""
+            raise self._failure("read", where, exc) from None
+        except (DeadlineExceeded, *_NETWORK_ERRORS) as exc:
+            raise self._failure("read", where, exc) from None
+        with response:
+            if response.status == 200:
+                raise RangesIgnored(f"{self.location} answered a request for {asked} of {key} "
+                                    "with the whole file (HTTP 200): it ignores Range requests")
+            answered = response.headers.get("Content-Range", "")
+            if response.status != 206 or not answered.startswith(f"bytes {offset}-"):
+                raise self.fail(f"GET {where} ({asked}) answered HTTP {response.status} "
+                                f"with Content-Range {answered!r}")
+            header = response.headers.get("Content-Length")
+            try:
+                data = read_small(response, length, self.deadline)
+            except DeadlineExceeded:
+                raise self.deadline_passed(f"reading {where}") from None
+            except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
+                raise self._failure("read", where, exc) from None
+        if header is not None and header.isdigit() and len(data) < min(int(header), length):
+            raise self.fail(f"connection to {self.location} dropped while reading {asked} of "
+                            f"{key} after {len(data)} of {header} bytes")
+        return data[:length]
 
     def get_file(self, key: str, target: Path, size: int, algorithm: str,
                  progress: Progress | None) -> tuple[int, str]:
