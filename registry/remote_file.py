@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from marl_minari.errors import CorruptedDataError
+from marl_minari.errors import CorruptedDataError, MarlMinariError
 from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
@@ -132,6 +132,13 @@ class RemoteFile:
         self._lock = threading.Lock()
         self._whole_fd: int | None = None
         self._whole_temporary: Path | None = None
+        self._failures = threading.local()
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The BLAKE3 of the whole file as published (what the offset index records of the
+        file it was written for), known without reading the file."""
+        return self.entry.blake3
 
     # ------------------------------------------------------------------ pickling (Ray)
     def __getstate__(self) -> dict[str, Any]:
@@ -159,6 +166,24 @@ class RemoteFile:
                 not match the manifest (the message names the file, the range and the mirror).
             RemoteError: the remote failed or the deadline of this read passed.
         """
+        try:
+            return self._read_ranges(ranges)
+        except MarlMinariError as exc:
+            # HDF5 turns an error raised inside its read callback into one of its own
+            # ("episode_3 is missing"): the reader above it asks for this one instead.
+            self._failures.last = exc
+            raise
+
+    @property
+    def failure(self) -> MarlMinariError | None:
+        """The last error ``read_ranges`` raised in this thread (see :meth:`clear_failure`)."""
+        return getattr(self._failures, "last", None)
+
+    def clear_failure(self) -> None:
+        """Forget :attr:`failure` (before an HDF5 call whose errors may hide one)."""
+        self._failures.last = None
+
+    def _read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         for offset, length in ranges:
             if offset < 0 or length < 0 or offset + length > self.size:
                 raise CorruptedDataError(

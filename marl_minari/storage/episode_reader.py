@@ -33,6 +33,7 @@ from marl_minari.format.spaces import (
 )
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
 from marl_minari.storage.datafile import (
     MARL_GROUP,
     attribute_steps,
@@ -77,21 +78,28 @@ class EpisodeReader:
     """Reads leaves of many episodes out of one ``main_data.hdf5``."""
 
     def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any],
-                 cache: IndexCache | None = None) -> None:
+                 cache: IndexCache | None = None, *,
+                 byte_source: ByteRanges | None = None) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
-        self._file = open_data_file(self._path)
+        self._source = byte_source
+        """Where the data file's bytes come from when it is not the local file (a remote
+        file read by verified ranges): HDF5 opens it through :class:`RangesFile` and indexed
+        leaves are read with ``byte_source.read_ranges``."""
+        self._file = (open_data_file(self._path) if byte_source is None
+                      else _open_ranges(byte_source))
         self._spec = spec
         self._jpeg = bool(metadata.get("jpeg_encoding", True))
         self._map: np.ndarray | None = None
         self._mmap: mmap.mmap | None = None
         cache = cache or IndexCache()
-        key = _files_key(data_path)
+        key = _files_key(data_path) if byte_source is None else ("ranges", byte_source.name)
         if cache.key != key:
             try:
                 with hdf5_errors(self._path):
-                    cache.index = offset_index.load(data_path, self._file,
-                                                    int(metadata["total_episodes"]),
-                                                    int(metadata["total_steps"]))
+                    cache.index = offset_index.load(
+                        data_path, self._file, int(metadata["total_episodes"]),
+                        int(metadata["total_steps"]),
+                        file_size=None if byte_source is None else byte_source.size)
             except BaseException:
                 self._file.close()
                 raise
@@ -206,8 +214,10 @@ class EpisodeReader:
         usable = np.zeros(len(indices), dtype=bool)
         if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
             starts = offsets[indices]
-            mapped = self._mapped()
             ends = starts + rows * row_bytes
+            if self._source is not None:
+                return self._read_ranges(leaf, indices, rows, starts, ends, out)
+            mapped = self._mapped()
             usable = (starts >= 0) & (ends <= len(mapped))
             if usable.any():
                 assert self._index is not None
@@ -227,6 +237,37 @@ class EpisodeReader:
                 begin = int(starts[position])
                 flat[start:start + count] = self._mapped()[begin:int(ends[position])].reshape(
                     count, -1)
+            else:
+                self._read_h5(leaf, index, out[start:start + count])
+            start += count
+        return out
+
+    def _read_ranges(self, leaf: Leaf, indices: np.ndarray, rows: np.ndarray,
+                     starts: np.ndarray, ends: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """An indexed leaf of a file read by ranges (``byte_source``): the entries' bytes in
+        one ``read_ranges`` call (the supplier coalesces and verifies them), the rest through
+        HDF5.
+
+        Entries are trusted only when the supplier vouches that its bytes are those of the
+        file the index was written for (``fingerprint``, the BLAKE3 a registry's manifest
+        records, equals the index's): the per-entry HDF5 comparisons of a local file would
+        fetch object headers scattered over the remote file.
+        """
+        assert self._source is not None and self._index is not None
+        whole = getattr(self._source, "fingerprint", None)
+        usable = (starts >= 0) & (ends <= self._source.size)
+        if whole is None or whole != self._index.fingerprint:
+            usable[:] = False
+        flat = out.reshape(len(out), -1).view(np.uint8)
+        wanted = np.flatnonzero(usable)
+        pieces = iter(self._source.read_ranges(
+            [(int(starts[p]), int(ends[p] - starts[p])) for p in wanted.tolist()]))
+        start = 0
+        for position, (index, count) in enumerate(zip(indices.tolist(), rows.tolist(),
+                                                      strict=True)):
+            if usable[position]:
+                flat[start:start + count] = np.frombuffer(next(pieces), dtype=np.uint8
+                                                          ).reshape(count, -1)
             else:
                 self._read_h5(leaf, index, out[start:start + count])
             start += count
@@ -311,6 +352,19 @@ class EpisodeReader:
             agent_infos=agent_infos or None,
             extras=subtree(f"{MARL_GROUP}/{layout.EXTRAS}"),
         )
+
+
+def _open_ranges(source: ByteRanges) -> h5py.File:
+    """``main_data.hdf5`` opened by HDF5 over a byte supplier.
+
+    Raises:
+        CorruptedDataError: HDF5 cannot open it.
+    """
+    try:
+        return h5py.File(RangesFile(source), "r")
+    except OSError as exc:
+        raise CorruptedDataError(f"{source.name} is damaged and cannot be opened ({exc})"
+                                 ) from exc
 
 
 def _is_nested(space: Any) -> bool:
