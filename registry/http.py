@@ -103,6 +103,22 @@ class _WatchedTLSContext(ssl.SSLContext):
         return wrapped
 
 
+class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
+    """HTTPS with :func:`_tls_context`, made on the first HTTPS request: loading the system's
+    certificates takes about 0.1 s, which an ``http://`` registry (or a redirect-free one)
+    never needs to pay."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+        self._made: ssl.SSLContext | None = None
+
+    def https_open(self, req: Any) -> Any:
+        if self._made is None:
+            self._made = _tls_context(self._deadline)
+        return self.do_open(http.client.HTTPSConnection, req, context=self._made)
+
+
 def _tls_context(deadline: Deadline) -> ssl.SSLContext:
     """What ``ssl.create_default_context()`` makes (certificates and host names checked)."""
     context = _WatchedTLSContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -146,8 +162,7 @@ class HttpBackend(Backend):
             self._headers["Authorization"] = f"Bearer {token}"
         self._opener = urllib.request.build_opener(
             _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers),
-            _WatchedHTTPHandler(self.deadline),
-            urllib.request.HTTPSHandler(context=_tls_context(self.deadline)))
+            _WatchedHTTPHandler(self.deadline), _WatchedHTTPSHandler(self.deadline))
 
     @property
     def location(self) -> str:

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
+
 from marl_minari.errors import CorruptedDataError, MarlMinariError
 from marl_minari.format.ids import parse_dataset_id
 
@@ -117,12 +119,12 @@ class RemoteFile:
         self.entry = entry
         self.settings = settings or StreamSettings()
         self.key = f"{dataset_id}/{entry.path}"
-        self.mirror = self._backend().location
-        """The registry the bytes come from, without credentials."""
-        self.name = f"{self.mirror}/{self.key}"
         self.size = entry.size
         self.counts = TransferCounts()
         self._setup()
+        self.mirror = self._backend().location
+        """The registry the bytes come from, without credentials."""
+        self.name = f"{self.mirror}/{self.key}"
 
     def _setup(self) -> None:
         self._blocks = self.entry.blocks
@@ -133,6 +135,7 @@ class RemoteFile:
         self._whole_fd: int | None = None
         self._whole_temporary: Path | None = None
         self._failures = threading.local()
+        self._backends = threading.local()
 
     @property
     def fingerprint(self) -> str | None:
@@ -195,10 +198,25 @@ class RemoteFile:
         if self._whole_fd is not None:
             return [memoryview(os.pread(self._whole_fd, length, offset))
                     for offset, length in ranges]
-        numbers = sorted({number for offset, length in ranges if length
-                          for number in self._covering(offset, length)})
-        found = self._blocks_bytes(numbers)
-        return [self._assemble(found, offset, length) for offset, length in ranges]
+        block_size = self.entry.block_size or max(1, self.size)
+        asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        asked = asked[asked[:, 1] > 0]
+        first = asked[:, 0] // block_size
+        last = (asked[:, 0] + asked[:, 1] - 1) // block_size
+        wide = np.flatnonzero(last - first > 1)  # ranges over three blocks or more: rare
+        numbers = np.unique(np.concatenate(
+            [first, last, *(np.arange(first[i], last[i] + 1) for i in wide.tolist())]))
+        found = self._blocks_bytes(numbers.tolist())
+        views = {number: memoryview(data) for number, data in found.items()}
+        out: list[memoryview] = []
+        for offset, length in ranges:  # the common case, one block, costs one slice
+            number = offset // block_size
+            start = offset - number * block_size
+            if start + length <= block_size:
+                out.append(views[number][start:start + length] if length else memoryview(b""))
+            else:
+                out.append(self._assemble(found, offset, length))
+        return out
 
     def close(self) -> None:
         """Release the whole-file copy, if one was made (a cached one stays cached)."""
@@ -381,10 +399,18 @@ class RemoteFile:
         return kept
 
     def _backend(self) -> Backend:
-        """A backend for one read: its own deadline, the registry's credential rules."""
-        remote_settings = self.settings.remote or RemoteSettings.from_env()
-        return open_backend(self._remote, token=self._token, settings=remote_settings,
-                            deadline=Deadline(remote_settings))
+        """The calling thread's backend, its deadline started afresh: each ``read_ranges``
+        call is one operation (setting a backend up costs more than a small read: an HTTPS
+        one loads the system's certificates)."""
+        backend: Backend | None = getattr(self._backends, "backend", None)
+        if backend is None:
+            remote_settings = self.settings.remote or RemoteSettings.from_env()
+            backend = open_backend(self._remote, token=self._token, settings=remote_settings,
+                                   deadline=Deadline(remote_settings))
+            self._backends.backend = backend
+        else:
+            backend.deadline.restart()
+        return backend
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

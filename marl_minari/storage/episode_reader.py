@@ -258,10 +258,15 @@ class EpisodeReader:
         usable = (starts >= 0) & (ends <= self._source.size)
         if whole is None or whole != self._index.fingerprint:
             usable[:] = False
-        flat = out.reshape(len(out), -1).view(np.uint8)
         wanted = np.flatnonzero(usable)
-        pieces = iter(self._source.read_ranges(
-            [(int(starts[p]), int(ends[p] - starts[p])) for p in wanted.tolist()]))
+        read = self._source.read_ranges(list(zip(starts[wanted].tolist(),
+                                                 (ends - starts)[wanted].tolist(), strict=True)))
+        if usable.all():
+            np.concatenate([np.frombuffer(piece, dtype=np.uint8) for piece in read],
+                           out=out.reshape(-1).view(np.uint8))
+            return out
+        flat = out.reshape(len(out), -1).view(np.uint8)
+        pieces = iter(read)
         start = 0
         for position, (index, count) in enumerate(zip(indices.tolist(), rows.tolist(),
                                                       strict=True)):
