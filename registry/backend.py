@@ -132,7 +132,7 @@ class Backend(ABC):
         (``RemoteError``, :meth:`deadline_passed`) once the operation's deadline has passed.
         """
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
         """Bytes ``[offset, offset + length)`` of the file at ``key``, unverified.
 
         Never more than ``length`` bytes; fewer when the file is shorter (the caller's

@@ -202,7 +202,7 @@ class FileBackend(Backend):
         except OSError as exc:
             raise self.fail(f"cannot copy {self.location}/{key}", exc) from None
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
         try:
             with open(self._path(key), "rb", buffering=0) as handle:
                 return os.pread(handle.fileno(), length, offset)

@@ -38,6 +38,7 @@ from .settings import RemoteSettings
 from .transfer import (
     Progress,
     copy_and_hash,
+    fill_buffer,
     missing_remote_file,
     read_small,
     too_large,
@@ -203,7 +204,7 @@ class HttpBackend(Backend):
             raise self.fail(f"connection to {self.location} dropped while reading {key}")
         return data
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
         where = f"{self.location}/{key}"
         asked = f"bytes={offset}-{offset + length - 1}"
         request = urllib.request.Request(f"{self._base}/{quote(key)}",
@@ -227,16 +228,17 @@ class HttpBackend(Backend):
                 raise self.fail(f"GET {where} ({asked}) answered HTTP {response.status} "
                                 f"with Content-Range {answered!r}")
             header = response.headers.get("Content-Length")
-            try:
-                data = read_small(response, length, self.deadline)
+            buffer = bytearray(length)
+            try:  # straight into one buffer, no copies (a range is a few MiB)
+                count = fill_buffer(response.readinto1, buffer, self.deadline)
             except DeadlineExceeded:
                 raise self.deadline_passed(f"reading {where}") from None
             except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
                 raise self._failure("read", where, exc) from None
-        if header is not None and header.isdigit() and len(data) < min(int(header), length):
+        if header is not None and header.isdigit() and count < min(int(header), length):
             raise self.fail(f"connection to {self.location} dropped while reading {asked} of "
-                            f"{key} after {len(data)} of {header} bytes")
-        return data[:length]
+                            f"{key} after {count} of {header} bytes")
+        return memoryview(buffer)[:count]
 
     def get_file(self, key: str, target: Path, size: int, algorithm: str,
                  progress: Progress | None) -> tuple[int, str]:

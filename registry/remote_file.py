@@ -72,7 +72,7 @@ class StreamSettings:
     cache_dir: Path | None = None
     cache_bytes: int | None = None
     parallel_requests: int = 8
-    max_request_bytes: int = 16 << 20
+    max_request_bytes: int = 4 << 20
     memory_bytes: int = 64 << 20
     remote: RemoteSettings | None = None
 
@@ -129,7 +129,7 @@ class RemoteFile:
     def _setup(self) -> None:
         self._blocks = self.entry.blocks
         self._cache = self.settings.cache()
-        self._memory: OrderedDict[int, bytes] = OrderedDict()
+        self._memory: OrderedDict[int, bytes | memoryview] = OrderedDict()
         self._memory_bytes = 0
         self._lock = threading.Lock()
         self._whole_fd: int | None = None
@@ -244,7 +244,8 @@ class RemoteFile:
             return range(1)
         return range(offset // block_size, (offset + length - 1) // block_size + 1)
 
-    def _assemble(self, found: dict[int, bytes], offset: int, length: int) -> memoryview:
+    def _assemble(self, found: dict[int, bytes | memoryview], offset: int,
+                  length: int) -> memoryview:
         if not length:
             return memoryview(b"")
         pieces = []
@@ -254,8 +255,8 @@ class RemoteFile:
             pieces.append(memoryview(found[number])[start - block.offset:end - block.offset])
         return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
 
-    def _blocks_bytes(self, numbers: list[int]) -> dict[int, bytes]:
-        found: dict[int, bytes] = {}
+    def _blocks_bytes(self, numbers: list[int]) -> dict[int, bytes | memoryview]:
+        found: dict[int, bytes | memoryview] = {}
         missing: list[int] = []
         for number in numbers:
             data = self._remembered(number)
@@ -271,14 +272,14 @@ class RemoteFile:
             found.update(self._fetch(missing))
         return found
 
-    def _remembered(self, number: int) -> bytes | None:
+    def _remembered(self, number: int) -> bytes | memoryview | None:
         with self._lock:
             data = self._memory.get(number)
             if data is not None:
                 self._memory.move_to_end(number)
             return data
 
-    def _remember(self, number: int, data: bytes) -> None:
+    def _remember(self, number: int, data: bytes | memoryview) -> None:
         with self._lock:
             if number in self._memory:
                 return
@@ -301,7 +302,7 @@ class RemoteFile:
                 runs.append([block])
         return runs
 
-    def _fetch(self, missing: list[int]) -> dict[int, bytes]:
+    def _fetch(self, missing: list[int]) -> dict[int, bytes | memoryview]:
         backend = self._backend()
         runs = self._runs(missing)
         try:
@@ -316,12 +317,12 @@ class RemoteFile:
             assert self._whole_fd is not None
             return {number: os.pread(self._whole_fd, self._blocks[number].length,
                                      self._blocks[number].offset) for number in missing}
-        found: dict[int, bytes] = {}
+        found: dict[int, bytes | memoryview] = {}
         for result in results:
             found.update(result)
         return found
 
-    def _fetch_run(self, backend: Backend, run: list[Block]) -> dict[int, bytes]:
+    def _fetch_run(self, backend: Backend, run: list[Block]) -> dict[int, bytes | memoryview]:
         """Fetch adjacent blocks in one request; verify, cache and return each.
 
         Blocks that match are kept even when another of the run does not, then the first
@@ -331,16 +332,16 @@ class RemoteFile:
         data = backend.read_range(self.key, start, end - start)
         self.counts.add(len(data))
         view = memoryview(data)
-        found: dict[int, bytes] = {}
+        found: dict[int, bytes | memoryview] = {}
         bad: Block | None = None
         for block in run:
             piece = view[block.offset - start:block.end - start]
             if not matches(block, piece):
                 bad = bad or block
                 continue
-            found[block.number] = bytes(piece)
+            found[block.number] = piece  # a view of the run's buffer: no copy
             self._cache.put(block, piece)
-            self._remember(block.number, found[block.number])
+            self._remember(block.number, piece)
         if bad is not None:
             received = max(0, min(len(data) - (bad.offset - start), bad.length))
             what = (f"only {received} of its {bad.length} bytes arrived"

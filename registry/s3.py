@@ -418,7 +418,7 @@ class S3Backend(Backend):
                 raise self.fail(f"download of {where} failed", exc) from None
         return sink.size, sink.digests.hexdigests()[algorithm]
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
         where = f"{self.location}/{key}"
         with self._request(f"reading bytes {offset}-{offset + length - 1} of {where}"):
             try:
