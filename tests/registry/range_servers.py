@@ -23,6 +23,9 @@ class RangeHandler(SimpleHTTPRequestHandler):
     served: ClassVar[list[tuple[str, int, int]]] = []
     """``(path, offset, length)`` of every answer with a body."""
     lock: ClassVar[threading.Lock] = threading.Lock()
+    shift: ClassVar[int] = 0
+    """Answer every range this many bytes later than asked (a broken proxy), saying so in
+    ``Content-Range``."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
@@ -44,6 +47,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
             if first >= len(whole):
                 self.send_error(416)
                 return None
+            first, last = first + self.shift, last + self.shift
             data, status = whole[first:last + 1], 206
         data = self.body(self.path, data, first)
         with self.lock:

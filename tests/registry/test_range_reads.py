@@ -290,3 +290,13 @@ def test_credentials_never_reach_messages(streamable: Path, settings: StreamSett
     with pytest.raises(CorruptedDataError) as caught:
         source.read_ranges([(0, 1)])
     assert "s3cr3t" not in str(caught.value) and "reader" not in str(caught.value)
+
+
+def test_an_answer_for_another_range_is_refused(streamable: Path, settings: StreamSettings,
+                                                range_server: Callable[..., tuple[str, Any]]
+                                                ) -> None:
+    url, _ = range_server(shift=1)
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.raises(RemoteError, match=r"bytes=0-65535\) answered HTTP 206 with "
+                                          r"Content-Range 'bytes 1-65536/"):
+        source.read_ranges([(0, 10)])
