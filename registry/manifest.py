@@ -27,6 +27,7 @@ from marl_minari.format.digests import (
     is_hex_digest,
     remembered_digests,
 )
+from marl_minari.storage.open_blocks import MAX_OPEN_BLOCKS
 from marl_minari.version import __version__
 
 from .blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Block, block_count, blocks_of
@@ -90,6 +91,9 @@ class FileEntry:
     blake3: str | None = None
     block_size: int | None = None
     block_blake3: tuple[str, ...] | None = None
+    open_blocks: tuple[int, ...] = ()
+    """Blocks HDF5 reads to open the file and check it (``main_data.hdf5`` only): a
+    streaming reader fetches them together instead of one dependent read at a time."""
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -131,6 +135,8 @@ class FileEntry:
         if self.block_size is not None and self.block_blake3 is not None:
             entry["block_size"] = self.block_size
             entry["block_blake3"] = list(self.block_blake3)
+        if self.open_blocks:
+            entry["open_blocks"] = list(self.open_blocks)
         return entry
 
 
@@ -234,7 +240,23 @@ def _entry(item: Any, where: str, key: str) -> FileEntry:
     if fast is not None and not is_hex_digest(fast):
         raise CorruptedDataError(f"{where}: bad BLAKE3 {fast!r} at {key}.{BLAKE3} ({path!r})")
     block_size, blocks = _range_digests(item, size, where, key, path)
-    return FileEntry(path, size, sha, fast, block_size, blocks)
+    return FileEntry(path, size, sha, fast, block_size, blocks,
+                     _open_blocks(item, blocks, where, key, path))
+
+
+def _open_blocks(item: dict[str, Any], blocks: tuple[str, ...] | None, where: str, key: str,
+                 path: str) -> tuple[int, ...]:
+    """The ``open_blocks`` hint of a file entry (block numbers of the file), checked."""
+    hint = typed(item, "open_blocks", list, where, label=f"{key}.open_blocks", required=False)
+    if hint is None:
+        return ()
+    if blocks is None or len(hint) > MAX_OPEN_BLOCKS or any(
+            isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < len(blocks)
+            for n in hint):
+        raise CorruptedDataError(
+            f"{where}: {key}.open_blocks must list at most {MAX_OPEN_BLOCKS} block numbers of "
+            f"the file's range digests ({path!r})")
+    return tuple(hint)
 
 
 def _range_digests(item: dict[str, Any], size: int, where: str, key: str, path: str

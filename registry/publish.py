@@ -25,6 +25,8 @@ from marl_minari.errors import (
 )
 from marl_minari.format.digests import remembered_digests
 from marl_minari.format.ids import dataset_dir, parse_dataset_id
+from marl_minari.format.layout import MAIN_FILE_NAME, METADATA_FILE_NAME
+from marl_minari.storage.open_blocks import opening_blocks
 
 from .backend import PENDING_PREFIX, Backend, Staging
 from .blocks import MIN_BLOCK_SIZE, block_digests, block_size_for
@@ -259,7 +261,12 @@ def _with_range_digests(entry: FileEntry, source: Path) -> FileEntry:
     size, whole, blocks = block_digests(source, block_size)
     if size != entry.size or whole != entry.blake3:
         raise CorruptedDataError(f"{source} changed while it was published; publish again")
-    return FileEntry(entry.path, entry.size, entry.sha256, entry.blake3, block_size, blocks)
+    opening: list[int] = []
+    if entry.path == f"data/{MAIN_FILE_NAME}":
+        opening = opening_blocks(source, read_json_object(source.parent / METADATA_FILE_NAME),
+                                 block_size)
+    return FileEntry(entry.path, entry.size, entry.sha256, entry.blake3, block_size, blocks,
+                     tuple(opening))
 
 
 def _already_published(backend: Backend, dataset_id: str, local: Path, files: list[str],

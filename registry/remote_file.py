@@ -218,6 +218,14 @@ class RemoteFile:
                 out.append(self._assemble(found, offset, length))
         return out
 
+    def prefetch(self, numbers: Sequence[int]) -> None:
+        """Fetch (and verify and cache) the blocks ``numbers`` now, together: the blocks a
+        reader is known to need next (the manifest's ``open_blocks``)."""
+        if self.entry.block_size is None or self._whole_fd is not None:
+            return
+        with contextlib.suppress(RangesIgnored):
+            self._blocks_bytes(sorted(set(numbers)))
+
     def close(self) -> None:
         """Release the whole-file copy, if one was made (a cached one stays cached)."""
         if self._whole_fd is not None:

@@ -92,6 +92,7 @@ class StreamingSource(DatasetSource):
         self.remote_file = RemoteFile(self.registry, published_id, entries[MAIN_PATH],
                                       settings=self.settings)
         self._local: Path | None = None
+        self.remote_file.prefetch(entries[MAIN_PATH].open_blocks)
         metadata = read_metadata(self.local_data_path)
         if layout.METADATA_KEY not in metadata:
             raise LayoutError(f"{shown_url(url)} is a plain Minari dataset: only datasets in "

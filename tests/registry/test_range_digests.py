@@ -38,8 +38,11 @@ def test_publish_records_a_digest_per_block(streamable: Path, registry_dir: Path
     assert main["block_blake3"] == [
         blake3.blake3(data[start:start + MIN_BLOCK_SIZE]).hexdigest()
         for start in range(0, len(data), MIN_BLOCK_SIZE)]
+    assert main["open_blocks"][0] == 0  # the superblock first, then what opening reads
+    assert len(main["open_blocks"]) == len(set(main["open_blocks"])) > 1
     small = entry_of(document, "data/metadata.json")
     assert "block_size" not in small and "block_blake3" not in small
+    assert "open_blocks" not in small
     parsed = Manifest.from_json((registry_dir / DATASET / "manifest.json").read_bytes(),
                                 DATASET, "test")
     assert parsed.to_json() == (registry_dir / DATASET / "manifest.json").read_bytes()
@@ -60,6 +63,9 @@ def test_block_size_keeps_the_digest_list_short() -> None:
     (lambda e: e["block_blake3"].__setitem__(2, "x" * 64), "block_blake3[2]"),
     (lambda e: e["block_blake3"].__setitem__(1, 7), "block_blake3[1]"),
     (lambda e: e.update(block_blake3="abc"), "files[0].block_blake3"),
+    (lambda e: e.update(open_blocks=[0, 5]), "files[0].open_blocks"),
+    (lambda e: e.update(open_blocks=[True]), "files[0].open_blocks"),
+    (lambda e: e.update(open_blocks=list(range(5)) * 13), "files[0].open_blocks"),
 ])
 def test_malformed_range_digests_are_refused(streamable: Path, registry_dir: Path,
                                              change: Callable[[dict[str, Any]], Any],
@@ -77,6 +83,7 @@ def test_a_manifest_without_range_digests_still_downloads(streamable: Path,
     for entry in document["files"]:
         entry.pop("block_size", None)
         entry.pop("block_blake3", None)
+        entry.pop("open_blocks", None)
     (registry_dir / DATASET / "manifest.json").write_text(json.dumps(document))
     local = streamable.read_bytes()
     registry.download(DATASET, force=True)

@@ -129,9 +129,14 @@ def test_only_the_episodes_read_move(larger: int, served: Callable[..., tuple[st
     url, handler = served()
     source = mm.open_source(f"{url}/{DATASET}", streaming=True)
     assert isinstance(source, StreamingSource)
+    index_at = next(i for i, (path, _, _) in enumerate(handler.served)
+                    if path.endswith(layout.INDEX_FILE_NAME))
     source.read([40])
     moved = sum(length for path, _, length in handler.served)
     assert moved < larger / 2, (moved, larger)
+    # the blocks opening needs came together before the index (the manifest's open_blocks)
+    after_index = [p for p, _, _ in handler.served[index_at + 1:] if p.endswith(".hdf5")]
+    assert len(after_index) <= 4, after_index
 
 
 def test_a_tampered_block_names_the_range_and_other_episodes_stay_readable(
