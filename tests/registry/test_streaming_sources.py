@@ -237,3 +237,13 @@ def test_to_vault_reads_a_streaming_source(local_copy: tuple[MultiAgentArrays, l
              "streamed", "Good")
     back = mm.open_source(tmp_path / "vaults" / "streamed" / "Good")
     assert back.total_steps == int(expected.episode_lengths.sum())
+
+
+def test_a_uniform_subset_moves_only_the_episodes_it_keeps(
+        larger: int, served: Callable[..., tuple[str, Any]]) -> None:
+    url, handler = served()
+    subset = mm.subsample(mm.open_source(f"{url}/{DATASET}", streaming=True),
+                          "mpe2/spread/small-v0", max_steps=50, seed=1)
+    assert subset.total_episodes == 2
+    moved = sum(length for path, _, length in handler.served if path.endswith(".hdf5"))
+    assert moved < larger / 2, (moved, larger)  # opening alone reads about a fifth here
