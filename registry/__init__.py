@@ -31,6 +31,7 @@ from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest, local_manifest
 from .minari_remote import MinariRemote, open_remote, register_remote_kinds
 from .publish import PublishResult, publish, validate_local_dataset
 from .reindex import reindex
+from .remote_file import RemoteFile, StreamingWarning, StreamSettings, open_remote_file
 from .settings import RemoteSettings
 
 __all__ = [
@@ -45,7 +46,10 @@ __all__ = [
     "MinariRemote",
     "PublishResult",
     "RemoteDataset",
+    "RemoteFile",
     "RemoteSettings",
+    "StreamSettings",
+    "StreamingWarning",
     "default_registry",
     "download",
     "find_published",
@@ -53,6 +57,7 @@ __all__ = [
     "local_manifest",
     "open_backend",
     "open_remote",
+    "open_remote_file",
     "publish",
     "published_manifest",
     "register_remote_kinds",

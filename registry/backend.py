@@ -34,6 +34,10 @@ PENDING_PREFIX: Final = ".pending-"
 it has claimed the version."""
 
 
+class RangesIgnored(RemoteError):
+    """A server answered a range request with the whole file (HTTP 200 instead of 206)."""
+
+
 @dataclass
 class Staging:
     """The files of one publish on their way to becoming a version (see :meth:`Backend.stage`)."""
@@ -127,6 +131,19 @@ class Backend(ABC):
         Must stop (``CorruptedDataError``) once more than ``size`` bytes arrive, and
         (``RemoteError``, :meth:`deadline_passed`) once the operation's deadline has passed.
         """
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
+        """Bytes ``[offset, offset + length)`` of the file at ``key``, unverified.
+
+        Never more than ``length`` bytes; fewer when the file is shorter (the caller's
+        verification turns that into a :class:`CorruptedDataError`).
+
+        Raises:
+            RangesIgnored: the server answered with the whole file (``http(s)://``).
+            CorruptedDataError: the file is missing.
+            RemoteError: the remote failed, or the deadline passed.
+        """
+        raise self.fail(f"{self.location} cannot serve byte ranges")
 
     # ------------------------------------------------------------------ publishing
     def stage(self, staging: Staging, relative: str, source: Path,

@@ -202,6 +202,15 @@ class FileBackend(Backend):
         except OSError as exc:
             raise self.fail(f"cannot copy {self.location}/{key}", exc) from None
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
+        try:
+            with open(self._path(key), "rb", buffering=0) as handle:
+                return os.pread(handle.fileno(), length, offset)
+        except FileNotFoundError:
+            raise missing_remote_file(f"{self.location}/{key}") from None
+        except OSError as exc:
+            raise self.fail(f"cannot read {self.location}/{key}", exc) from None
+
     def list_keys(self, prefix: str) -> Iterator[str]:
         for current, dirs, names in os.walk(self.root):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))

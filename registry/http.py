@@ -31,13 +31,14 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from marl_minari.errors import RemoteError
 
-from .backend import Backend
+from .backend import Backend, RangesIgnored
 from .credentials import scrub, split_userinfo
 from .deadline import Deadline, DeadlineExceeded
 from .settings import RemoteSettings
 from .transfer import (
     Progress,
     copy_and_hash,
+    fill_buffer,
     missing_remote_file,
     read_small,
     too_large,
@@ -103,6 +104,22 @@ class _WatchedTLSContext(ssl.SSLContext):
         return wrapped
 
 
+class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
+    """HTTPS with :func:`_tls_context`, made on the first HTTPS request: loading the system's
+    certificates takes about 0.1 s, which an ``http://`` registry (or a redirect-free one)
+    never needs to pay."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+        self._made: ssl.SSLContext | None = None
+
+    def https_open(self, req: Any) -> Any:
+        if self._made is None:
+            self._made = _tls_context(self._deadline)
+        return self.do_open(http.client.HTTPSConnection, req, context=self._made)
+
+
 def _tls_context(deadline: Deadline) -> ssl.SSLContext:
     """What ``ssl.create_default_context()`` makes (certificates and host names checked)."""
     context = _WatchedTLSContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -146,8 +163,7 @@ class HttpBackend(Backend):
             self._headers["Authorization"] = f"Bearer {token}"
         self._opener = urllib.request.build_opener(
             _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers),
-            _WatchedHTTPHandler(self.deadline),
-            urllib.request.HTTPSHandler(context=_tls_context(self.deadline)))
+            _WatchedHTTPHandler(self.deadline), _WatchedHTTPSHandler(self.deadline))
 
     @property
     def location(self) -> str:
@@ -187,6 +203,42 @@ class HttpBackend(Backend):
         if length is not None and length.isdigit() and len(data) != int(length):
             raise self.fail(f"connection to {self.location} dropped while reading {key}")
         return data
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes | memoryview:
+        where = f"{self.location}/{key}"
+        asked = f"bytes={offset}-{offset + length - 1}"
+        request = urllib.request.Request(f"{self._base}/{quote(key)}",
+                                         headers={**self._headers, "Range": asked})
+        try:
+            response = self._opener.open(request, timeout=self.deadline.wait_limit())
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 410):
+                raise missing_remote_file(where) from None
+            if exc.code == 416:  # past the end: the caller's verification names the range
+                return b""
+            raise self._failure("read", where, exc) from None
+        except (DeadlineExceeded, *_NETWORK_ERRORS) as exc:
+            raise self._failure("read", where, exc) from None
+        with response:
+            if response.status == 200:
+                raise RangesIgnored(f"{self.location} answered a request for {asked} of {key} "
+                                    "with the whole file (HTTP 200): it ignores Range requests")
+            answered = response.headers.get("Content-Range", "")
+            if response.status != 206 or not answered.startswith(f"bytes {offset}-"):
+                raise self.fail(f"GET {where} ({asked}) answered HTTP {response.status} "
+                                f"with Content-Range {answered!r}")
+            header = response.headers.get("Content-Length")
+            buffer = bytearray(length)
+            try:  # straight into one buffer, no copies (a range is a few MiB)
+                count = fill_buffer(response.readinto1, buffer, self.deadline)
+            except DeadlineExceeded:
+                raise self.deadline_passed(f"reading {where}") from None
+            except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
+                raise self._failure("read", where, exc) from None
+        if header is not None and header.isdigit() and count < min(int(header), length):
+            raise self.fail(f"connection to {self.location} dropped while reading {asked} of "
+                            f"{key} after {count} of {header} bytes")
+        return memoryview(buffer)[:count]
 
     def get_file(self, key: str, target: Path, size: int, algorithm: str,
                  progress: Progress | None) -> tuple[int, str]:

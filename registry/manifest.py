@@ -27,8 +27,10 @@ from marl_minari.format.digests import (
     is_hex_digest,
     remembered_digests,
 )
+from marl_minari.storage.open_blocks import MAX_OPEN_BLOCKS
 from marl_minari.version import __version__
 
+from .blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, Block, block_count, blocks_of
 from .jsonfiles import parse_json_object, typed
 from .transfer import wrong_size
 
@@ -78,13 +80,27 @@ class FileEntry:
     """One file of a dataset version: path relative to the dataset folder, size, digests.
 
     ``blake3`` is recorded by marl-minari 0.1 and later; manifests without it are verified
-    with SHA-256 alone.
+    with SHA-256 alone. ``block_size`` and ``block_blake3`` are the file's range digests
+    (:mod:`.blocks`): recorded for files larger than one block by publishes that write them,
+    ``None`` otherwise.
     """
 
     path: str
     size: int
     sha256: str
     blake3: str | None = None
+    block_size: int | None = None
+    block_blake3: tuple[str, ...] | None = None
+    open_blocks: tuple[int, ...] = ()
+    """Blocks HDF5 reads to open the file and check it (``main_data.hdf5`` only): a
+    streaming reader fetches them together instead of one dependent read at a time."""
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The pieces a range reader verifies: one per range digest, or the whole file as one
+        block (checked by :attr:`check_digest`) when the entry has none."""
+        return blocks_of(self.size, self.block_size, self.block_blake3,
+                         self.check_algorithm, self.check_digest)
 
     @property
     def check_algorithm(self) -> str:
@@ -116,6 +132,11 @@ class FileEntry:
         entry: dict[str, Any] = {"path": self.path, "size": self.size, SHA256: self.sha256}
         if self.blake3 is not None:
             entry[BLAKE3] = self.blake3
+        if self.block_size is not None and self.block_blake3 is not None:
+            entry["block_size"] = self.block_size
+            entry["block_blake3"] = list(self.block_blake3)
+        if self.open_blocks:
+            entry["open_blocks"] = list(self.open_blocks)
         return entry
 
 
@@ -218,7 +239,57 @@ def _entry(item: Any, where: str, key: str) -> FileEntry:
         raise CorruptedDataError(f"{where}: bad SHA-256 {sha!r} at {key}.{SHA256} ({path!r})")
     if fast is not None and not is_hex_digest(fast):
         raise CorruptedDataError(f"{where}: bad BLAKE3 {fast!r} at {key}.{BLAKE3} ({path!r})")
-    return FileEntry(path, size, sha, fast)
+    block_size, blocks = _range_digests(item, size, where, key, path)
+    return FileEntry(path, size, sha, fast, block_size, blocks,
+                     _open_blocks(item, blocks, where, key, path))
+
+
+def _open_blocks(item: dict[str, Any], blocks: tuple[str, ...] | None, where: str, key: str,
+                 path: str) -> tuple[int, ...]:
+    """The ``open_blocks`` hint of a file entry (block numbers of the file), checked."""
+    hint = typed(item, "open_blocks", list, where, label=f"{key}.open_blocks", required=False)
+    if hint is None:
+        return ()
+    if blocks is None or len(hint) > MAX_OPEN_BLOCKS or any(
+            isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < len(blocks)
+            for n in hint):
+        raise CorruptedDataError(
+            f"{where}: {key}.open_blocks must list at most {MAX_OPEN_BLOCKS} block numbers of "
+            f"the file's range digests ({path!r})")
+    return tuple(hint)
+
+
+def _range_digests(item: dict[str, Any], size: int, where: str, key: str, path: str
+                   ) -> tuple[int | None, tuple[str, ...] | None]:
+    """The ``block_size`` and ``block_blake3`` of a file entry (both or neither), checked."""
+    block_size = typed(item, "block_size", int, where, label=f"{key}.block_size",
+                       required=False)
+    digests = typed(item, "block_blake3", list, where, label=f"{key}.block_blake3",
+                    required=False)
+    if block_size is None and digests is None:
+        return None, None
+    if block_size is None or digests is None:
+        raise CorruptedDataError(f"{where}: {key} has only one of block_size and block_blake3 "
+                                 f"({path!r}); a manifest records both or neither")
+    if (block_size < MIN_BLOCK_SIZE or block_size > MAX_BLOCK_SIZE
+            or block_size & (block_size - 1)):
+        raise CorruptedDataError(
+            f"{where}: bad block size {block_size!r} at {key}.block_size ({path!r}): a power of "
+            f"two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}")
+    if len(digests) != block_count(size, block_size):
+        raise CorruptedDataError(
+            f"{where}: {key}.block_blake3 lists {len(digests)} digests, but a file of {size} "
+            f"bytes has {block_count(size, block_size)} blocks of {block_size} ({path!r})")
+    for number, digest in enumerate(digests):
+        if not isinstance(digest, str) or not is_hex_digest(digest):
+            raise CorruptedDataError(f"{where}: bad BLAKE3 {_short(digest)} at "
+                                     f"{key}.block_blake3[{number}] ({path!r})")
+    return block_size, tuple(digests)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _check_entries(entries: Iterable[FileEntry], where: str) -> None:

@@ -24,8 +24,11 @@ from marl_minari.errors import (
 )
 from marl_minari.format.digests import remembered_digests
 from marl_minari.format.ids import dataset_dir, not_found_locally, parse_dataset_id
+from marl_minari.format.layout import MAIN_FILE_NAME, METADATA_FILE_NAME
+from marl_minari.storage.open_blocks import opening_blocks
 
 from .backend import PENDING_PREFIX, Backend, Staging
+from .blocks import MIN_BLOCK_SIZE, block_digests, block_size_for
 from .index import Index, index_entry, read_index, update_index
 from .jsonfiles import read_json_object
 from .kinds import open_backend
@@ -236,8 +239,33 @@ def _upload(backend: Backend, target: Staging | str, local: Path, files: list[st
         digests = (backend.stage(target, relative, source, progress, remembered)
                    if isinstance(target, Staging) else
                    backend.put_file(f"{target}/{relative}", source, progress, remembered))
-        entries.append(FileEntry(relative, digests.size, digests.sha256, digests.blake3))
+        entries.append(_with_range_digests(
+            FileEntry(relative, digests.size, digests.sha256, digests.blake3), source))
     return entries
+
+
+def _with_range_digests(entry: FileEntry, source: Path) -> FileEntry:
+    """``entry`` with the range digests of ``source`` (files larger than one block), so that
+    readers can verify byte ranges of it (``docs/registry.md``, *Range digests*).
+
+    The blocks are hashed from the local file after its upload; their whole-file BLAKE3 must
+    be the one the upload recorded, so they describe the bytes published.
+
+    Raises:
+        CorruptedDataError: the file changed since it was uploaded.
+    """
+    if entry.size <= MIN_BLOCK_SIZE:
+        return entry
+    block_size = block_size_for(entry.size)
+    size, whole, blocks = block_digests(source, block_size)
+    if size != entry.size or whole != entry.blake3:
+        raise CorruptedDataError(f"{source} changed while it was published; publish again")
+    opening: list[int] = []
+    if entry.path == f"data/{MAIN_FILE_NAME}":
+        opening = opening_blocks(source, read_json_object(source.parent / METADATA_FILE_NAME),
+                                 block_size)
+    return FileEntry(entry.path, entry.size, entry.sha256, entry.blake3, block_size, blocks,
+                     tuple(opening))
 
 
 def _already_published(backend: Backend, dataset_id: str, local: Path, files: list[str],

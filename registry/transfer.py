@@ -75,7 +75,7 @@ def copy_and_hash(source: Any, target: Path, algorithms: Sequence[str], *,
     with ThreadPoolExecutor(max_workers=1) as hasher, open(target, "wb", buffering=0) as out:
         while True:
             if reader is not None:
-                count = _fill(reader, buffer, deadline)
+                count = fill_buffer(reader, buffer, deadline)
                 chunk = memoryview(buffer)[:count]
             else:
                 data = source.read(CHUNK_SIZE)
@@ -192,7 +192,7 @@ def _write_all(out: Any, chunk: memoryview) -> None:
         chunk = chunk[written:]
 
 
-def _fill(read: Callable[[memoryview], int | None], buffer: bytearray,
+def fill_buffer(read: Callable[[memoryview], int | None], buffer: bytearray,
           deadline: Deadline | None) -> int:
     """Read into ``buffer`` until it is full or the stream ends; the bytes read.
 

@@ -45,10 +45,19 @@ class EpisodeTable:
     returns: np.ndarray
 
 
-def episode_table(source: DatasetSource, chunk_steps: int | None = None
-                  ) -> EpisodeTable:
-    """Read every episode's team return (actions and rewards only, chunk by chunk)."""
+def episode_table(source: DatasetSource, chunk_steps: int | None = None, *,
+                  returns_needed: bool = True) -> EpisodeTable:
+    """Read every episode's team return (actions and rewards only, chunk by chunk).
+
+    ``returns_needed=False``: the ids and lengths only (the returns are NaN), which read no
+    episode at all: the uniform rule needs nothing else, so a subset of a dataset read in
+    place moves only the episodes it keeps.
+    """
     returns = []
+    if not returns_needed:
+        lengths = np.asarray(source.episode_lengths(), dtype=np.int64)
+        return EpisodeTable(ids=np.asarray(source.episode_indices, dtype=np.int64),
+                            lengths=lengths, returns=np.full(len(lengths), np.nan))
     for arrays in source.chunks(chunk_steps, observations=False):
         sums = np.concatenate([[0.0], np.cumsum(arrays.team_rewards, dtype=np.float64)])
         ends = np.cumsum(arrays.episode_lengths)
@@ -150,7 +159,7 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
         _check_multi_agent(opened)
         if like_dataset_id is not None and other is not None:
             _check_multi_agent(other)
-        table = episode_table(opened)
+        table = episode_table(opened, returns_needed=profile is not None or other is not None)
         rng = np.random.default_rng(seed)
         record: dict[str, Any] = {"source": opened.dataset_id, "source_name": opened.name,
                                   "seed": seed, "max_steps": max_steps}

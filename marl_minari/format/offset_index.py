@@ -139,7 +139,7 @@ def read(data_path: Path) -> OffsetIndex | None:
 
 
 def load(data_path: Path, file: h5py.File, total_episodes: int,
-         total_steps: int) -> OffsetIndex | None:
+         total_steps: int, *, file_size: int | None = None) -> OffsetIndex | None:
     """The index of ``data_path`` if every cheap check passes, else ``None``.
 
     Checks, in order of cost: it was written for a file of this size and covers
@@ -150,12 +150,15 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
     before its bytes are read (so an episode deleted since is never read through the index),
     and :func:`mismatches` checks every entry (the conformance check does).
+
+    ``file_size``: the data file's size when ``file`` is not the local ``main_data.hdf5`` of
+    ``data_path`` (a remote file read by ranges; the index is still read from ``data_path``).
     """
     index = read(data_path)
     if index is None:
         return None
-    h5_path = Path(data_path) / layout.MAIN_FILE_NAME
-    size = h5_path.stat().st_size
+    size = (Path(data_path) / layout.MAIN_FILE_NAME).stat().st_size if file_size is None \
+        else file_size
     if (index.file_size != size or len(index.steps) != total_episodes
             or int(index.steps.sum()) != total_steps
             or not _offsets_plausible(index, size)
@@ -376,6 +379,10 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
 def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:
     """The process's binding of ``index`` to the current state of the file ``file`` has open
     (a write to the file, or another index, starts a new one)."""
+    if file.driver == "fileobj":
+        # A file read through a byte supplier (a remote file) has no identity to remember it
+        # by: its entries are compared again by each reader that opens it.
+        return _Binding()
     key = (_identity(file), index.content)
     with _FINGERPRINTS_LOCK:
         found = _BINDINGS.get(key)

@@ -309,7 +309,9 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
             folders, ``data/`` folders, ``main_data.hdf5`` files, dataset objects), one or a
             list; marl-minari datasets and plain Minari datasets (one agent named
             :data:`~marl_minari.sources.SINGLE_AGENT`, ``agent_0``). All must give the same
-            columns. Ids that are not local are not downloaded.
+            columns. Ids that are not local are not downloaded. A streaming source
+            (``open_source(url, streaming=True)``) is sent to the read tasks as it is, and
+            each task fetches its episodes' byte ranges on its own node.
         rows: ``"agent_steps"`` (one row per agent and step), ``"steps"`` (one row per
             environment step) or ``"episodes"`` (one row per episode); columns are documented
             in :func:`~marl_minari.rows.patterns.agent_step_rows`,

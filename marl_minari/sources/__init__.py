@@ -33,6 +33,7 @@ from marl_minari.sources.plain import (
     spec_of,
 )
 from marl_minari.sources.resolve import Reference, locate_dataset, open_source, open_sources
+from marl_minari.sources.streaming import StreamingDataset, StreamingSource
 from marl_minari.sources.vault import VaultSource, is_vault, vault_path_parts
 
 __all__ = [
@@ -47,6 +48,8 @@ __all__ = [
     "FolderSource",
     "Reference",
     "SourceKind",
+    "StreamingDataset",
+    "StreamingSource",
     "VaultSource",
     "check_chunk_steps",
     "check_dataset",

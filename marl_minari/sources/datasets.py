@@ -4,17 +4,30 @@ through the one door (:func:`~marl_minari.sources.resolve.open_source`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, overload
 
 from marl_minari.errors import LayoutError
 from marl_minari.sources.base import DatasetSource
 from marl_minari.sources.folders import FolderSource
 from marl_minari.sources.resolve import Reference, open_source
+from marl_minari.sources.streaming import StreamingDataset, StreamingSource
 from marl_minari.sources.vault import VaultSource
 from marl_minari.storage.check import CheckReport, check_data_folder
 from marl_minari.storage.dataset import MultiAgentDataset
 
 
-def load_dataset(dataset_id: Reference, download: bool = False) -> MultiAgentDataset:
+@overload
+def load_dataset(dataset_id: Reference, download: bool = False, *,
+                 streaming: Literal[False] = False) -> MultiAgentDataset: ...
+
+
+@overload
+def load_dataset(dataset_id: Reference, download: bool = False, *,
+                 streaming: Literal[True]) -> MultiAgentDataset | StreamingDataset: ...
+
+
+def load_dataset(dataset_id: Reference, download: bool = False, *,
+                 streaming: bool = False) -> MultiAgentDataset | StreamingDataset:
     """Load a multi-agent dataset, as ``minari.load_dataset`` loads a plain one.
 
     Args:
@@ -22,13 +35,18 @@ def load_dataset(dataset_id: Reference, download: bool = False) -> MultiAgentDat
             Minari dataset in the multi-agent layout: an id, a dataset folder (or a file in
             it), a ``file://`` or registry URL, a ``minari.MinariDataset`` (its episodes).
         download: fetch an id that is not local from Minari's default remote.
+        streaming: read a registry URL in place (the name Hugging Face ``datasets`` uses):
+            a :class:`~marl_minari.sources.streaming.StreamingDataset` whose episodes are
+            fetched by verified byte ranges when read; a local dataset is returned as usual.
 
     Raises:
         DatasetNotFoundError: no such dataset (the message names the closest local ids).
         LayoutError: it is a plain single-agent Minari dataset, or a Flashbax vault.
         CorruptedDataError: its files are damaged.
     """
-    source = open_source(dataset_id, download=download)
+    source = open_source(dataset_id, download=download, streaming=streaming)
+    if isinstance(source, StreamingSource):
+        return StreamingDataset(source)
     if isinstance(source, FolderSource) and source.multi_agent:
         dataset: MultiAgentDataset = source.dataset
         return dataset

@@ -44,7 +44,8 @@ Reference = Any
 
 
 def open_source(reference: Reference, *, download: bool = False, remote: str | None = None,
-                vault_options: dict[str, Any] | None = None) -> DatasetSource:
+                vault_options: dict[str, Any] | None = None, streaming: bool = False,
+                stream_settings: Any = None) -> DatasetSource:
     """Resolve what a user named into a :class:`DatasetSource`.
 
     Args:
@@ -57,6 +58,12 @@ def open_source(reference: Reference, *, download: bool = False, remote: str | N
         remote: fetch an id that is not local from this registry (every file checked).
         vault_options: how to read a vault that was not written by this library (agent
             names, spaces, ``cut_on``...: see :func:`marl_minari.adapters.from_vault`).
+        streaming: read a registry URL in place instead of downloading it: metadata,
+            manifest and index are fetched, episodes by verified byte ranges when read
+            (:class:`~marl_minari.sources.streaming.StreamingSource`). Local datasets are
+            read in place anyway.
+        stream_settings: caching and parallelism of a streaming source
+            (:class:`marl_minari.registry.StreamSettings`).
 
     Raises:
         DatasetNotFoundError: nothing at that path, or no such dataset (the message names the
@@ -80,6 +87,10 @@ def open_source(reference: Reference, *, download: bool = False, remote: str | N
         raise NotADatasetError(f"cannot read {name!r}: give the path as a str")
     if is_remote_source(name):
         local = _local_url_path(name)
+        if local is None and streaming:
+            from marl_minari.sources.streaming import StreamingSource
+
+            return StreamingSource(name, settings=stream_settings)
         if local is None:
             return FolderSource(shown_url(name), fetch_remote_source(name))
         return _open_path(name, local, vault_options)

@@ -94,10 +94,17 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
     ``get_episode_metadata``): only episodes carrying more than ``id``, ``total_steps`` and
     ``seed`` are read attribute by attribute for their ``options/...``.
     """
+    with open_data_file(Path(h5_path)) as file:
+        return file_episode_attributes(file, Path(h5_path), episode_ids)
+
+
+def file_episode_attributes(file: h5py.File, h5_path: Path | str, episode_ids: Iterable[int]
+                            ) -> list[tuple[int | None, dict[str, Any] | None]]:
+    """:func:`episode_attributes` of an open file (``h5_path``: how errors name it)."""
     out: list[tuple[int | None, dict[str, Any] | None]] = []
-    with open_data_file(Path(h5_path)) as file, hdf5_errors(Path(h5_path)):
+    with hdf5_errors(Path(h5_path)):
         for episode_id in episode_ids:
-            group = episode_group(file, episode_id, h5_path)
+            group = episode_group(file, episode_id, Path(h5_path))
             seed = None
             if h5py.h5a.exists(group, b"seed"):
                 attribute = h5py.h5a.open(group, b"seed")

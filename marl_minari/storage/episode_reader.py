@@ -130,24 +130,20 @@ class EpisodeReader:
             self._fd: int | None = self._file.id.get_vfd_handle()
             self._size = os.fstat(self._fd).st_size
         else:
-            try:
-                self._file = h5py.File(RangesFile(byte_source), "r")
-            except OSError as exc:
-                raise CorruptedDataError(
-                    f"{byte_source.name} is damaged and cannot be opened ({exc}); download "
-                    "it again") from exc
+            self._file = _open_ranges(byte_source)
             self._fd = None
             self._size = int(byte_source.size)
         self._spec = spec
         self._jpeg = jpeg_paths(spec, bool(metadata.get("jpeg_encoding", True)))
         cache = cache or IndexCache()
-        key = _files_key(data_path)
+        key = _files_key(data_path) if byte_source is None else ("ranges", byte_source.name)
         if cache.key != key:
             try:
                 with hdf5_errors(self._path):
-                    cache.index = offset_index.load(data_path, self._file,
-                                                    int(metadata["total_episodes"]),
-                                                    int(metadata["total_steps"]))
+                    cache.index = offset_index.load(
+                        data_path, self._file, int(metadata["total_episodes"]),
+                        int(metadata["total_steps"]),
+                        file_size=None if byte_source is None else byte_source.size)
             except BaseException:
                 self._file.close()
                 raise
@@ -317,20 +313,13 @@ class EpisodeReader:
         return out
 
     def _trusted(self, leaf: Leaf, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Which index entries of ``leaf`` may be read as bytes (``docs/format.md``).
-
-        The local file: :func:`offset_index.trusted`. Another supplier is trusted only as a
-        whole, when it verifies every byte against the file's BLAKE3 (its ``blake3``
-        attribute) and that is the digest the index was written for; else every leaf is read
-        through HDF5 over the supplier.
-        """
+        """Which index entries of ``leaf`` may be read as bytes (``docs/format.md``):
+        :func:`offset_index.trusted`, whatever supplies the bytes. A remote supplier verifies
+        every byte against the published manifest, but the index is published beside the file
+        by the same hand: its entries are compared with HDF5's own offsets like a copy's."""
         assert self._index is not None
-        if self._source is None:
-            return offset_index.trusted(self._index, self._file, leaf.path, indices,
-                                        leaf.dtype, leaf.row_shape, rows)
-        verified = getattr(self._source, "blake3", None)
-        whole = verified is not None and verified == self._index.fingerprint
-        return np.full(len(indices), whole, dtype=bool)
+        return offset_index.trusted(self._index, self._file, leaf.path, indices,
+                                    leaf.dtype, leaf.row_shape, rows)
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")
@@ -398,6 +387,19 @@ class EpisodeReader:
             agent_infos=agent_infos or None,
             extras=subtree(f"{MARL_GROUP}/{layout.EXTRAS}"),
         )
+
+
+def _open_ranges(source: ByteRanges) -> h5py.File:
+    """``main_data.hdf5`` opened by HDF5 over a byte supplier.
+
+    Raises:
+        CorruptedDataError: HDF5 cannot open it.
+    """
+    try:
+        return h5py.File(RangesFile(source), "r")
+    except OSError as exc:
+        raise CorruptedDataError(f"{source.name} is damaged and cannot be opened ({exc}); "
+                                 "download it again") from exc
 
 
 def _is_nested(space: Any) -> bool:

@@ -156,3 +156,22 @@ def s3_client(s3_remote: str) -> Any:
     import boto3
 
     return boto3.session.Session().client("s3")
+
+
+STREAMED_DATASET = "mpe2/spread/streamed-v0"
+"""The dataset of :func:`streamable`."""
+
+
+@pytest.fixture
+def streamable(registry_dir: Path, record_parallel: Callable[..., Any]) -> Path:
+    """A dataset whose data file spans several range-digest blocks (``STREAMED_DATASET``),
+    published to the default registry; the local copy is kept to compare bytes. Returns the
+    local ``main_data.hdf5``."""
+    from marl_minari.registry.blocks import MIN_BLOCK_SIZE
+
+    record_parallel("mpe2/simple_spread_v3", 12, max_cycles=25, dataset_id=STREAMED_DATASET)
+    registry.publish(STREAMED_DATASET)
+    local = dataset_dir(STREAMED_DATASET) / "data" / "main_data.hdf5"
+    assert local.stat().st_size > 4 * MIN_BLOCK_SIZE
+    return local
+

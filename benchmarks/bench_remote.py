@@ -1,0 +1,182 @@
+"""What reading a published dataset in place moves, against downloading it first.
+
+Records ``--episodes`` episodes of mpe2 ``simple_spread_v3`` (25 steps each), publishes them to
+a ``file://`` registry and serves it over HTTP on 127.0.0.1 from a server on a thread that
+honours ``Range`` and counts every request and byte. Then, each with an empty block cache:
+
+1. bytes moved to open the dataset with ``streaming=True`` and read one episode (everything
+   served: ``_index.json``, manifest, metadata, offset index, data-file blocks), against the
+   published size;
+2. requests for the data file made to open it and read its first episode (after the index);
+3. bytes moved by ``subsample(source, max_steps=1% of the steps)``;
+4. a full streamed ``source.read(all episodes)`` against downloading the data file with a
+   plain HTTP client (``urllib``, one GET), same run, best of ``--repeats``.
+
+Minari's ``load_dataset(download=True)`` (and OG-MARL's downloader) move 100% of the files
+before the first episode; ``registry.download`` too, printed beside::
+
+    python benchmarks/bench_remote.py                  # 2,000 episodes
+    python benchmarks/bench_remote.py --episodes 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+import urllib.request
+import warnings
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+DATASET = "bench/remote-v0"
+
+
+class CountingRangeHandler(SimpleHTTPRequestHandler):
+    """Static files with ``Range: bytes=a-b`` answered by 206; counts requests and bytes."""
+
+    log: ClassVar[list[tuple[str, int]]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def send_head(self) -> Any:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            return super().send_head()
+        header = self.headers.get("Range", "")
+        size = path.stat().st_size
+        if header.startswith("bytes="):
+            first, _, last = header[6:].partition("-")
+            start, end = int(first), min(int(last), size - 1)
+            status = 206
+        else:
+            start, end, status = 0, size - 1, 200
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start + 1)
+        with self.lock:
+            self.log.append((self.path, len(data)))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        self.wfile.write(data)
+        return None
+
+
+def _record(episodes: int) -> None:
+    import marl_minari as mm
+
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
+    rng = np.random.default_rng(0)
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        while env.agents:
+            env.step({a: int(rng.integers(5)) for a in env.agents})
+    env.create_dataset(DATASET)
+
+
+def _moved() -> tuple[int, int]:
+    with CountingRangeHandler.lock:
+        return len(CountingRangeHandler.log), sum(n for _, n in CountingRangeHandler.log)
+
+
+def _fresh_cache(root: Path, name: str) -> None:
+    os.environ["MARL_MINARI_CACHE"] = str(root / f"cache-{name}" / "blocks")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    root = Path(tempfile.mkdtemp(prefix="bench-remote-"))
+    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
+    server = None
+    try:
+        import marl_minari as mm
+        from marl_minari import registry
+
+        _record(args.episodes)
+        registry_dir = root / "registry"
+        manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
+        total_size = manifest.total_size
+        data_size = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
+        total_steps = int(mm.load_dataset(DATASET).total_steps)
+        shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
+        server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                     partial(CountingRangeHandler, directory=str(registry_dir)))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"{base}/{DATASET}"
+        print(f"{args.episodes} episodes, {total_steps} steps; published {total_size} bytes "
+              f"(data file {data_size}, blocks of "
+              f"{next(e.block_size for e in manifest.files if e.block_size)} bytes)")
+
+        # 1 and 2: open and read one episode
+        _fresh_cache(root, "one")
+        CountingRangeHandler.log.clear()
+        source = mm.open_source(url, streaming=True)
+        after_index = next(i for i, (p, _) in enumerate(CountingRangeHandler.log)
+                           if p.endswith("marl_minari_index.npz")) + 1
+        source.read([0])
+        first = [p for p, _ in CountingRangeHandler.log[after_index:]]
+        source.read([args.episodes // 2])
+        requests, moved = _moved()
+        print(f"open + read 2 episodes: {moved} bytes in {requests} requests = "
+              f"{100 * moved / total_size:.2f}% of the published files (goal <= 5%)")
+        print(f"open + first episode after the index: {len(first)} requests for the data file "
+              f"(goal <= 4 round trips)")
+
+        # 4: a full streamed pass against a plain download, same run
+        streamed, plain, verified = [], [], []
+        for repeat in range(args.repeats):
+            _fresh_cache(root, f"full-{repeat}")
+            started = time.perf_counter()
+            source = mm.open_source(url, streaming=True)
+            source.read(source.episode_indices)
+            streamed.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            with urllib.request.urlopen(f"{url}/data/main_data.hdf5") as response, \
+                    open(root / "plain.hdf5", "wb") as out:
+                shutil.copyfileobj(response, out, 1 << 20)
+            plain.append(time.perf_counter() - started)
+            shutil.rmtree(root / "datasets" / "bench" / "remote-v0", ignore_errors=True)
+            started = time.perf_counter()
+            registry.download(DATASET, f"file://{registry_dir}", force=True)
+            verified.append(time.perf_counter() - started)
+        print(f"full pass: streamed read of every episode {min(streamed):.3f} s, plain "
+              f"download of the data file {min(plain):.3f} s: {min(plain) / min(streamed):.2f}x "
+              f"the download's speed (goal >= 0.8x); registry.download (100% moved, verified) "
+              f"{min(verified):.3f} s")
+        # 3: subsample 1%
+        _fresh_cache(root, "subsample")
+        CountingRangeHandler.log.clear()
+        mm.subsample(mm.open_source(url, streaming=True), "bench/remote-subset-v0",
+                     max_steps=max(1, total_steps // 100), seed=0)
+        requests, moved = _moved()
+        print(f"subsample(max_steps=1%): {moved} bytes = {100 * moved / total_size:.1f}% "
+              "(goal <= 10%)")
+
+        print("Minari load_dataset(download=True) / OG-MARL's downloader: 100% of the files "
+              "before the first episode")
+    finally:
+        if server is not None:
+            server.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""Datasets on a registry read in place: ``open_source(url, streaming=True)``.
+
+A :class:`StreamingSource` fetches the small files of a published version (its manifest,
+``metadata.json`` and offset index, each verified against the manifest) and reads episodes
+from ``main_data.hdf5`` by byte ranges when they are asked for: HDF5 opens the file over
+:class:`~marl_minari.storage.byte_ranges.RangesFile` and the indexed leaves of the episodes
+read come in one ``read_ranges`` call of a verified
+:class:`~marl_minari.registry.remote_file.RemoteFile` (``docs/registry.md``, *Reading in
+place*). Everything that reads through a source (episodes, chunks, describe, subsets,
+buffers, vaults, Ray, TorchRL) reads a streaming one the same way.
+
+A source pickles to its URL and manifest entries, never its bytes: a process or a Ray node
+that unpickles it fetches what it reads itself, and writes the small files to its own cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+import h5py
+import numpy as np
+
+from marl_minari.errors import (
+    CorruptedDataError,
+    EpisodeIndexError,
+    LayoutError,
+    MarlMinariError,
+)
+from marl_minari.format import layout, offset_index
+from marl_minari.format.digests import hash_file
+from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.sources.base import DatasetSource, EpisodeAttributes
+from marl_minari.sources.remote import shown_url, split_remote_source
+from marl_minari.storage.arrays import MultiAgentArrays
+from marl_minari.storage.byte_ranges import RangesFile
+from marl_minari.storage.datafile import (
+    attribute_steps,
+    cross_check,
+    file_episode_attributes,
+    hdf5_errors,
+)
+from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode_reader import EpisodeReader, IndexCache
+
+MAIN_PATH: Final = f"data/{layout.MAIN_FILE_NAME}"
+SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}")
+"""The files a streaming source fetches whole when it opens (the index only if published)."""
+
+
+class StreamingSource(DatasetSource):
+    """A published multi-agent dataset read in place (see the module docstring).
+
+    Args:
+        url: a registry URL followed by a dataset id (``https://host/registry/ns/name-v0``,
+            ``s3://bucket/registry/...``, ``file:///srv/registry/...``).
+        settings: caching, parallelism and timeouts
+            (:class:`~marl_minari.registry.StreamSettings`).
+        episode_indices: the stored episodes to read (all by default).
+
+    Raises:
+        DatasetNotFoundError: nothing along ``url`` publishes the dataset at its end.
+        LayoutError: it is not an HDF5 dataset in the multi-agent layout.
+        CorruptedDataError: a file does not match the manifest, or the data is damaged.
+        RemoteError: the registry failed, or a deadline passed.
+    """
+
+    def __init__(self, url: str, *, settings: Any = None,
+                 episode_indices: np.ndarray | None = None) -> None:
+        from marl_minari.registry import StreamSettings, open_backend
+        from marl_minari.registry.published import read_manifest
+        from marl_minari.registry.remote_file import RemoteFile
+
+        self.url = url
+        self.settings = settings or StreamSettings()
+        self.registry, published_id = split_remote_source(url)
+        manifest = read_manifest(open_backend(self.registry, settings=self.settings.remote),
+                                 published_id)
+        entries = {entry.path: entry for entry in manifest.files}
+        if MAIN_PATH not in entries:
+            raise LayoutError(f"{shown_url(url)} has no {MAIN_PATH}: only HDF5 datasets are "
+                              "read in place; download it instead (marl-minari download)")
+        self.published_id = published_id
+        self.manifest_digest = manifest.digest()
+        self.small_entries = [entries[path] for path in SMALL_PATHS if path in entries]
+        self.remote_file = RemoteFile(self.registry, published_id, entries[MAIN_PATH],
+                                      settings=self.settings)
+        self._local: Path | None = None
+        self.remote_file.prefetch(entries[MAIN_PATH].open_blocks)
+        metadata = read_metadata(self.local_data_path)
+        if layout.METADATA_KEY not in metadata:
+            raise LayoutError(f"{shown_url(url)} is a plain Minari dataset: only datasets in "
+                              "the multi-agent layout are read in place; download it instead")
+        total = metadata_count(metadata, "total_episodes", self.local_data_path)
+        metadata_count(metadata, "total_steps", self.local_data_path)
+        spec = MultiAgentSpec.from_metadata(
+            metadata, metadata_space(metadata, "observation_space", self.local_data_path),
+            metadata_space(metadata, "action_space", self.local_data_path))
+        with self._open() as file, hdf5_errors(Path(self.remote_file.name)):
+            cross_check(file, metadata, spec, Path(self.remote_file.name))
+        super().__init__(shown_url(url), "multi_agent", spec, metadata,
+                         np.arange(total) if episode_indices is None else episode_indices)
+        self._index_cache: IndexCache | None = IndexCache()
+        self._all_steps: np.ndarray | None = None
+
+    def _transient(self) -> tuple[str, ...]:
+        return ("_index_cache", "_all_steps", "_local")
+
+    def subset(self, episode_indices: Sequence[int] | np.ndarray) -> StreamingSource:
+        """The same published dataset, reading only the stored episodes ``episode_indices``."""
+        chosen = object.__new__(StreamingSource)
+        chosen.__setstate__(self.__getstate__())
+        chosen._ids = np.asarray(episode_indices, dtype=np.int64)
+        chosen._ids.setflags(write=False)
+        chosen._lengths = None
+        return chosen
+
+    # ------------------------------------------------------------------ the small files
+    @property
+    def local_data_path(self) -> Path:
+        """A local folder holding the verified ``metadata.json`` and offset index (never the
+        data file), in the cache next to the block cache, one per published version."""
+        if self._local is None:
+            folder = (self.settings.cache().folder.parent / "streams"
+                      / self.manifest_digest[:32] / "data")
+            for entry in self.small_entries:
+                self._fetch_small(entry, folder / Path(entry.path).name)
+            self._local = folder
+        return self._local
+
+    def _fetch_small(self, entry: Any, target: Path) -> None:
+        from marl_minari.registry.remote_file import RemoteFile, read_whole
+
+        if target.is_file():
+            size, digests = hash_file(target, (entry.check_algorithm,))
+            if size == entry.size and digests[entry.check_algorithm] == entry.check_digest:
+                return
+        data = read_whole(RemoteFile(self.registry, self.published_id, entry,
+                                     settings=self.settings))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ reading
+    @contextlib.contextmanager
+    def _supplier_errors(self) -> Iterator[None]:
+        """Errors of reads through HDF5 as the supplier raised them (a block that failed its
+        check names the range and the mirror; HDF5 would report a missing object), and the
+        remote file named where the reader named its local stand-in."""
+        self.remote_file.clear_failure()
+        try:
+            yield
+        except MarlMinariError as exc:
+            failure = self.remote_file.failure
+            if failure is not None and failure is not exc:
+                raise failure from None
+            local = str(self.local_data_path / layout.MAIN_FILE_NAME)
+            if local in str(exc):
+                raise type(exc)(str(exc).replace(local, self.remote_file.name)) from None
+            raise
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[h5py.File]:
+        with self._supplier_errors():
+            try:
+                file = h5py.File(RangesFile(self.remote_file), "r")
+            except OSError as exc:
+                raise CorruptedDataError(f"{self.remote_file.name} is damaged and cannot be "
+                                         f"opened ({exc})") from exc
+            with file:
+                yield file
+
+    def _stored_lengths(self, ids: np.ndarray) -> np.ndarray:
+        if self._all_steps is None:
+            with self._open() as file, hdf5_errors(Path(self.remote_file.name)):
+                total = int(self.metadata["total_episodes"])
+                index = offset_index.load(self.local_data_path, file, total,
+                                          int(self.metadata["total_steps"]),
+                                          file_size=self.remote_file.size)
+                self._all_steps = (index.steps if index is not None else attribute_steps(
+                    file, Path(self.remote_file.name), np.arange(total)))
+        return self._all_steps[np.asarray(ids, dtype=np.int64)]
+
+    def episode_attributes(self, ids: Sequence[int] | np.ndarray) -> list[EpisodeAttributes]:
+        with self._open() as file:
+            return file_episode_attributes(file, self.remote_file.name, [int(i) for i in ids])
+
+    def read(self, ids: Sequence[int] | np.ndarray, *,
+             observations: bool = True) -> MultiAgentArrays:
+        if self._index_cache is None:
+            self._index_cache = IndexCache()
+        with self._supplier_errors(), EpisodeReader(
+                self.local_data_path, self.spec, self.metadata, self._index_cache,
+                byte_source=self.remote_file) as reader:
+            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1))
+
+
+class StreamingDataset:
+    """What ``marl_minari.load_dataset(url, streaming=True)`` returns: a published dataset
+    read in place, with :class:`~marl_minari.MultiAgentDataset`'s reading methods (episodes
+    by position, iteration, ``to_arrays``, ``episode_attributes``) over a
+    :class:`StreamingSource` (:attr:`source`, for everything that takes a source)."""
+
+    def __init__(self, source: StreamingSource) -> None:
+        self.source = source
+
+    @property
+    def spec(self) -> MultiAgentSpec:
+        """Agents, per-agent spaces and env descriptor."""
+        return self.source.spec
+
+    @property
+    def possible_agents(self) -> tuple[str, ...]:
+        """Agent names in the environment's order."""
+        return self.source.spec.possible_agents
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The published ``metadata.json``."""
+        return self.source.metadata
+
+    @property
+    def total_episodes(self) -> int:
+        """Number of episodes."""
+        return self.source.total_episodes
+
+    @property
+    def total_steps(self) -> int:
+        """Number of environment steps over all episodes."""
+        return self.source.total_steps
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The stored episode ids this dataset holds, in order."""
+        return self.source.episode_indices.copy()
+
+    def __len__(self) -> int:
+        return self.total_episodes
+
+    def __repr__(self) -> str:
+        return (f"StreamingDataset({self.source.name!r}, {self.total_episodes} episodes, "
+                f"agents={list(self.possible_agents)})")
+
+    def __getitem__(self, index: int) -> MultiAgentEpisode:
+        count = self.total_episodes
+        if not -count <= index < count:
+            raise EpisodeIndexError(
+                f"episode {index} out of range: the dataset holds {count} episodes "
+                f"(indices {-count}..{count - 1})")
+        episode_id = int(self.source.episode_indices[index])
+        seed, options = self.source.episode_attributes([episode_id])[0]
+        return replace(self.to_arrays([episode_id]).episode(0), seed=seed, options=options)
+
+    def __iter__(self) -> Iterator[MultiAgentEpisode]:
+        return self.iterate_episodes()
+
+    def iterate_episodes(self, episode_indices: Iterable[int] | None = None,
+                         *, batch_size: int = 256) -> Iterator[MultiAgentEpisode]:
+        """Yield episodes (stored ids; all by default) in order, ``batch_size`` at a time."""
+        indices = [int(i) for i in (self.source.episode_indices if episode_indices is None
+                                    else episode_indices)]
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start:start + batch_size]
+            arrays = self.to_arrays(chunk)
+            for position, (seed, options) in enumerate(self.source.episode_attributes(chunk)):
+                yield replace(arrays.episode(position), seed=seed, options=options)
+
+    def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
+        """Episodes (stored ids; all by default) as contiguous per-agent arrays, fetched by
+        ranges."""
+        ids = self.source.episode_indices if episode_indices is None else episode_indices
+        return self.source.read(np.asarray(ids, dtype=np.int64))
+
+    def episode_attributes(self, episode_indices: Iterable[int]) -> list[EpisodeAttributes]:
+        """``(seed, options)`` of stored episodes."""
+        return self.source.episode_attributes(list(episode_indices))

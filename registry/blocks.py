@@ -1,0 +1,93 @@
+"""Range digests: the BLAKE3 of every fixed-size block of a published file.
+
+A reader that fetches a few byte ranges of a large file cannot check them against the file's
+whole digest. So a publish also records, for every file larger than :data:`MIN_BLOCK_SIZE`,
+the BLAKE3 of each block of ``block_size`` bytes (the last block is shorter), in the file's
+manifest entry (``docs/registry.md``, *Range digests*). A range is then verified block by block,
+and every byte a streaming reader returns chains to the manifest. Files no larger than one
+block are verified as one block, by their whole digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import blake3
+
+from marl_minari.format.digests import BLAKE3, new_hash
+
+MIN_BLOCK_SIZE: Final = 64 << 10
+"""Smallest block (and the largest file published without block digests)."""
+MAX_BLOCK_SIZE: Final = 64 << 20
+"""Largest block a reader accepts."""
+TARGET_BLOCKS: Final = 4096
+"""A publish picks the smallest power-of-two block size (at least :data:`MIN_BLOCK_SIZE`)
+that cuts a file into at most this many blocks: the digests of a file stay under about
+270 KB of manifest, and one block stays a small part of the file."""
+
+
+def block_size_for(size: int) -> int:
+    """The block size a publish uses for a file of ``size`` bytes."""
+    block = MIN_BLOCK_SIZE
+    while block < MAX_BLOCK_SIZE and -(-size // block) > TARGET_BLOCKS:
+        block *= 2
+    return block
+
+
+def block_count(size: int, block_size: int) -> int:
+    """Blocks of ``block_size`` bytes covering ``size`` bytes (the last may be shorter)."""
+    return -(-size // block_size)
+
+
+def block_digests(path: Path, block_size: int) -> tuple[int, str, tuple[str, ...]]:
+    """``(size, whole-file BLAKE3, BLAKE3 of each block)`` of a local file, read once."""
+    whole = new_hash(BLAKE3)
+    blocks: list[str] = []
+    size = 0
+    buffer = bytearray(block_size)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            filled = 0
+            while filled < block_size and (count := handle.readinto(view[filled:])):
+                filled += count
+            if not filled:
+                break
+            whole.update(view[:filled])
+            blocks.append(blake3.blake3(view[:filled]).hexdigest())
+            size += filled
+            if filled < block_size:
+                break
+    return size, whole.hexdigest(), tuple(blocks)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One verifiable piece of a published file: bytes ``[offset, offset + length)``, whose
+    ``algorithm`` digest (``blake3``, or ``sha256`` for a whole file of an old manifest) the
+    manifest records."""
+
+    number: int
+    offset: int
+    length: int
+    algorithm: str
+    digest: str
+
+    @property
+    def end(self) -> int:
+        """The offset just past the block."""
+        return self.offset + self.length
+
+
+def blocks_of(size: int, block_size: int | None, digests: Sequence[str] | None,
+              whole_algorithm: str, whole_digest: str) -> tuple[Block, ...]:
+    """The blocks of a file of ``size`` bytes: its range digests when the manifest has them,
+    otherwise the whole file as one block checked by its whole digest."""
+    if block_size is None or digests is None:
+        return (Block(0, 0, size, whole_algorithm, whole_digest),)
+    return tuple(Block(number, number * block_size,
+                       min(block_size, size - number * block_size), BLAKE3, digest)
+                 for number, digest in enumerate(digests))

@@ -1,0 +1,130 @@
+"""HTTP handlers for the range-reading tests: a static server that honours ``Range`` (as nginx,
+CDNs and S3 do; Python's ``http.server`` does not), and mirrors that lie, truncate or trickle.
+
+Each handler counts the requests and bytes it served in class attributes, so tests can tell
+what moved over the wire.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+from typing import Any, ClassVar
+
+_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
+
+
+class RangeHandler(SimpleHTTPRequestHandler):
+    """Serves files, answering ``Range: bytes=a-b`` with 206 and exactly those bytes."""
+
+    served: ClassVar[list[tuple[str, int, int]]] = []
+    """``(path, offset, length)`` of every answer with a body."""
+    lock: ClassVar[threading.Lock] = threading.Lock()
+    shift: ClassVar[int] = 0
+    """Answer every range this many bytes later than asked (a broken proxy), saying so in
+    ``Content-Range``."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def body(self, path: str, data: bytes, offset: int) -> bytes:
+        """What is sent for ``data`` found at ``offset`` of ``path`` (mirrors override it)."""
+        return data
+
+    def send_head(self) -> Any:
+        path = Path(self.translate_path(self.path))
+        match = _RANGE.match(self.headers.get("Range", ""))
+        if not path.is_file():
+            return super().send_head()
+        whole = path.read_bytes()
+        if match is None:
+            first, data, status = 0, whole, 200
+        else:
+            first, last = int(match.group(1)), int(match.group(2))
+            if first >= len(whole):
+                self.send_error(416)
+                return None
+            first, last = first + self.shift, last + self.shift
+            data, status = whole[first:last + 1], 206
+        data = self.body(self.path, data, first)
+        with self.lock:
+            self.served.append((self.path, first, len(data)))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 206:
+            self.send_header("Content-Range",
+                             f"bytes {first}-{first + len(data) - 1}/{len(whole)}")
+        self.end_headers()
+        self.wfile.write(data)
+        return None
+
+
+def range_handler(name: str, base: type[RangeHandler] = RangeHandler,
+                  **attributes: Any) -> type[RangeHandler]:
+    """A fresh subclass of ``base`` with its own request log (tests run servers side by side)."""
+    return type(name, (base,), {"served": [], "lock": threading.Lock(), **attributes})
+
+
+class LyingHandler(RangeHandler):
+    """Honours ranges, but flips the byte at file offset ``flip_at`` of files ending in
+    ``target`` whenever an answer contains it."""
+
+    target: ClassVar[str] = "main_data.hdf5"
+    flip_at: ClassVar[int] = 0
+
+    def body(self, path: str, data: bytes, offset: int) -> bytes:
+        where = self.flip_at - offset
+        if path.endswith(self.target) and 0 <= where < len(data):
+            data = data[:where] + bytes([data[where] ^ 0xFF]) + data[where + 1:]
+        return data
+
+
+class TruncatingHandler(RangeHandler):
+    """Honours ranges, but answers for files ending in ``target`` stop at file offset
+    ``stop_at`` (announcing the shorter length: a mirror holding a truncated copy)."""
+
+    target: ClassVar[str] = "main_data.hdf5"
+    stop_at: ClassVar[int] = 0
+
+    def body(self, path: str, data: bytes, offset: int) -> bytes:
+        if path.endswith(self.target):
+            return data[:max(0, self.stop_at - offset)]
+        return data
+
+
+class TricklingHandler(RangeHandler):
+    """Honours ranges, but sends the body of files ending in ``target`` one byte per
+    ``interval`` seconds, for at most ``give_up`` seconds (a slow mirror)."""
+
+    target: ClassVar[str] = "main_data.hdf5"
+    interval: ClassVar[float] = 0.2
+    give_up: ClassVar[float] = 20.0
+
+    def send_head(self) -> Any:
+        if not self.path.endswith(self.target):
+            return super().send_head()
+        path = Path(self.translate_path(self.path))
+        match = _RANGE.match(self.headers.get("Range", ""))
+        whole = path.read_bytes()
+        first, last = (int(match.group(1)), int(match.group(2))) if match else (0, len(whole) - 1)
+        data = whole[first:last + 1]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(whole)}")
+        self.end_headers()
+        stop = time.monotonic() + self.give_up
+        try:
+            for byte in data:
+                if time.monotonic() > stop:
+                    break
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(self.interval)
+        except OSError:
+            pass  # the client gave up, as it should
+        self.close_connection = True
+        return None

@@ -1,0 +1,303 @@
+"""Range digests at publish, and published files read in place by verified byte ranges
+(``registry.remote_file``) from real servers on 127.0.0.1: a static server honouring
+``Range``, Python's ``http.server`` (which ignores it), moto's S3, and lying, truncating and
+slow mirrors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from marl_minari.registry.blocks import MIN_BLOCK_SIZE
+from marl_minari.registry.remote_file import (
+    RemoteFile,
+    StreamingWarning,
+    StreamSettings,
+    open_remote_file,
+    read_whole,
+)
+from marl_minari.registry.settings import RemoteSettings
+from range_servers import (
+    LyingHandler,
+    RangeHandler,
+    TricklingHandler,
+    TruncatingHandler,
+    range_handler,
+)
+
+from marl_minari import registry
+from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.format.ids import dataset_dir
+from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
+
+DATASET = "mpe2/spread/streamed-v0"
+MAIN = "data/main_data.hdf5"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> StreamSettings:
+    return StreamSettings(cache_dir=tmp_path / "cache", cache_bytes=1 << 30)
+
+
+def manifest_document(registry_dir: Path) -> dict[str, Any]:
+    return json.loads((registry_dir / DATASET / "manifest.json").read_text())
+
+
+def entry_of(document: dict[str, Any], path: str) -> dict[str, Any]:
+    return next(e for e in document["files"] if e["path"] == path)
+
+
+def some_ranges(size: int, count: int = 20, seed: int = 0) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    ranges = []
+    for _ in range(count):
+        offset = rng.randrange(size)
+        ranges.append((offset, rng.randrange(min(size - offset, 3 * MIN_BLOCK_SIZE) + 1)))
+    return [*ranges, (0, size), (size, 0)]
+
+
+# ---------------------------------------------------------------------- reading ranges
+@pytest.fixture
+def range_server(thread_server: Callable[[Path, type[Any]], str], registry_dir: Path
+                 ) -> Callable[..., tuple[str, type[RangeHandler]]]:
+    """``serve(base, **attributes)`` -> ``(url, handler class)`` serving the registry."""
+
+    def serve(base: type[RangeHandler] = RangeHandler, **attributes: Any
+              ) -> tuple[str, type[RangeHandler]]:
+        handler = range_handler(f"Test{base.__name__}", base, **attributes)
+        return thread_server(registry_dir, handler), handler
+
+    return serve
+
+
+@pytest.mark.parametrize("kind", ["file", "http", "s3"])
+def test_ranges_read_in_place_equal_the_published_bytes(
+        kind: str, streamable: Path, registry_dir: Path, settings: StreamSettings,
+        range_server: Callable[..., tuple[str, type[RangeHandler]]],
+        request: pytest.FixtureRequest) -> None:
+    if kind == "file":
+        remote = f"file://{registry_dir}"
+    elif kind == "http":
+        remote, _ = range_server()
+    else:
+        remote = request.getfixturevalue("s3_remote")
+        registry.publish(DATASET, remote)
+    data = streamable.read_bytes()
+    source = open_remote_file(remote, DATASET, settings=settings)
+    assert isinstance(source, ByteRanges)
+    assert source.size == len(data) and source.name.endswith(f"{DATASET}/{MAIN}")
+    ranges = some_ranges(len(data))
+    got = source.read_ranges(ranges)
+    assert [bytes(piece) for piece in got] == [data[o:o + n] for o, n in ranges]
+    assert source.counts.bytes == len(data)  # each block fetched once, then cached
+    again = open_remote_file(remote, DATASET, settings=settings)
+    assert [bytes(p) for p in again.read_ranges(ranges)] == [data[o:o + n] for o, n in ranges]
+    assert again.counts.bytes == 0  # the second pass reads the verified disk cache
+
+
+def test_one_range_moves_only_its_blocks(streamable: Path, settings: StreamSettings,
+                                         range_server: Callable[..., tuple[str, Any]]
+                                         ) -> None:
+    url, handler = range_server()
+    source = open_remote_file(url, DATASET, settings=settings)
+    handler.served.clear()
+    (piece,) = source.read_ranges([(2 * MIN_BLOCK_SIZE + 10, 100)])
+    assert bytes(piece) == streamable.read_bytes()[2 * MIN_BLOCK_SIZE + 10:][:100]
+    assert handler.served == [(f"/{DATASET}/{MAIN}", 2 * MIN_BLOCK_SIZE, MIN_BLOCK_SIZE)]
+
+
+def test_adjacent_blocks_are_coalesced_up_to_the_request_cap(
+        streamable: Path, tmp_path: Path,
+        range_server: Callable[..., tuple[str, Any]]) -> None:
+    url, handler = range_server()
+    size = streamable.stat().st_size
+    blocks = -(-size // MIN_BLOCK_SIZE)
+    for cap, requests in ((1 << 30, 1), (MIN_BLOCK_SIZE, blocks), (2 * MIN_BLOCK_SIZE,
+                                                                  -(-blocks // 2))):
+        source = open_remote_file(url, DATASET, settings=StreamSettings(
+            cache_dir=tmp_path / f"cache-{cap}", max_request_bytes=cap))
+        handler.served.clear()
+        (whole,) = source.read_ranges([(0, size)])
+        assert bytes(whole) == streamable.read_bytes()
+        assert len(handler.served) == source.counts.requests == requests
+
+
+def test_h5py_opens_the_data_file_in_place(streamable: Path, settings: StreamSettings,
+                                           range_server: Callable[..., tuple[str, Any]]
+                                           ) -> None:
+    url, _ = range_server()
+    source = open_remote_file(url, DATASET, settings=settings)
+    with h5py.File(RangesFile(source), "r") as remote, h5py.File(streamable, "r") as local:
+        assert sorted(remote) == sorted(local)
+        name = "episode_7/rewards"
+        np.testing.assert_array_equal(remote[name][()], local[name][()])
+    assert source.counts.bytes < streamable.stat().st_size
+
+
+def test_a_lying_mirror_is_named_and_nothing_unverified_is_kept(
+        streamable: Path, settings: StreamSettings,
+        range_server: Callable[..., tuple[str, Any]]) -> None:
+    data = streamable.read_bytes()
+    url, _ = range_server(LyingHandler, flip_at=2 * MIN_BLOCK_SIZE + 5)
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.raises(CorruptedDataError) as caught:
+        source.read_ranges([(MIN_BLOCK_SIZE, 2 * MIN_BLOCK_SIZE)])  # blocks 1 and 2
+    message = str(caught.value)
+    assert f"{url}/{DATASET}/{MAIN}" in message
+    assert f"bytes {2 * MIN_BLOCK_SIZE}-{3 * MIN_BLOCK_SIZE - 1} (block 2)" in message
+    assert f"mirror {url}" in message
+    cached = {p.name for p in settings.cache().folder.iterdir()}
+    digests = source.entry.block_blake3
+    assert digests is not None
+    assert f"blake3-{digests[1]}" in cached and f"blake3-{digests[2]}" not in cached
+    # the rest of the file stays readable, block 1 from the cache
+    before = source.counts.bytes
+    got = source.read_ranges([(0, 100), (MIN_BLOCK_SIZE, 10), (3 * MIN_BLOCK_SIZE, 50)])
+    assert [bytes(p) for p in got] == [data[:100], data[MIN_BLOCK_SIZE:][:10],
+                                       data[3 * MIN_BLOCK_SIZE:][:50]]
+    assert source.counts.bytes - before == 2 * MIN_BLOCK_SIZE  # blocks 0 and 3 only
+    with pytest.raises(CorruptedDataError, match="block 2"):
+        source.read_ranges([(2 * MIN_BLOCK_SIZE + 5, 1)])
+
+
+def test_a_truncated_mirror_is_corrupted_data(streamable: Path, settings: StreamSettings,
+                                              range_server: Callable[..., tuple[str, Any]]
+                                              ) -> None:
+    url, _ = range_server(TruncatingHandler, stop_at=3 * MIN_BLOCK_SIZE + 7)
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.raises(CorruptedDataError, match=r"block 3\) from mirror .*only 7 of its"):
+        source.read_ranges([(0, streamable.stat().st_size)])
+    assert len(list(settings.cache().folder.iterdir())) == 3  # blocks 0-2, verified
+
+
+def test_a_slow_mirror_ends_at_the_deadline(streamable: Path, tmp_path: Path,
+                                            range_server: Callable[..., tuple[str, Any]]
+                                            ) -> None:
+    url, _ = range_server(TricklingHandler)
+    source = open_remote_file(url, DATASET, settings=StreamSettings(
+        cache_dir=tmp_path / "cache",
+        remote=RemoteSettings(http_timeout=1.0, min_download_rate=1_000_000)))
+    with pytest.raises(RemoteError, match="deadline"):
+        source.read_ranges([(0, 10)])
+    assert not any((tmp_path / "cache").glob("blake3-*"))
+
+
+def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
+        streamable: Path, registry_dir: Path, settings: StreamSettings,
+        http_server: Callable[[Path], str]) -> None:
+    url = http_server(registry_dir)  # python -m http.server answers 200 to every Range
+    data = streamable.read_bytes()
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.warns(StreamingWarning, match="ignores HTTP Range requests"):
+        got = source.read_ranges([(MIN_BLOCK_SIZE, 10), (5, 5)])
+    assert [bytes(p) for p in got] == [data[MIN_BLOCK_SIZE:][:10], data[5:10]]
+    assert source.counts.whole_downloads == 1
+    assert bytes(source.read_ranges([(0, len(data))])[0]) == data
+    assert source.counts.whole_downloads == 1
+    again = open_remote_file(url, DATASET, settings=settings)
+    assert bytes(again.read_ranges([(7, 3)])[0]) == data[7:10]
+    assert again.counts.bytes == 0  # the verified whole file is in the cache
+
+
+def test_a_dataset_published_before_range_digests_is_verified_whole_first(
+        streamable: Path, registry_dir: Path, settings: StreamSettings,
+        range_server: Callable[..., tuple[str, Any]]) -> None:
+    document = manifest_document(registry_dir)
+    for entry in document["files"]:
+        entry.pop("block_size", None)
+        entry.pop("block_blake3", None)
+        entry.pop("open_blocks", None)
+    (registry_dir / DATASET / "manifest.json").write_text(json.dumps(document))
+    url, _ = range_server()
+    data = streamable.read_bytes()
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.warns(StreamingWarning, match=r"without range digests.*-vN\+1"):
+        assert bytes(source.read_ranges([(100, 50)])[0]) == data[100:150]
+    # a tampered old-format file is refused whole, and nothing of it is kept
+    (registry_dir / DATASET / MAIN).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    fresh = StreamSettings(cache_dir=settings.cache_dir.parent / "fresh")  # type: ignore[union-attr]
+    tampered = open_remote_file(url, DATASET, settings=fresh)
+    with pytest.warns(StreamingWarning), pytest.raises(CorruptedDataError, match="modified"):
+        tampered.read_ranges([(0, 1)])
+    assert not list(fresh.cache().folder.iterdir())
+
+
+def test_small_files_are_verified_whole(streamable: Path, registry_dir: Path,
+                                        settings: StreamSettings,
+                                        range_server: Callable[..., tuple[str, Any]]) -> None:
+    url, _ = range_server()
+    metadata = dataset_dir(DATASET) / "data/metadata.json"
+    assert read_whole(open_remote_file(url, DATASET, "data/metadata.json",
+                                       settings=settings)) == metadata.read_bytes()
+    (registry_dir / DATASET / "data/metadata.json").write_bytes(b"{}" + b" " * 100)
+    fresh = StreamSettings(cache_dir=settings.cache_dir.parent / "fresh")  # type: ignore[union-attr]
+    with pytest.raises(CorruptedDataError, match="data/metadata.json"):
+        read_whole(open_remote_file(url, DATASET, "data/metadata.json", settings=fresh))
+
+
+def test_ranges_past_the_end_are_refused(streamable: Path, registry_dir: Path,
+                                         settings: StreamSettings) -> None:
+    source = open_remote_file(f"file://{registry_dir}", DATASET, settings=settings)
+    with pytest.raises(CorruptedDataError, match="reaches past"):
+        source.read_ranges([(source.size - 1, 2)])
+
+
+def test_the_cache_keeps_to_its_budget(streamable: Path, registry_dir: Path,
+                                       tmp_path: Path) -> None:
+    budget = 2 * MIN_BLOCK_SIZE
+    settings = StreamSettings(cache_dir=tmp_path / "small", cache_bytes=budget)
+    source = open_remote_file(f"file://{registry_dir}", DATASET, settings=settings)
+    assert bytes(source.read_ranges([(0, source.size)])[0]) == streamable.read_bytes()
+    assert sum(p.stat().st_size for p in (tmp_path / "small").iterdir()) <= budget
+
+
+def test_a_damaged_cache_entry_is_fetched_again(streamable: Path, registry_dir: Path,
+                                                settings: StreamSettings) -> None:
+    remote = f"file://{registry_dir}"
+    open_remote_file(remote, DATASET, settings=settings).read_ranges([(0, 10)])
+    (entry,) = settings.cache().folder.iterdir()
+    entry.write_bytes(b"\x00" * entry.stat().st_size)
+    source = open_remote_file(remote, DATASET, settings=settings)
+    assert bytes(source.read_ranges([(0, 10)])[0]) == streamable.read_bytes()[:10]
+    assert source.counts.bytes == MIN_BLOCK_SIZE
+
+
+def test_a_pickled_supplier_fetches_for_itself(streamable: Path, settings: StreamSettings,
+                                               range_server: Callable[..., tuple[str, Any]]
+                                               ) -> None:
+    url, _ = range_server()
+    source = open_remote_file(url, DATASET, settings=settings)
+    source.read_ranges([(0, 10)])
+    copy: RemoteFile = pickle.loads(pickle.dumps(source))
+    assert len(pickle.dumps(source)) < 2 * MIN_BLOCK_SIZE  # no bytes travel with it
+    assert copy.name == source.name
+    assert bytes(copy.read_ranges([(3 * MIN_BLOCK_SIZE, 4)])[0]) == (
+        streamable.read_bytes()[3 * MIN_BLOCK_SIZE:][:4])
+
+
+def test_credentials_never_reach_messages(streamable: Path, settings: StreamSettings,
+                                          range_server: Callable[..., tuple[str, Any]]) -> None:
+    url, _ = range_server(LyingHandler, flip_at=0)
+    secret_url = url.replace("http://", "http://reader:s3cr3t-pw@")
+    source = open_remote_file(secret_url, DATASET, settings=settings)
+    assert "s3cr3t" not in source.name
+    with pytest.raises(CorruptedDataError) as caught:
+        source.read_ranges([(0, 1)])
+    assert "s3cr3t" not in str(caught.value) and "reader" not in str(caught.value)
+
+
+def test_an_answer_for_another_range_is_refused(streamable: Path, settings: StreamSettings,
+                                                range_server: Callable[..., tuple[str, Any]]
+                                                ) -> None:
+    url, _ = range_server(shift=1)
+    source = open_remote_file(url, DATASET, settings=settings)
+    with pytest.raises(RemoteError, match=r"bytes=0-65535\) answered HTTP 206 with "
+                                          r"Content-Range 'bytes 1-65536/"):
+        source.read_ranges([(0, 10)])

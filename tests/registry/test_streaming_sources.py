@@ -1,0 +1,249 @@
+"""``streaming=True`` on the one door: published datasets read in place over real servers on
+127.0.0.1, compared with the local dataset they were published from."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from marl_minari.registry.blocks import MIN_BLOCK_SIZE
+from range_servers import RangeHandler, range_handler
+
+import marl_minari as mm
+from marl_minari import registry
+from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
+from marl_minari.format import layout
+from marl_minari.format.ids import dataset_dir
+from marl_minari.sources.streaming import StreamingDataset, StreamingSource
+from marl_minari.storage.arrays import MultiAgentArrays
+
+DATASET = "mpe2/spread/streamed-v0"
+
+
+@pytest.fixture(autouse=True)
+def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default block cache, in the test's folder."""
+    folder = tmp_path / "cache" / "blocks"
+    monkeypatch.setenv("MARL_MINARI_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture
+def local_copy(streamable: Path) -> Iterator[tuple[MultiAgentArrays, list[Any]]]:
+    """Every episode of the published dataset read from its local copy, which is then
+    removed: what streams can only come from the registry."""
+    dataset = mm.load_dataset(DATASET)
+    arrays = dataset.to_arrays()
+    attributes = dataset.episode_attributes(range(dataset.total_episodes))
+    shutil.rmtree(dataset_dir(DATASET))
+    yield arrays, attributes
+    assert not dataset_dir(DATASET).exists()  # nothing was downloaded
+
+
+@pytest.fixture
+def served(thread_server: Callable[[Path, type[Any]], str], registry_dir: Path
+           ) -> Callable[..., tuple[str, type[RangeHandler]]]:
+    def serve(base: type[RangeHandler] = RangeHandler, **attributes: Any
+              ) -> tuple[str, type[RangeHandler]]:
+        handler = range_handler(f"Streaming{base.__name__}", base, **attributes)
+        return thread_server(registry_dir, handler), handler
+
+    return serve
+
+
+def assert_same(got: MultiAgentArrays, expected: MultiAgentArrays) -> None:
+    assert got.possible_agents == expected.possible_agents
+    np.testing.assert_array_equal(got.episode_ids, expected.episode_ids)
+    np.testing.assert_array_equal(got.episode_lengths, expected.episode_lengths)
+    for agent in expected.possible_agents:
+        np.testing.assert_array_equal(got.observations[agent], expected.observations[agent])
+        np.testing.assert_array_equal(got.actions[agent], expected.actions[agent])
+    for name in ("rewards", "terminations", "truncations", "active", "acted", "team_rewards"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
+
+
+@pytest.mark.parametrize("kind", ["file", "http", "s3"])
+def test_a_published_dataset_streams_episode_by_episode(
+        kind: str, local_copy: tuple[MultiAgentArrays, list[Any]], registry_dir: Path,
+        served: Callable[..., tuple[str, Any]], request: pytest.FixtureRequest) -> None:
+    expected, attributes = local_copy
+    if kind == "file":
+        registry_url = f"file://{registry_dir}"
+    elif kind == "http":
+        registry_url, _ = served()
+    else:
+        registry_url = request.getfixturevalue("s3_remote")
+        shutil.copytree(registry_dir / DATASET, dataset_dir(DATASET),  # publish from a copy
+                        ignore=shutil.ignore_patterns("manifest.json"))
+        registry.publish(DATASET, registry_url)
+        shutil.rmtree(dataset_dir(DATASET))
+    source = mm.open_source(f"{registry_url}/{DATASET}", streaming=True)
+    assert isinstance(source, StreamingSource)
+    assert source.total_episodes == 12 and source.total_steps == int(
+        expected.episode_lengths.sum())
+    assert_same(source.read(np.arange(12)), expected)
+    episodes = list(source.episodes())
+    assert [(e.seed, e.options) for e in episodes] == attributes
+    assert [e.id for e in episodes] == list(range(12))
+
+
+def test_load_dataset_streaming_reads_episodes_and_arrays(
+        local_copy: tuple[MultiAgentArrays, list[Any]],
+        served: Callable[..., tuple[str, Any]]) -> None:
+    expected, attributes = local_copy
+    url, _ = served()
+    dataset = mm.load_dataset(f"{url}/{DATASET}", streaming=True)
+    assert isinstance(dataset, StreamingDataset)
+    assert len(dataset) == 12 and dataset.possible_agents == expected.possible_agents
+    chosen = dataset.to_arrays([3, 7])
+    whole = dataset.to_arrays()
+    assert_same(whole, expected)
+    np.testing.assert_array_equal(chosen.episode_ids, [3, 7])
+    for agent in expected.possible_agents:
+        starts = np.concatenate([[0], np.cumsum(expected.episode_lengths + 1)])
+        np.testing.assert_array_equal(chosen.observations[agent], np.concatenate(
+            [expected.observations[agent][starts[i]:starts[i + 1]] for i in (3, 7)]))
+    assert (dataset[5].seed, dataset[5].options) == attributes[5]
+    assert dataset[-1].id == 11
+    assert [e.id for e in dataset.iterate_episodes([2, 9])] == [2, 9]
+
+
+@pytest.fixture
+def larger(record_parallel: Callable[..., Any], registry_dir: Path) -> int:
+    """80 episodes published (about 24 blocks); the data file's size."""
+    record_parallel("mpe2/simple_spread_v3", 80, max_cycles=25, dataset_id=DATASET)
+    registry.publish(DATASET)
+    size = (dataset_dir(DATASET) / "data" / layout.MAIN_FILE_NAME).stat().st_size
+    assert size > 20 * MIN_BLOCK_SIZE
+    return size
+
+
+def test_only_the_episodes_read_move(larger: int, served: Callable[..., tuple[str, Any]]
+                                     ) -> None:
+    url, handler = served()
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    assert isinstance(source, StreamingSource)
+    index_at = next(i for i, (path, _, _) in enumerate(handler.served)
+                    if path.endswith(layout.INDEX_FILE_NAME))
+    source.read([40])
+    moved = sum(length for path, _, length in handler.served)
+    assert moved < larger / 2, (moved, larger)
+    # the blocks opening needs came together before the index (the manifest's open_blocks)
+    after_index = [p for p, _, _ in handler.served[index_at + 1:] if p.endswith(".hdf5")]
+    assert len(after_index) <= 4, after_index
+
+
+def test_a_tampered_block_names_the_range_and_other_episodes_stay_readable(
+        larger: int, registry_dir: Path, block_cache: Path) -> None:
+    expected = mm.load_dataset(DATASET).to_arrays()
+    remote = f"file://{registry_dir}"
+    source = mm.open_source(f"{remote}/{DATASET}", streaming=True)
+    assert isinstance(source, StreamingSource)
+    source.read([0])
+    with np.load(registry_dir / DATASET / "data" / layout.INDEX_FILE_NAME) as stored:
+        header = json.loads(stored["header"].tobytes())
+        offsets = stored[f"o{header['paths'].index('observations/agent_0')}"]
+    digests = source.remote_file.entry.block_blake3
+    assert digests is not None
+    fetched = {p.name for p in block_cache.iterdir()}
+    untouched = [e for e in range(80)
+                 if f"blake3-{digests[int(offsets[e]) // MIN_BLOCK_SIZE]}" not in fetched]
+    victim, other = untouched[0], untouched[-1]
+    assert int(offsets[victim]) // MIN_BLOCK_SIZE != int(offsets[other]) // MIN_BLOCK_SIZE
+    published = registry_dir / DATASET / "data" / layout.MAIN_FILE_NAME
+    data = bytearray(published.read_bytes())
+    data[int(offsets[victim]) + 3] ^= 0xFF
+    published.write_bytes(bytes(data))
+    with pytest.raises(CorruptedDataError, match=rf"bytes \d+-\d+ \(block \d+\) from mirror "
+                                                 rf"{remote}"):
+        source.read([victim])
+    starts = np.concatenate([[0], np.cumsum(expected.episode_lengths + 1)])
+    for episode in (0, other):
+        np.testing.assert_array_equal(
+            source.read([episode]).observations["agent_0"],
+            expected.observations["agent_0"][starts[episode]:starts[episode + 1]])
+
+
+def test_a_streaming_source_pickles_without_its_bytes(
+        local_copy: tuple[MultiAgentArrays, list[Any]],
+        served: Callable[..., tuple[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    expected, _ = local_copy
+    url, _ = served()
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    source.read([0])
+    payload = pickle.dumps(source)
+    assert len(payload) < 64 * 1024
+    monkeypatch.setenv("MARL_MINARI_CACHE", str(tmp_path / "elsewhere" / "blocks"))
+    copy = pickle.loads(payload)  # a worker with an empty cache fetches for itself
+    assert_same(copy.read(np.arange(12)), expected)
+    assert copy.remote_file.counts.bytes > 0
+
+
+def test_subsample_moves_only_the_chosen_episodes(
+        local_copy: tuple[MultiAgentArrays, list[Any]],
+        served: Callable[..., tuple[str, Any]]) -> None:
+    expected, _ = local_copy
+    url, _ = served()
+    subset = mm.subsample(mm.open_source(f"{url}/{DATASET}", streaming=True),
+                          "mpe2/spread/subset-v0", max_steps=60, seed=3)
+    record = subset.metadata["subset"]
+    assert record["source_name"] == f"{url}/{DATASET}"
+    ids = record["episode_ids"]
+    assert 0 < len(ids) < 12
+    got = subset.to_arrays()
+    np.testing.assert_array_equal(got.episode_lengths, expected.episode_lengths[ids])
+    assert not dataset_dir(DATASET).exists()
+
+
+def test_describe_and_make_buffer_mix_remote_and_local(
+        local_copy: tuple[MultiAgentArrays, list[Any]], record_parallel: Callable[..., Any],
+        served: Callable[..., tuple[str, Any]]) -> None:
+    pytest.importorskip("flashbax")
+    url, _ = served()
+    remote = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    description = mm.describe(remote)
+    assert description.total_episodes == 12
+    record_parallel("mpe2/simple_spread_v3", 3, max_cycles=25, dataset_id="mpe2/spread/local-v0")
+    from marl_minari.adapters import make_buffer
+
+    buffer, state = make_buffer([remote, "mpe2/spread/local-v0"], sample_batch_size=4,
+                                sample_sequence_length=5, weights=[0.5, 0.5])
+    assert buffer is not None and state is not None
+
+
+def test_streaming_a_missing_dataset_says_so(registry_dir: Path, streamable: Path,
+                                             served: Callable[..., tuple[str, Any]]) -> None:
+    url, _ = served()
+    with pytest.raises(DatasetNotFoundError):
+        mm.open_source(f"{url}/mpe2/spread/absent-v0", streaming=True)
+
+
+def test_to_vault_reads_a_streaming_source(local_copy: tuple[MultiAgentArrays, list[Any]],
+                                           served: Callable[..., tuple[str, Any]],
+                                           tmp_path: Path) -> None:
+    pytest.importorskip("flashbax")
+    from marl_minari.adapters import to_vault
+
+    expected, _ = local_copy
+    url, _ = served()
+    to_vault(mm.open_source(f"{url}/{DATASET}", streaming=True), tmp_path / "vaults",
+             "streamed", "Good")
+    back = mm.open_source(tmp_path / "vaults" / "streamed" / "Good")
+    assert back.total_steps == int(expected.episode_lengths.sum())
+
+
+def test_a_uniform_subset_moves_only_the_episodes_it_keeps(
+        larger: int, served: Callable[..., tuple[str, Any]]) -> None:
+    url, handler = served()
+    subset = mm.subsample(mm.open_source(f"{url}/{DATASET}", streaming=True),
+                          "mpe2/spread/small-v0", max_steps=50, seed=1)
+    assert subset.total_episodes == 2
+    moved = sum(length for path, _, length in handler.served if path.endswith(".hdf5"))
+    assert moved < larger / 2, (moved, larger)  # opening alone reads about a fifth here
