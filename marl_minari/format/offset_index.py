@@ -363,6 +363,8 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
     """BLAKE3 of the file ``file`` has open as the digests sidecar of its dataset remembers
     it, if the sidecar describes the file's current state and its path still names that file;
     else ``None``."""
+    if file.driver == "fileobj":  # not a local file: no writer of ours left it here
+        return None
     h5_path = Path(file.filename)
     try:
         state = _identity(file)

@@ -233,8 +233,8 @@ def test_to_vault_reads_a_streaming_source(local_copy: tuple[MultiAgentArrays, l
 
     expected, _ = local_copy
     url, _ = served()
-    to_vault(mm.open_source(f"{url}/{DATASET}", streaming=True), tmp_path / "vaults",
-             "streamed", "Good")
+    to_vault(mm.open_source(f"{url}/{DATASET}", streaming=True), rel_dir=tmp_path / "vaults",
+             vault_name="streamed", vault_uid="Good")
     back = mm.open_source(tmp_path / "vaults" / "streamed" / "Good")
     assert back.total_steps == int(expected.episode_lengths.sum())
 
