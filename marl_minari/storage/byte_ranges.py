@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -75,14 +76,22 @@ class LocalFileRanges:
 class RangesFile(io.RawIOBase):
     """A read-only, seekable file object over a :class:`ByteRanges`, for ``h5py.File(...)``.
 
-    HDF5 reads its metadata (superblock, object headers, B-trees) through this; bulk leaf bytes
-    go through :meth:`ByteRanges.read_ranges` directly, where they can be coalesced.
+    HDF5 reads its metadata (superblock, object headers, B-trees) through this, in thousands of
+    reads of a few hundred bytes each, clustered in the file: small reads are served from the
+    last ``pages_kept`` aligned pages of ``page_size`` bytes asked of the source (bytes the
+    source already returned, so verified where it verifies). Reads of a page or more go to the
+    source as they are; bulk leaf bytes go through :meth:`ByteRanges.read_ranges` directly,
+    where they can be coalesced.
     """
 
-    def __init__(self, source: ByteRanges) -> None:
+    def __init__(self, source: ByteRanges, *, page_size: int = 64 * 1024,
+                 pages_kept: int = 64) -> None:
         super().__init__()
         self.source = source
         self._position = 0
+        self._page_size = page_size
+        self._pages_kept = pages_kept
+        self._pages: OrderedDict[int, memoryview] = OrderedDict()
 
     def readable(self) -> bool:
         return True
@@ -101,8 +110,30 @@ class RangesFile(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         count = max(0, min(len(view), self.source.size - self._position))
-        if count:
+        if count >= self._page_size:
             (data,) = self.source.read_ranges([(self._position, count)])
             view[:count] = data
-            self._position += count
+        else:
+            done = 0
+            while done < count:
+                at = self._position + done
+                page = self._page(at // self._page_size)
+                start = at % self._page_size
+                piece = min(count - done, len(page) - start)
+                view[done:done + piece] = page[start:start + piece]
+                done += piece
+        self._position += count
         return count
+
+    def _page(self, number: int) -> memoryview:
+        page = self._pages.get(number)
+        if page is not None:
+            self._pages.move_to_end(number)
+            return page
+        begin = number * self._page_size
+        (page,) = self.source.read_ranges(
+            [(begin, min(self._page_size, self.source.size - begin))])
+        self._pages[number] = page
+        if len(self._pages) > self._pages_kept:
+            self._pages.popitem(last=False)
+        return page
