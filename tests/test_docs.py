@@ -67,7 +67,10 @@ def run_block(block: Block, folder: Path) -> subprocess.CompletedProcess[str]:
     Python; every path it writes (home, datasets, registry) is under ``folder``."""
     env = {name: value for name, value in os.environ.items() if name not in USER_SETTINGS}
     env.update(HOME=str(folder / "home"), SDL_VIDEODRIVER="dummy", JAX_PLATFORMS="cpu",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               # ray.init() joins the last cluster `ray start` made on the machine, if any:
+               # a block gets a Ray of its own, as on a user's fresh machine
+               RAY_ADDRESS="local")
     if block.language == "python":
         script = folder / f"block_{block.line}.py"
         script.write_text(block.code, encoding="utf-8")
