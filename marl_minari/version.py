@@ -1,3 +1,3 @@
 """The library's version: declared here once (pyproject.toml reads it from this file)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

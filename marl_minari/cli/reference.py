@@ -2,11 +2,15 @@
 
 ``python -m marl_minari.cli.reference [FILE]`` rewrites everything after :data:`MARKER` in
 ``FILE`` (default ``docs/cli.md``) with the help of every command and option; the text above
-the marker is written by hand. A test checks that the file is current.
+the marker is written by hand and kept as it is. A file without the marker is refused rather
+than rewritten, so a wrong path or an emptied file never loses the hand-written part, and the
+command prints only to stderr, so redirecting its output cannot end up in the file. A test
+checks that the file is current.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Final
@@ -29,20 +33,32 @@ def reference() -> str:
     return text.rstrip() + "\n"
 
 
+def hand_written_part(document: str) -> str:
+    """The text above :data:`MARKER`; ``ValueError`` when the marker is missing or repeated
+    (the generated part would otherwise be appended again, or replace the wrong text)."""
+    if document.count(MARKER) != 1:
+        raise ValueError(f"expected the marker line once, found it {document.count(MARKER)} "
+                         f"times; restore the file (git checkout docs/cli.md) and rerun")
+    return document.partition(MARKER)[0]
+
+
 def updated(document: str) -> str:
     """``document`` with the part after :data:`MARKER` replaced by :func:`reference`."""
-    head, found, _ = document.partition(MARKER)
-    if not found:
-        head = document.rstrip() + "\n\n"
-    return f"{head}{MARKER}\n\n{reference()}"
+    return f"{hand_written_part(document)}{MARKER}\n\n{reference()}"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Rewrite the reference part of a Markdown file (``docs/cli.md`` by default)."""
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0] if args else "docs/cli.md")
-    path.write_text(updated(path.read_text(encoding="utf-8")), encoding="utf-8")
-    print(f"wrote {path}")
+    try:
+        text = updated(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        sys.exit(f"error: {path}: {error}")
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(text, encoding="utf-8")
+    os.replace(staged, path)
+    print(f"rewrote the reference in {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

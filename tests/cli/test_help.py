@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from marl_minari.cli import app
+from marl_minari.cli import errors as cli_errors
 from marl_minari.cli import reference as cli_reference
 from marl_minari.cli.app import FIRST_EXAMPLE
 
@@ -55,6 +56,42 @@ def test_every_command_and_option_is_in_docs_cli_md() -> None:
         "docs/cli.md is out of date: run python -m marl_minari.cli.reference")
     for path in ALL_COMMANDS[1:]:
         assert f"## `marl-minari {' '.join(path)}`" in text, path
+
+
+def test_docs_cli_md_is_whole() -> None:
+    """The whole file, not only the generated part: the hand-written head (title, the command
+    table with every command, checks before work, the exit codes of ``cli/errors.py``) comes
+    first, then the marker once, then the generated reference once."""
+    text = DOCS.read_text(encoding="utf-8")
+    head = cli_reference.hand_written_part(text)
+    assert text.startswith("# The `marl-minari` command\n\n")
+    assert text.count("## Command reference") == 1
+    assert "**Usage**" not in head
+    for section in ("## Checks before work", "## Errors and exit codes",
+                    "## Regenerating the reference"):
+        assert head.count(section) == 1, section
+    table = [line for line in head.splitlines() if line.startswith("| `")]
+    for name in typer.main.get_command(app).commands:
+        assert any(line.startswith(f"| `{name}") or f"`{name} " in line.split("|")[1]
+                   for line in table), f"docs/cli.md's command table misses {name}"
+    codes = {int(line.split("|")[1]) for line in head.splitlines()
+             if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    assert codes == {cli_errors.EXIT_OK, cli_errors.EXIT_FAILURE, cli_errors.EXIT_USAGE,
+                     cli_errors.EXIT_INTERRUPTED}
+
+
+def test_the_reference_command_keeps_the_head_and_refuses_a_file_without_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "cli.md"
+    head = cli_reference.hand_written_part(DOCS.read_text(encoding="utf-8"))
+    copy.write_text(f"{head}{cli_reference.MARKER}\n\nstale\n", encoding="utf-8")
+    cli_reference.main([str(copy)])
+    assert copy.read_text(encoding="utf-8") == DOCS.read_text(encoding="utf-8")
+    assert capsys.readouterr().out == ""          # nothing a redirect could write into a file
+    copy.write_text("", encoding="utf-8")         # what `... > docs/cli.md` leaves to read
+    with pytest.raises(SystemExit, match="marker"):
+        cli_reference.main([str(copy)])
+    assert copy.read_text(encoding="utf-8") == ""
 
 
 def test_no_arguments_prints_the_help_and_exits_2(cli: Callable) -> None:
