@@ -409,9 +409,10 @@ def test_minari_cli_show_and_list(spread: tuple) -> None:
 
 
 @pytest.mark.parametrize(("metadata", "named"), [
-    ({"author": 123}, "'author'"), ({"author_email": ["a@b.c", 7]}, "'author_email'"),
-    ({"ref_max_score": float("nan")}, "'ref_max_score'"),
-    ({"algorithm_name": 1}, "'algorithm_name'"),
+    ({"author": 123}, "metadata author="), ({"author_email": ["a@b.c", 7]},
+                                            "metadata author_email="),
+    ({"ref_max_score": float("nan")}, "metadata ref_max_score="),
+    ({"algorithm_name": 1}, "metadata algorithm_name="),
 ])
 def test_metadata_of_the_wrong_type_is_refused_before_anything_is_written(
         metadata: dict[str, Any], named: str) -> None:
