@@ -22,6 +22,7 @@ import os
 import threading
 import uuid
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,13 +42,8 @@ SEAL_ATTRIBUTE: Final = "marl_minari_index_blake3"
 """Root attribute of ``main_data.hdf5``: BLAKE3 of the index's content (:func:`content_digest`),
 so an index edited after the file was written is never trusted."""
 
-ENTRY_COST_BYTES: Final = 64 * 1024
-"""What comparing one index entry with HDF5 costs, in bytes of file read in the same time (one
-low-level open, offset, type and shape: 150-250 us on the benchmark machine, where reading
-64 KiB from the page cache takes far less: an underestimate, so budgets err towards less)."""
-VERIFY_BUDGET_BYTES: Final = 64 * 1024 * 1024
-"""Whatever the file's size, :func:`verify_or_drop` compares an index of up to this many
-bytes' worth of entries (``ENTRY_COST_BYTES`` each: 1,024 entries, a fraction of a second)."""
+VERIFY_STEP_EPISODES: Final = 256
+"""Episodes :func:`verify_or_drop` compares between two reports to its ``progress``."""
 
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
@@ -167,41 +163,52 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     return index
 
 
-def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int) -> bool | None:
+def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
+                   progress: Callable[[int], None] | None = None) -> bool:
     """Check the index in ``data_path`` against its HDF5 file, deleting it where it is wrong.
 
     For a dataset arriving from elsewhere (a download) before it is installed: its installer
     may vouch for an index only once every entry agrees (:func:`trusted`). The cheap checks of
-    :func:`load` run first (an index failing them is deleted); then every entry is compared
-    with HDF5 if that costs no more than reading ``max(file, VERIFY_BUDGET_BYTES)`` would
-    (``ENTRY_COST_BYTES`` per entry), and the index is deleted if any disagrees.
+    :func:`load` run first (an index failing them is deleted); then every entry of every
+    episode is compared with HDF5, whatever their number (once here, so that no later reader
+    pays for it), and the index is deleted if any disagrees.
+
+    Args:
+        progress: called with the number of episodes compared since its last call.
 
     Returns:
-        ``True``: every entry agrees. ``False``: no index is left. ``None``: too many entries
-        to compare here; the index is left as it is, and readers compare each entry before
-        they use it, as for a copied dataset.
+        ``True``: every entry agrees. ``False``: no index is left.
     """
     index_path = Path(data_path) / layout.INDEX_FILE_NAME
     if not index_path.exists():
         return False
-    verdict: bool | None = True
     try:
         with h5py.File(Path(data_path) / layout.MAIN_FILE_NAME, "r") as file:
             index = load(Path(data_path), file, total_episodes, total_steps)
-            if index is None:
-                wrong = ["fails the cheap checks"]
-            elif (sum(int((o >= 0).sum()) for o in index.offsets.values()) * ENTRY_COST_BYTES
-                  > max(index.file_size, VERIFY_BUDGET_BYTES)):
-                wrong, verdict = [], None
-            else:
-                wrong = mismatches(index, file, range(total_episodes))
+            wrong = (["fails the cheap checks"] if index is None
+                     else _compare_all(index, file, progress))
     except (OSError, ValueError, KeyError) as exc:
         wrong = [f"cannot be compared with the data file ({exc})"]
     if wrong:
         logger.warning("dropping %s: %s", index_path, "; ".join(wrong[:3]))
         index_path.unlink(missing_ok=True)
         return False
-    return verdict
+    return True
+
+
+def _compare_all(index: OffsetIndex, file: h5py.File,
+                 progress: Callable[[int], None] | None) -> list[str]:
+    """:func:`mismatches` of every episode, in steps reported to ``progress``; stops at the
+    first step that finds any."""
+    total = len(index.steps)
+    for start in range(0, total, VERIFY_STEP_EPISODES):
+        stop = min(start + VERIFY_STEP_EPISODES, total)
+        wrong = mismatches(index, file, range(start, stop))
+        if wrong:
+            return wrong
+        if progress is not None:
+            progress(stop - start)
+    return []
 
 
 def extendable(index: OffsetIndex | None, file: h5py.File,
