@@ -257,26 +257,64 @@ def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
 
 def mismatches(index: OffsetIndex, file: h5py.File,
                episode_ids: Any) -> list[str]:
-    """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level call
-    per dataset), as ``"episode_<e>/<path>: ..."`` lines; empty when all agree."""
+    """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level open
+    per dataset), as ``"episode_<e>/<path>: ..."`` lines; empty when all agree.
+
+    Low-level calls only, each episode's group opened once and its datasets opened from it:
+    this runs over every entry of a dataset (a download, the conformance check).
+    """
     found = []
+    paths = [(path, path.encode(), offsets) for path, offsets in index.offsets.items()]
+    total_steps = np.empty(1, dtype=np.int64)
     for episode_id in episode_ids:
-        group = file.get(f"episode_{episode_id}")
-        if not isinstance(group, h5py.Group):
+        group = dataset_group(file, episode_id)
+        if group is None:
             found.append(f"episode_{episode_id}: missing from the file")
             continue
-        if group.attrs.get("total_steps") != index.steps[episode_id]:
+        if (_read_count(group, total_steps) is None
+                or total_steps[0] != index.steps[episode_id]):
             found.append(f"episode_{episode_id}: total_steps differs from the index")
-        for path, offsets in index.offsets.items():
+        for path, encoded, offsets in paths:
             expected = int(offsets[episode_id])
             if expected < 0:
                 continue
-            dataset = dataset_id(group, path)
-            actual = None if dataset is None else dataset.get_offset()
+            actual = _offset(group, encoded)
             if actual != expected:
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
     return found
+
+
+def dataset_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
+    """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none."""
+    try:
+        found = h5py.h5o.open(file.id, b"episode_%d" % episode_id)
+    except (KeyError, ValueError):
+        return None
+    return found if isinstance(found, h5py.h5g.GroupID) else None
+
+
+def _read_count(group: h5py.h5g.GroupID, into: np.ndarray) -> int | None:
+    """Read the group's scalar integer ``total_steps`` attribute into ``into``; ``None`` when
+    it is missing or not one integer."""
+    try:
+        attribute = h5py.h5a.open(group, b"total_steps")
+    except KeyError:
+        return None
+    if attribute.shape not in ((), (1,)) or attribute.dtype.kind not in "iu":
+        return None
+    attribute.read(into)
+    return int(into[0])
+
+
+def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:
+    """HDF5's storage offset of the dataset ``path`` under ``group``; ``None`` if it is not
+    a dataset stored contiguously in the file."""
+    try:
+        found = h5py.h5o.open(group, path)
+    except (KeyError, ValueError):
+        return None
+    return found.get_offset() if isinstance(found, h5py.h5d.DatasetID) else None
 
 
 class _Binding:
@@ -322,8 +360,9 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
         todo = np.flatnonzero(checked[ids] == 0)
         expected_type = h5py.h5t.py_create(dtype)
         todo_ids = ids[todo]
+        suffix = b"/" + path.encode()
         checked[todo_ids] = [
-            1 if _agrees(file, f"episode_{episode_id}/{path}", offset, expected_type,
+            1 if _agrees(file, b"episode_%d%s" % (episode_id, suffix), offset, expected_type,
                          (count, *row_shape)) else -1
             for episode_id, offset, count in zip(
                 todo_ids.tolist(), index.offsets[path][todo_ids].tolist(),
@@ -331,7 +370,7 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
         return checked[ids] == 1
 
 
-def _agrees(file: h5py.File, path: str, offset: int, expected_type: h5py.h5t.TypeID,
+def _agrees(file: h5py.File, path: bytes, offset: int, expected_type: h5py.h5t.TypeID,
             shape: tuple[int, ...]) -> bool:
     """Whether ``path`` is stored contiguously at ``offset`` with this type and shape.
 
@@ -341,7 +380,7 @@ def _agrees(file: h5py.File, path: str, offset: int, expected_type: h5py.h5t.Typ
     if offset < 0:
         return False
     try:
-        dataset = h5py.h5d.open(file.id, path.encode())
+        dataset = h5py.h5d.open(file.id, path)
     except (KeyError, ValueError):
         return False
     return (dataset.get_offset() == offset and dataset.get_type().equal(expected_type)
