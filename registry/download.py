@@ -70,7 +70,6 @@ def _settle_offset_index(staged: Path, metadata: dict[str, Any], *,
     index's own header, which whoever published the dataset wrote). ``show_progress``: a
     progress bar of episodes (on a terminal, once comparing takes more than a second)."""
     from marl_minari.format import layout, offset_index
-    from marl_minari.format.digests import remember_digests
 
     data = staged / "data"
     episodes, steps = metadata.get("total_episodes"), metadata.get("total_steps")
@@ -84,8 +83,7 @@ def _settle_offset_index(staged: Path, metadata: dict[str, Any], *,
     finally:
         close()
     if verified:
-        remember_digests(staged, [f"data/{name}" for name in (
-            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)])
+        offset_index.vouch(data)
 
 
 def install_published(backend: Backend, dataset_id: str, root: Path, *, replace: bool,

@@ -33,7 +33,14 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from marl_minari.format import layout
-from marl_minari.format.digests import BLAKE3, hash_file, remembered_digests, stat_key
+from marl_minari.format.digests import (
+    BLAKE3,
+    StatKey,
+    hash_file,
+    remember_digests,
+    remembered_digests,
+    stat_key,
+)
 
 INDEX_VERSION: Final = 2
 """Version 1 indexes (bound to the file size only) are ignored: readers use HDF5 for them."""
@@ -209,6 +216,38 @@ def _compare_all(index: OffsetIndex, file: h5py.File,
         if progress is not None:
             progress(stop - start)
     return []
+
+
+def vouch(data_path: Path, index: OffsetIndex | None = None,
+          state: StatKey | None = None) -> bool:
+    """Remember the data file of ``data_path`` as its local writer does (the digests
+    sidecar), after the caller compared every entry of its index with it and all agreed: our
+    writer, our download and our conformance check are the only callers. Readers then trust
+    the whole index at once (:func:`trusted`) while the file stays in this state.
+
+    Args:
+        index: the index that was compared (default: the one in ``data_path``).
+        state: the file's :func:`file_state` when it was compared; it is remembered only if
+            it is still in that state when hashed.
+
+    Returns:
+        Whether readers now trust the whole index: the sidecar describes the file's current
+        state with the digest the index was written for. ``False`` where the folder cannot be
+        written, the file changed, or the index has no digest (written by an append).
+    """
+    main = f"data/{layout.MAIN_FILE_NAME}"
+    index = index if index is not None else read(data_path)
+    folder = Path(data_path).parent
+    known = remembered_digests(folder).get(main)
+    if known is None or (state is not None and known.stat != state):
+        remember_digests(folder, [f"data/{name}" for name in (
+            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)
+            if (Path(data_path) / name).is_file()],
+            expected=None if state is None else {main: state})
+        known = remembered_digests(folder).get(main)
+    return (index is not None and index.fingerprint is not None and known is not None
+            and known.digests.blake3 == index.fingerprint
+            and (state is None or known.stat == state))
 
 
 def extendable(index: OffsetIndex | None, file: h5py.File,
@@ -387,7 +426,7 @@ def _agrees(file: h5py.File, path: bytes, offset: int, expected_type: h5py.h5t.T
             and dataset.get_space().get_simple_extent_dims() == shape)
 
 
-def _identity(file: h5py.File) -> tuple[int, ...]:
+def file_state(file: h5py.File) -> StatKey:
     """``stat_key`` of the file ``file`` has open (not of whatever its path names now)."""
     return stat_key(os.fstat(file.id.get_vfd_handle()))
 
@@ -408,7 +447,7 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
     else ``None``."""
     h5_path = Path(file.filename)
     try:
-        state = _identity(file)
+        state = file_state(file)
         if stat_key(os.stat(h5_path)) != state:
             return None
     except OSError:
@@ -422,7 +461,7 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
 def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:
     """The process's binding of ``index`` to the current state of the file ``file`` has open
     (a write to the file, or another index, starts a new one)."""
-    key = (_identity(file), index.content)
+    key = (file_state(file), index.content)
     with _FINGERPRINTS_LOCK:
         found = _BINDINGS.get(key)
         if found is None:
