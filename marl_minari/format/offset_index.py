@@ -221,9 +221,9 @@ def _compare_all(index: OffsetIndex, file: h5py.File,
 def vouch(data_path: Path, index: OffsetIndex | None = None,
           state: StatKey | None = None) -> bool:
     """Remember the data file of ``data_path`` as its local writer does (the digests
-    sidecar), after the caller compared every entry of its index with it and all agreed: our
-    writer, our download and our conformance check are the only callers. Readers then trust
-    the whole index at once (:func:`trusted`) while the file stays in this state.
+    sidecar), after the caller compared every entry of its index with it and all agreed (a
+    download, the conformance check; the writer remembers what it wrote itself). Readers then
+    trust the whole index at once (:func:`trusted`) while the file stays in this state.
 
     Args:
         index: the index that was compared (default: the one in ``data_path``).
