@@ -25,7 +25,7 @@ from .manifest import Manifest
 from .namespaces import complete_local_namespaces
 from .published import METADATA_PATH, read_manifest
 from .settings import RemoteSettings
-from .transfer import Progress, ProgressArg, progress_reporter
+from .transfer import Progress, ProgressArg, episode_progress, progress_reporter
 
 
 def fetch_into(backend: Backend, dataset_id: str, work: Path, manifest: Manifest,
@@ -57,28 +57,33 @@ def fetch_into(backend: Backend, dataset_id: str, work: Path, manifest: Manifest
     if metadata.get("dataset_id") != dataset_id:
         raise CorruptedDataError(f"{dataset_id!r} on {backend.location}: its metadata names "
                                  f"{metadata.get('dataset_id')!r}")
-    _settle_offset_index(staged, metadata)
+    _settle_offset_index(staged, metadata, show_progress=progress is not None)
     return staged
 
 
-def _settle_offset_index(staged: Path, metadata: dict[str, Any]) -> None:
-    """Delete a downloaded offset index that disagrees with the data file; where every entry
-    was compared and agrees, remember the data file's digests as its local writer, so that
-    readers trust the whole index at once (they trust a whole file only on what a local writer
-    remembered, never on the index's own header, which whoever published the dataset wrote).
-    An index with too many entries to compare here is left unvouched: readers compare each
-    entry before they use it."""
+def _settle_offset_index(staged: Path, metadata: dict[str, Any], *,
+                         show_progress: bool) -> None:
+    """Compare every entry of a downloaded offset index with the data file, whatever their
+    number, and delete the index if any disagrees; where all agree, remember the data file's
+    digests as its local writer, so that readers in every later process trust the whole index
+    at once (they trust a whole file only on what a local writer remembered, never on the
+    index's own header, which whoever published the dataset wrote). ``show_progress``: a
+    progress bar of episodes (on a terminal, once comparing takes more than a second)."""
     from marl_minari.format import layout, offset_index
-    from marl_minari.format.digests import remember_digests
 
     data = staged / "data"
     episodes, steps = metadata.get("total_episodes"), metadata.get("total_steps")
     if not (isinstance(episodes, int) and isinstance(steps, int)):
         (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         return
-    if offset_index.verify_or_drop(data, episodes, steps) is True:
-        remember_digests(staged, [f"data/{name}" for name in (
-            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)])
+    update, close = (episode_progress(episodes, "verifying the offset index")
+                     if show_progress else (None, lambda: None))
+    try:
+        verified = offset_index.verify_or_drop(data, episodes, steps, progress=update)
+    finally:
+        close()
+    if verified:
+        offset_index.vouch(data)
 
 
 def install_published(backend: Backend, dataset_id: str, root: Path, *, replace: bool,

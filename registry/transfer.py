@@ -262,6 +262,15 @@ def tqdm_progress(total: int, description: str) -> tuple[Progress, Callable[[], 
     return update, bar.close
 
 
+def episode_progress(total: int, description: str) -> tuple[Progress, Callable[[], None]]:
+    """An episode progress bar (shown only on a terminal, and only once the work has taken a
+    second): ``(update, close)``."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=description, unit="ep", disable=None, leave=False, delay=1.0)
+    return bar.update, bar.close
+
+
 def upload_algorithms(known: RememberedDigests | None) -> tuple[str, ...]:
     """The digests an upload computes on the way: none when they are remembered."""
     return () if known is not None else ALGORITHMS

@@ -151,7 +151,12 @@ def check(dataset: Annotated[str, typer.Argument(
     from marl_minari.sources import check_dataset
 
     report = check_dataset(dataset)
-    index = ", offset index verified" if report.index_checked else ""
+    index = ""
+    if report.index_remembered:
+        index = ", offset index verified and remembered (reads trust it whole)"
+    elif report.index_checked:
+        index = (", offset index verified, not remembered (the folder cannot be written or "
+                 "the index has no file digest: reads compare its entries one by one)")
     typer.echo(f"ok: {report.total_episodes} episodes, {report.total_steps} steps follow the "
                f"{report.kind} layout{index} ({report.path})")
 

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -135,11 +135,16 @@ def file_digests(path: Path) -> RememberedDigests | None:
     return RememberedDigests(before, FileDigests(size, digests[SHA256], digests[BLAKE3]))
 
 
-def remember_digests(folder: Path, files: Iterable[str]) -> None:
+def remember_digests(folder: Path, files: Iterable[str],
+                     expected: Mapping[str, StatKey] | None = None) -> None:
     """Hash ``files`` (paths relative to ``folder``) and remember them in its sidecar.
 
     The sidecar is replaced, so it names exactly these files. Best effort: a folder that
     cannot be written only means that publishing hashes the files itself.
+
+    Args:
+        expected: ``{relative path: StatKey}``: such a file is remembered only if it was in
+            that state when hashed (the state in which its caller verified it).
     """
     entries: dict[str, Any] = {}
     for relative in files:
@@ -148,7 +153,8 @@ def remember_digests(folder: Path, files: Iterable[str]) -> None:
         except OSError as exc:
             logger.debug("cannot hash %s: %s", folder / relative, exc)
             continue
-        if remembered is not None:
+        if remembered is not None and (expected is None or relative not in expected
+                                       or expected[relative] == remembered.stat):
             digests = remembered.digests
             entries[relative] = {"stat": list(remembered.stat), "size": digests.size,
                                  SHA256: digests.sha256, BLAKE3: digests.blake3}

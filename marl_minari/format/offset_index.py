@@ -22,6 +22,7 @@ import os
 import threading
 import uuid
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,7 +33,14 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from marl_minari.format import layout
-from marl_minari.format.digests import BLAKE3, hash_file, remembered_digests, stat_key
+from marl_minari.format.digests import (
+    BLAKE3,
+    StatKey,
+    hash_file,
+    remember_digests,
+    remembered_digests,
+    stat_key,
+)
 
 INDEX_VERSION: Final = 2
 """Version 1 indexes (bound to the file size only) are ignored: readers use HDF5 for them."""
@@ -41,13 +49,8 @@ SEAL_ATTRIBUTE: Final = "marl_minari_index_blake3"
 """Root attribute of ``main_data.hdf5``: BLAKE3 of the index's content (:func:`content_digest`),
 so an index edited after the file was written is never trusted."""
 
-ENTRY_COST_BYTES: Final = 64 * 1024
-"""What comparing one index entry with HDF5 costs, in bytes of file read in the same time (one
-low-level open, offset, type and shape: 150-250 us on the benchmark machine, where reading
-64 KiB from the page cache takes far less: an underestimate, so budgets err towards less)."""
-VERIFY_BUDGET_BYTES: Final = 64 * 1024 * 1024
-"""Whatever the file's size, :func:`verify_or_drop` compares an index of up to this many
-bytes' worth of entries (``ENTRY_COST_BYTES`` each: 1,024 entries, a fraction of a second)."""
+VERIFY_STEP_EPISODES: Final = 256
+"""Episodes :func:`verify_or_drop` compares between two reports to its ``progress``."""
 
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
@@ -170,41 +173,84 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     return index
 
 
-def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int) -> bool | None:
+def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
+                   progress: Callable[[int], None] | None = None) -> bool:
     """Check the index in ``data_path`` against its HDF5 file, deleting it where it is wrong.
 
     For a dataset arriving from elsewhere (a download) before it is installed: its installer
     may vouch for an index only once every entry agrees (:func:`trusted`). The cheap checks of
-    :func:`load` run first (an index failing them is deleted); then every entry is compared
-    with HDF5 if that costs no more than reading ``max(file, VERIFY_BUDGET_BYTES)`` would
-    (``ENTRY_COST_BYTES`` per entry), and the index is deleted if any disagrees.
+    :func:`load` run first (an index failing them is deleted); then every entry of every
+    episode is compared with HDF5, whatever their number (once here, so that no later reader
+    pays for it), and the index is deleted if any disagrees.
+
+    Args:
+        progress: called with the number of episodes compared since its last call.
 
     Returns:
-        ``True``: every entry agrees. ``False``: no index is left. ``None``: too many entries
-        to compare here; the index is left as it is, and readers compare each entry before
-        they use it, as for a copied dataset.
+        ``True``: every entry agrees. ``False``: no index is left.
     """
     index_path = Path(data_path) / layout.INDEX_FILE_NAME
     if not index_path.exists():
         return False
-    verdict: bool | None = True
     try:
         with h5py.File(Path(data_path) / layout.MAIN_FILE_NAME, "r") as file:
             index = load(Path(data_path), file, total_episodes, total_steps)
-            if index is None:
-                wrong = ["fails the cheap checks"]
-            elif (sum(int((o >= 0).sum()) for o in index.offsets.values()) * ENTRY_COST_BYTES
-                  > max(index.file_size, VERIFY_BUDGET_BYTES)):
-                wrong, verdict = [], None
-            else:
-                wrong = mismatches(index, file, range(total_episodes))
+            wrong = (["fails the cheap checks"] if index is None
+                     else _compare_all(index, file, progress))
     except (OSError, ValueError, KeyError) as exc:
         wrong = [f"cannot be compared with the data file ({exc})"]
     if wrong:
         logger.warning("dropping %s: %s", index_path, "; ".join(wrong[:3]))
         index_path.unlink(missing_ok=True)
         return False
-    return verdict
+    return True
+
+
+def _compare_all(index: OffsetIndex, file: h5py.File,
+                 progress: Callable[[int], None] | None) -> list[str]:
+    """:func:`mismatches` of every episode, in steps reported to ``progress``; stops at the
+    first step that finds any."""
+    total = len(index.steps)
+    for start in range(0, total, VERIFY_STEP_EPISODES):
+        stop = min(start + VERIFY_STEP_EPISODES, total)
+        wrong = mismatches(index, file, range(start, stop))
+        if wrong:
+            return wrong
+        if progress is not None:
+            progress(stop - start)
+    return []
+
+
+def vouch(data_path: Path, index: OffsetIndex | None = None,
+          state: StatKey | None = None) -> bool:
+    """Remember the data file of ``data_path`` as its local writer does (the digests
+    sidecar), after the caller compared every entry of its index with it and all agreed (a
+    download, the conformance check; the writer remembers what it wrote itself). Readers then
+    trust the whole index at once (:func:`trusted`) while the file stays in this state.
+
+    Args:
+        index: the index that was compared (default: the one in ``data_path``).
+        state: the file's :func:`file_state` when it was compared; it is remembered only if
+            it is still in that state when hashed.
+
+    Returns:
+        Whether readers now trust the whole index: the sidecar describes the file's current
+        state with the digest the index was written for. ``False`` where the folder cannot be
+        written, the file changed, or the index has no digest (written by an append).
+    """
+    main = f"data/{layout.MAIN_FILE_NAME}"
+    index = index if index is not None else read(data_path)
+    folder = Path(data_path).parent
+    known = remembered_digests(folder).get(main)
+    if known is None or (state is not None and known.stat != state):
+        remember_digests(folder, [f"data/{name}" for name in (
+            layout.MAIN_FILE_NAME, layout.METADATA_FILE_NAME, layout.INDEX_FILE_NAME)
+            if (Path(data_path) / name).is_file()],
+            expected=None if state is None else {main: state})
+        known = remembered_digests(folder).get(main)
+    return (index is not None and index.fingerprint is not None and known is not None
+            and known.digests.blake3 == index.fingerprint
+            and (state is None or known.stat == state))
 
 
 def extendable(index: OffsetIndex | None, file: h5py.File,
@@ -253,26 +299,64 @@ def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
 
 def mismatches(index: OffsetIndex, file: h5py.File,
                episode_ids: Any) -> list[str]:
-    """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level call
-    per dataset), as ``"episode_<e>/<path>: ..."`` lines; empty when all agree."""
+    """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level open
+    per dataset), as ``"episode_<e>/<path>: ..."`` lines; empty when all agree.
+
+    Low-level calls only, each episode's group opened once and its datasets opened from it:
+    this runs over every entry of a dataset (a download, the conformance check).
+    """
     found = []
+    paths = [(path, path.encode(), offsets) for path, offsets in index.offsets.items()]
+    total_steps = np.empty(1, dtype=np.int64)
     for episode_id in episode_ids:
-        group = file.get(f"episode_{episode_id}")
-        if not isinstance(group, h5py.Group):
+        group = dataset_group(file, episode_id)
+        if group is None:
             found.append(f"episode_{episode_id}: missing from the file")
             continue
-        if group.attrs.get("total_steps") != index.steps[episode_id]:
+        if (_read_count(group, total_steps) is None
+                or total_steps[0] != index.steps[episode_id]):
             found.append(f"episode_{episode_id}: total_steps differs from the index")
-        for path, offsets in index.offsets.items():
+        for path, encoded, offsets in paths:
             expected = int(offsets[episode_id])
             if expected < 0:
                 continue
-            dataset = dataset_id(group, path)
-            actual = None if dataset is None else dataset.get_offset()
+            actual = _offset(group, encoded)
             if actual != expected:
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
     return found
+
+
+def dataset_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
+    """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none."""
+    try:
+        found = h5py.h5o.open(file.id, b"episode_%d" % episode_id)
+    except (KeyError, ValueError):
+        return None
+    return found if isinstance(found, h5py.h5g.GroupID) else None
+
+
+def _read_count(group: h5py.h5g.GroupID, into: np.ndarray) -> int | None:
+    """Read the group's scalar integer ``total_steps`` attribute into ``into``; ``None`` when
+    it is missing or not one integer."""
+    try:
+        attribute = h5py.h5a.open(group, b"total_steps")
+    except KeyError:
+        return None
+    if attribute.shape not in ((), (1,)) or attribute.dtype.kind not in "iu":
+        return None
+    attribute.read(into)
+    return int(into[0])
+
+
+def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:
+    """HDF5's storage offset of the dataset ``path`` under ``group``; ``None`` if it is not
+    a dataset stored contiguously in the file."""
+    try:
+        found = h5py.h5o.open(group, path)
+    except (KeyError, ValueError):
+        return None
+    return found.get_offset() if isinstance(found, h5py.h5d.DatasetID) else None
 
 
 class _Binding:
@@ -318,8 +402,9 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
         todo = np.flatnonzero(checked[ids] == 0)
         expected_type = h5py.h5t.py_create(dtype)
         todo_ids = ids[todo]
+        suffix = b"/" + path.encode()
         checked[todo_ids] = [
-            1 if _agrees(file, f"episode_{episode_id}/{path}", offset, expected_type,
+            1 if _agrees(file, b"episode_%d%s" % (episode_id, suffix), offset, expected_type,
                          (count, *row_shape)) else -1
             for episode_id, offset, count in zip(
                 todo_ids.tolist(), index.offsets[path][todo_ids].tolist(),
@@ -327,7 +412,7 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
         return checked[ids] == 1
 
 
-def _agrees(file: h5py.File, path: str, offset: int, expected_type: h5py.h5t.TypeID,
+def _agrees(file: h5py.File, path: bytes, offset: int, expected_type: h5py.h5t.TypeID,
             shape: tuple[int, ...]) -> bool:
     """Whether ``path`` is stored contiguously at ``offset`` with this type and shape.
 
@@ -337,14 +422,14 @@ def _agrees(file: h5py.File, path: str, offset: int, expected_type: h5py.h5t.Typ
     if offset < 0:
         return False
     try:
-        dataset = h5py.h5d.open(file.id, path.encode())
+        dataset = h5py.h5d.open(file.id, path)
     except (KeyError, ValueError):
         return False
     return (dataset.get_offset() == offset and dataset.get_type().equal(expected_type)
             and dataset.get_space().get_simple_extent_dims() == shape)
 
 
-def _identity(file: h5py.File) -> tuple[int, ...]:
+def file_state(file: h5py.File) -> StatKey:
     """``stat_key`` of the file ``file`` has open (not of whatever its path names now)."""
     return stat_key(os.fstat(file.id.get_vfd_handle()))
 
@@ -367,7 +452,7 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
         return None
     h5_path = Path(file.filename)
     try:
-        state = _identity(file)
+        state = file_state(file)
         if stat_key(os.stat(h5_path)) != state:
             return None
     except OSError:
@@ -385,7 +470,7 @@ def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:
         # A file read through a byte supplier (a remote file) has no identity to remember it
         # by: its entries are compared again by each reader that opens it.
         return _Binding()
-    key = (_identity(file), index.content)
+    key = (file_state(file), index.content)
     with _FINGERPRINTS_LOCK:
         found = _BINDINGS.get(key)
         if found is None:

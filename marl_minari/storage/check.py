@@ -48,6 +48,10 @@ class CheckReport:
         total_episodes: episodes checked.
         total_steps: steps over all episodes.
         index_checked: whether an offset index was compared with the file entry by entry.
+        index_remembered: whether, every entry having agreed, the file is now remembered as
+            checked (the digests sidecar), so that readers trust its whole index at once
+            while it stays unchanged; ``False`` where the folder cannot be written or the
+            index has no file digest (written by an append).
     """
 
     path: Path
@@ -55,6 +59,7 @@ class CheckReport:
     total_episodes: int
     total_steps: int
     index_checked: bool
+    index_remembered: bool = False
 
 
 def check_data_folder(data_path: Path) -> CheckReport:
@@ -83,6 +88,7 @@ def check_data_folder(data_path: Path) -> CheckReport:
     jpeg = (jpeg_paths(spec, jpeg_encoding) if spec is not None
             else image_leaf_paths(observation_space, action_space, jpeg_encoding))
     with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+        state = offset_index.file_state(file)
         check_file(file, h5_path)
         _check_groups(file, total_episodes, h5_path)
         cross_check(file, metadata, spec, h5_path)
@@ -93,9 +99,12 @@ def check_data_folder(data_path: Path) -> CheckReport:
             raise CorruptedDataError(
                 f"{data_path}: the episodes hold {int(steps.sum())} steps, metadata.json's "
                 f"total_steps says {total_steps}")
-        index_checked = spec is not None and _check_index(data_path, file)
+        index = _check_index(data_path, file) if spec is not None else None
+    # Every episode and every index entry agreed with the file in this state: remember it,
+    # as its writer would have, so that readers of a copy need not compare entries again.
+    remembered = index is not None and offset_index.vouch(data_path, index, state)
     return CheckReport(data_path, "plain" if spec is None else "marl", total_episodes,
-                       total_steps, index_checked)
+                       total_steps, index is not None, remembered)
 
 
 def _check_groups(file: h5py.File, total_episodes: int, h5_path: Path) -> None:
@@ -233,20 +242,22 @@ class _Expect:
                 f"{leaf_shape(space)}")
 
 
-def _check_index(data_path: Path, file: h5py.File) -> bool:
+def _check_index(data_path: Path, file: h5py.File) -> offset_index.OffsetIndex | None:
+    """The offset index, if it is current and every entry agrees with the file; ``None`` if
+    there is none or readers ignore it (edited, or the file was written since)."""
     index = offset_index.read(data_path)
     if index is None:
-        return False
+        return None
     h5_path = data_path / layout.MAIN_FILE_NAME
     if file.attrs.get(offset_index.SEAL_ATTRIBUTE) != index.content:
-        return False  # edited after the file was written: readers ignore it
+        return None  # edited after the file was written: readers ignore it
     if index.fingerprint is not None and offset_index.fingerprint(h5_path) != index.fingerprint:
         # The file was written since it was indexed: readers compare each entry with HDF5
         # before using it, so a stale entry misleads no one.
-        return False
+        return None
     problems = offset_index.mismatches(index, file, range(len(index.steps)))
     if problems:
         raise CorruptedDataError(
             f"{data_path / layout.INDEX_FILE_NAME} disagrees with the HDF5 file: "
             f"{'; '.join(problems[:3])}. Delete it (readers then use HDF5).")
-    return True
+    return index

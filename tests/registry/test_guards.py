@@ -346,28 +346,29 @@ def test_download_keeps_an_offset_index_that_agrees_and_vouches_for_it(
     assert compared == []  # the downloader compared every entry and remembered the file
 
 
-def test_a_forged_index_too_large_to_compare_at_download_is_kept_unvouched(
+def test_download_compares_every_entry_of_a_large_index_and_vouches_for_it(
         registry_dir: Path, small_dataset: Callable[..., str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where comparing every entry would cost more than the download's budget, the index is
-    left in place without the sidecar that would vouch for it: readers compare each entry
-    they use, and read what h5py reads."""
+    """However many entries an index has, the download compares them all (reporting each
+    step of episodes) and remembers the file, so no later reader compares any."""
     from marl_minari.format.digests import remembered_digests
 
-    dataset_id = small_dataset("mpe2/spread/big-v0", episodes=6)
+    dataset_id = small_dataset("mpe2/spread/big-v0", episodes=7)
     registry.publish(dataset_id)
     shutil.rmtree(dataset_dir(dataset_id))
-    _forge_published_index(registry_dir, dataset_id)
-    monkeypatch.setattr(offset_index, "VERIFY_BUDGET_BYTES", 0)
-    monkeypatch.setattr(offset_index, "ENTRY_COST_BYTES", 1 << 40)
-    registry.download(dataset_id)
+    monkeypatch.setattr(offset_index, "VERIFY_STEP_EPISODES", 2)
+    reported: list[int] = []
+    real = offset_index.verify_or_drop
+    monkeypatch.setattr(offset_index, "verify_or_drop",
+                        lambda *args, progress: real(*args, progress=reported.append))
+    registry.download(dataset_id, progress=lambda count: None)
     local = dataset_dir(dataset_id) / "data"
-    assert (local / layout.INDEX_FILE_NAME).exists()
-    assert f"data/{layout.MAIN_FILE_NAME}" not in remembered_digests(local.parent)
-    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    assert reported == [2, 2, 2, 1]
+    assert f"data/{layout.MAIN_FILE_NAME}" in remembered_digests(local.parent)
     monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    arrays = mm.load_dataset(dataset_id).to_arrays()
-    for episode_id in range(6):
-        stored = episode_leaves(local / layout.MAIN_FILE_NAME, episode_id)
-        np.testing.assert_array_equal(arrays.episode(episode_id).team_rewards,
-                                      stored["rewards"])
+    compared: list[Any] = []
+    agrees = offset_index._agrees
+    monkeypatch.setattr(offset_index, "_agrees",
+                        lambda *args: compared.append(args[1]) or agrees(*args))
+    mm.load_dataset(dataset_id).to_arrays()
+    assert compared == []

@@ -1,0 +1,142 @@
+"""``check`` remembers a copy whose index it compared whole, so that reads trust it at once;
+never a file it did not verify in the state remembered, never where it cannot write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from clock import after_last_change
+from forged_index import swap_episodes_and_forge_index
+from gymnasium import spaces
+from marl_strategies import assert_episode_equal, random_episode
+from typer.testing import CliRunner
+
+import marl_minari as mm
+from marl_minari.cli import app
+from marl_minari.errors import CorruptedDataError
+from marl_minari.format import layout, offset_index
+from marl_minari.format.digests import remembered_digests
+from marl_minari.format.ids import dataset_dir
+from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.writer import write_dataset
+
+AGENTS = ["p", "q"]
+OBS = {a: spaces.Box(-3, 3, (3,), dtype=np.float32) for a in AGENTS}
+ACT = {a: spaces.Discrete(4) for a in AGENTS}
+SPEC = MultiAgentSpec(api="parallel", possible_agents=tuple(AGENTS), observation_spaces=OBS,
+                      action_spaces=ACT)
+MAIN = f"data/{layout.MAIN_FILE_NAME}"
+
+
+def _copy(episodes: list[Any], source: str, copy: str) -> Path:
+    """Write ``source``, copy it to ``copy`` (new inodes and times); the copy's folder."""
+    write_dataset(source, episodes, SPEC)
+    shutil.copytree(dataset_dir(source), dataset_dir(copy))
+    # A digest taken in the clock tick of the copy's last write is never trusted.
+    after_last_change(dataset_dir(copy) / MAIN)
+    return dataset_dir(copy)
+
+
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Forget what this process bound and hashed; the entries compared from now on."""
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
+    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    compared: list[Any] = []
+    real = offset_index._agrees
+    monkeypatch.setattr(offset_index, "_agrees",
+                        lambda *args: compared.append(args[1]) or real(*args))
+    return compared
+
+
+def test_check_of_a_copy_remembers_it_and_reads_compare_no_entry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    episodes = [random_episode(AGENTS, OBS, ACT, 5, seed) for seed in range(6)]
+    folder = _copy(episodes, "remember/source-v0", "remember/copy-v0")
+    compared = _fresh_process(monkeypatch)
+    mm.load_dataset("remember/copy-v0").to_arrays()
+    assert compared  # an unchecked copy: entries compared one by one
+    report = mm.check_dataset("remember/copy-v0")
+    assert report.index_checked and report.index_remembered
+    assert MAIN in remembered_digests(folder)
+    compared = _fresh_process(monkeypatch)
+    arrays = mm.load_dataset("remember/copy-v0").to_arrays()
+    assert compared == []
+    for episode_id, expected in enumerate(episodes):
+        assert_episode_equal(arrays.episode(episode_id), expected)
+
+
+def test_check_refuses_a_forged_copy_and_remembers_nothing() -> None:
+    folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(6)],
+                   "remember/honest-v0", "remember/forged-v0")
+    swap_episodes_and_forge_index(folder / "data")
+    before = (folder / layout.DIGESTS_FILE_NAME).read_bytes()
+    with pytest.raises(CorruptedDataError, match="disagrees with the HDF5 file"):
+        mm.check_dataset("remember/forged-v0")
+    assert (folder / layout.DIGESTS_FILE_NAME).read_bytes() == before
+    assert MAIN not in remembered_digests(folder)
+
+
+def test_a_file_changed_since_it_was_verified_is_not_remembered() -> None:
+    """``vouch`` is told the state its caller verified; a file in another state when hashed
+    (written in between) is left out of the sidecar."""
+    folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(3)],
+                   "remember/changed-v0", "remember/changed-copy-v0")
+    state = os.stat(folder / MAIN)
+    verified = (state.st_dev, state.st_ino, state.st_size, state.st_mtime_ns,
+                state.st_ctime_ns - 1)
+    assert not offset_index.vouch(folder / "data", state=verified)
+    assert MAIN not in remembered_digests(folder)
+    assert f"data/{layout.METADATA_FILE_NAME}" in remembered_digests(folder)
+
+
+def _chattr(flag: str, path: Path) -> None:
+    subprocess.run(["chattr", flag, str(path)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def immutable_folder() -> Iterator[list[Path]]:
+    """Folders added here are made immutable (``chattr +i``, which binds root too: no file
+    can be created in them) and made mutable again after the test."""
+    probe = Path(os.environ["MINARI_DATASETS_PATH"]) / "probe"
+    probe.mkdir()
+    try:
+        _chattr("+i", probe)
+        _chattr("-i", probe)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"chattr +i is not available on this file system: {exc}")
+    finally:
+        probe.rmdir()
+    paths: list[Path] = []
+    yield paths
+    for path in paths:
+        _chattr("-i", path)
+
+
+def test_check_of_a_read_only_copy_passes_and_says_nothing_was_remembered(
+        immutable_folder: list[Path]) -> None:
+    folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(3)],
+                   "remember/locked-v0", "remember/locked-copy-v0")
+    (folder / layout.DIGESTS_FILE_NAME).unlink()
+    _chattr("+i", folder)
+    immutable_folder.append(folder)
+    report = mm.check_dataset("remember/locked-copy-v0")
+    assert report.index_checked and not report.index_remembered
+    assert not (folder / layout.DIGESTS_FILE_NAME).exists()
+    result = CliRunner().invoke(app, ["check", "remember/locked-copy-v0"])
+    assert result.exit_code == 0, result.output
+    assert "offset index verified, not remembered" in result.output
+
+
+def test_cli_check_says_it_remembered_a_copy() -> None:
+    _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(3)],
+          "remember/cli-v0", "remember/cli-copy-v0")
+    result = CliRunner().invoke(app, ["check", "remember/cli-copy-v0"])
+    assert result.exit_code == 0, result.output
+    assert "offset index verified and remembered" in result.output
