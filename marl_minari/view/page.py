@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from importlib import resources
 from typing import Any, Final, Literal
+
+from marl_minari.describe.results import json_document
 
 STATIC_FILES: Final = ("uPlot.min.css", "viewer.css", "uPlot.iife.min.js", "viewer.js")
 """What the page inlines, in order: uPlot (MIT, vendored; see ``static/uPlot.LICENSE``) and
@@ -47,26 +48,17 @@ def render_page(summary: dict[str, Any], *, mode: PageMode,
 
 
 def to_json(value: Any) -> str:
-    """``value`` as strict JSON (NaN and infinities become ``null``)."""
+    """``value`` as strict, compact JSON (NaN and infinities become ``null``: the describe
+    reports' one rule, :func:`~marl_minari.describe.results.json_document`)."""
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        return json.dumps(_finite(value), allow_nan=False, separators=(",", ":"))
+        return json_document(value, separators=(",", ":"))
 
 
 def script_json(value: Any) -> str:
     """JSON safe inside a ``<script>`` element (no ``</`` closes it early)."""
     return to_json(value).replace("</", "<\\/").replace("<!--", "\\u003c!--")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _static(name: str) -> str:

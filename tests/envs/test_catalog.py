@@ -3,13 +3,15 @@
 Each row of ``env_catalog.CATALOG`` records two short seeded episodes with ``collect`` (what
 ``marl-minari collect`` runs), then: ``check_dataset`` -> plain ``minari.load_dataset``
 iteration -> ``publish`` to a ``file://`` registry and ``download`` into another datasets root
--> ``to_vault`` and ``from_vault`` (per-agent returns equal) -> ``describe``. A new env (or env
+-> ``to_vault`` and ``from_vault`` (per-agent returns equal) -> ``describe`` -> the viewer's
+offline page (``write_page``: every agent, both episodes). A new env (or env
 version) in PettingZoo or mpe2 shows up as a failing completeness test naming it, a vanished
 one too, and an env that changed what it hands out as one failing row.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from marl_minari.collectors.collect import collect
 
 import marl_minari as mm
 from marl_minari import registry
+from marl_minari.view import write_page
 
 DOCS_CATALOG = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
 METADATA = {"author": "tests", "author_email": "tests@example.com",
@@ -106,6 +109,12 @@ def test_every_door(row: CatalogRow, tmp_path: Path, datasets_root: Path,
     np.testing.assert_allclose(
         description.episode_returns,
         [[episode[agent] for agent in description.possible_agents] for episode in returns])
+
+    page = write_page(dataset_id, tmp_path / "page.html")
+    shown = json.loads(page.read_text().split('type="application/json">', 1)[1]
+                       .split("</script>", 1)[0])
+    assert shown["summary"]["agents"] == list(dataset.spec.possible_agents)
+    assert len(shown["sample"]) == 2
 
 
 def _returns(dataset: Any) -> list[dict[str, float]]:
