@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
+
+from registry_helpers import drip
 
 _RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
@@ -116,15 +117,6 @@ class TricklingHandler(RangeHandler):
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Content-Range", f"bytes {first}-{last}/{len(whole)}")
         self.end_headers()
-        stop = time.monotonic() + self.give_up
-        try:
-            for byte in data:
-                if time.monotonic() > stop:
-                    break
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-                time.sleep(self.interval)
-        except OSError:
-            pass  # the client gave up, as it should
+        drip(self.wfile, data, self.interval, self.give_up)
         self.close_connection = True
         return None

@@ -80,6 +80,21 @@ class DroppingHandler(SimpleHTTPRequestHandler):
         return None
 
 
+def drip(out: Any, data: bytes, interval: float, give_up: float) -> None:
+    """Write ``data`` to ``out`` one byte per ``interval`` seconds, for at most ``give_up``
+    seconds (a slow server); a client that hangs up ends it."""
+    stop = time.monotonic() + give_up
+    try:
+        for byte in data:
+            if time.monotonic() > stop:
+                break
+            out.write(bytes([byte]))
+            out.flush()
+            time.sleep(interval)
+    except OSError:
+        pass  # the client gave up, as it should
+
+
 class DrippingHandler(SimpleHTTPRequestHandler):
     """Serves files, but for names in ``drip`` announces the full length and then sends one
     byte every ``interval`` seconds, for at most ``give_up`` seconds (then hangs up).
@@ -107,16 +122,7 @@ class DrippingHandler(SimpleHTTPRequestHandler):
         else:
             self.wfile.write(head)
             self.wfile.flush()
-        stop = time.monotonic() + self.give_up
-        try:
-            for byte in data:
-                if time.monotonic() > stop:
-                    break
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-                time.sleep(self.interval)
-        except OSError:
-            pass  # the client gave up, as it should
+        drip(self.wfile, data, self.interval, self.give_up)
         self.close_connection = True
         return None
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from clock import after_last_change
 from forged_index import swap_episodes_and_forge_index
 from gymnasium import spaces
+from immutable import chattr
 from marl_strategies import assert_episode_equal, random_episode
 from typer.testing import CliRunner
 
@@ -96,36 +95,13 @@ def test_a_file_changed_since_it_was_verified_is_not_remembered() -> None:
     assert f"data/{layout.METADATA_FILE_NAME}" in remembered_digests(folder)
 
 
-def _chattr(flag: str, path: Path) -> None:
-    subprocess.run(["chattr", flag, str(path)], check=True, capture_output=True)
-
-
-@pytest.fixture
-def immutable_folder() -> Iterator[list[Path]]:
-    """Folders added here are made immutable (``chattr +i``, which binds root too: no file
-    can be created in them) and made mutable again after the test."""
-    probe = Path(os.environ["MINARI_DATASETS_PATH"]) / "probe"
-    probe.mkdir()
-    try:
-        _chattr("+i", probe)
-        _chattr("-i", probe)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"chattr +i is not available on this file system: {exc}")
-    finally:
-        probe.rmdir()
-    paths: list[Path] = []
-    yield paths
-    for path in paths:
-        _chattr("-i", path)
-
-
 def test_check_of_a_read_only_copy_passes_and_says_nothing_was_remembered(
-        immutable_folder: list[Path]) -> None:
+        immutable: list[Path]) -> None:
     folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(3)],
                    "remember/locked-v0", "remember/locked-copy-v0")
     (folder / layout.DIGESTS_FILE_NAME).unlink()
-    _chattr("+i", folder)
-    immutable_folder.append(folder)
+    chattr("+i", folder)
+    immutable.append(folder)
     report = mm.check_dataset("remember/locked-copy-v0")
     assert report.index_checked and not report.index_remembered
     assert not (folder / layout.DIGESTS_FILE_NAME).exists()

@@ -11,12 +11,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from immutable import chattr
 from marl_strategies import random_episode
 
 import marl_minari as mm
@@ -40,29 +40,6 @@ def _episodes(count: int, first_seed: int = 0) -> list:
             for seed in range(first_seed, first_seed + count)]
 
 
-def _chattr(flag: str, path: Path) -> None:
-    subprocess.run(["chattr", flag, str(path)], check=True, capture_output=True)
-
-
-@pytest.fixture
-def immutable() -> Iterator[list[Path]]:
-    """Paths added here are made immutable (``chattr +i``, which binds root too) and made
-    mutable again after the test."""
-    probe = Path(os.environ["MINARI_DATASETS_PATH"]) / "probe"
-    probe.touch()
-    try:
-        _chattr("+i", probe)
-        _chattr("-i", probe)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"chattr +i is not available on this file system: {exc}")
-    finally:
-        probe.unlink()
-    paths: list[Path] = []
-    yield paths
-    for path in paths:
-        _chattr("-i", path)
-
-
 def _snapshot(dataset_id: str) -> dict[str, bytes]:
     data = dataset_dir(dataset_id) / "data"
     return {p.name: p.read_bytes() for p in sorted(data.iterdir()) if p.is_file()}
@@ -83,7 +60,7 @@ def test_append_to_an_immutable_dataset_is_a_typed_error_and_keeps_the_episodes(
     for episode in _episodes(2, first_seed=10):
         recording.append(episode)
     target = data if locked == "data folder" else data / layout.MAIN_FILE_NAME
-    _chattr("+i", target)
+    chattr("+i", target)
     immutable.append(target)
     with pytest.raises(NotWritableError) as error:
         recording.add_to_dataset("lock/target-v0")
@@ -94,7 +71,7 @@ def test_append_to_an_immutable_dataset_is_a_typed_error_and_keeps_the_episodes(
     assert copies == []  # refused before the data file was copied
     assert _snapshot("lock/target-v0") == before
     assert recording.episodes == 2
-    _chattr("-i", target)
+    chattr("-i", target)
     immutable.remove(target)
     recording.add_to_dataset("lock/target-v0")
     assert mm.load_dataset("lock/target-v0").total_episodes == 5
@@ -167,7 +144,7 @@ def test_a_folder_made_immutable_after_the_check_is_still_a_typed_error(
     before = _snapshot("lock/late-v0")
     data = dataset_dir("lock/late-v0") / "data"
     monkeypatch.setattr(writer, "_check_writable", lambda data, dataset_id: None)
-    _chattr("+i", data)
+    chattr("+i", data)
     immutable.append(data)
     with pytest.raises(NotWritableError, match="unchanged"):
         append_to_dataset("lock/late-v0", _episodes(1, first_seed=7), SPEC)
