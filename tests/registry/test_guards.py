@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import minari
 import numpy as np
 import pytest
 from forged_index import episode_leaves, swap_episodes_and_forge_index
+from index_checks import count_entry_checks
 from marl_minari.registry.manifest import Manifest
 from registry_helpers import (
     Interrupted,
@@ -336,12 +336,7 @@ def test_download_keeps_an_offset_index_that_agrees_and_vouches_for_it(
     registry.download(published)
     local = dataset_dir(published) / "data"
     assert (local / layout.INDEX_FILE_NAME).exists()
-    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    compared: list[Any] = []
-    real = offset_index._agrees
-    monkeypatch.setattr(offset_index, "_agrees",
-                        lambda *args: compared.append(args[1]) or real(*args))
+    compared = count_entry_checks(monkeypatch, forget=True)
     mm.load_dataset(published).to_arrays()
     assert compared == []  # the downloader compared every entry and remembered the file
 
@@ -365,10 +360,6 @@ def test_download_compares_every_entry_of_a_large_index_and_vouches_for_it(
     local = dataset_dir(dataset_id) / "data"
     assert reported == [2, 2, 2, 1]
     assert f"data/{layout.MAIN_FILE_NAME}" in remembered_digests(local.parent)
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    compared: list[Any] = []
-    agrees = offset_index._agrees
-    monkeypatch.setattr(offset_index, "_agrees",
-                        lambda *args: compared.append(args[1]) or agrees(*args))
+    compared = count_entry_checks(monkeypatch, forget=True)
     mm.load_dataset(dataset_id).to_arrays()
     assert compared == []

@@ -14,6 +14,7 @@ from clock import after_last_change
 from forged_index import swap_episodes_and_forge_index
 from gymnasium import spaces
 from immutable import chattr
+from index_checks import count_entry_checks
 from marl_strategies import assert_episode_equal, random_episode
 from typer.testing import CliRunner
 
@@ -43,28 +44,17 @@ def _copy(episodes: list[Any], source: str, copy: str) -> Path:
     return dataset_dir(copy)
 
 
-def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Forget what this process bound and hashed; the entries compared from now on."""
-    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    compared: list[Any] = []
-    real = offset_index._agrees
-    monkeypatch.setattr(offset_index, "_agrees",
-                        lambda *args: compared.append(args[1]) or real(*args))
-    return compared
-
-
 def test_check_of_a_copy_remembers_it_and_reads_compare_no_entry(
         monkeypatch: pytest.MonkeyPatch) -> None:
     episodes = [random_episode(AGENTS, OBS, ACT, 5, seed) for seed in range(6)]
     folder = _copy(episodes, "remember/source-v0", "remember/copy-v0")
-    compared = _fresh_process(monkeypatch)
+    compared = count_entry_checks(monkeypatch, forget=True)
     mm.load_dataset("remember/copy-v0").to_arrays()
     assert compared  # an unchecked copy: entries compared one by one
     report = mm.check_dataset("remember/copy-v0")
     assert report.index_checked and report.index_remembered
     assert MAIN in remembered_digests(folder)
-    compared = _fresh_process(monkeypatch)
+    compared = count_entry_checks(monkeypatch, forget=True)
     arrays = mm.load_dataset("remember/copy-v0").to_arrays()
     assert compared == []
     for episode_id, expected in enumerate(episodes):

@@ -15,6 +15,7 @@ import pytest
 from clock import after_last_change
 from forged_index import swap_episodes_and_forge_index
 from gymnasium import spaces
+from index_checks import count_entry_checks
 from marl_strategies import assert_episode_equal, random_episode
 
 import marl_minari as mm
@@ -198,7 +199,7 @@ def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
         os.utime(main, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
     monkeypatch.setattr(offset_index, "_BINDINGS", {})
-    compared = _count_entry_checks(monkeypatch)
+    compared = count_entry_checks(monkeypatch)
     before = _bytes_read()
     arrays = mm.load_dataset("trust/remembered-v0").to_arrays([2, 4])
     read = _bytes_read() - before
@@ -221,7 +222,7 @@ def test_a_pass_in_chunks_over_a_copy_compares_each_entry_once(
     episodes = _episodes(obs, lengths)
     write_dataset("trust/pass-v0", episodes, _spec(obs))
     shutil.copytree(dataset_dir("trust/pass-v0"), dataset_dir("trust/pass-copy-v0"))
-    compared = _count_entry_checks(monkeypatch)
+    compared = count_entry_checks(monkeypatch)
     chunks = list(open_source("trust/pass-copy-v0").chunks(chunk_steps=8 if small else 100))
     assert len(chunks) == (20 if small else 8)
     position = 0
@@ -234,19 +235,6 @@ def test_a_pass_in_chunks_over_a_copy_compares_each_entry_once(
     assert index is not None
     entries = sum(int((offsets >= 0).sum()) for offsets in index.offsets.values())
     assert len(compared) == len(set(compared)) == entries
-
-
-def _count_entry_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The index entries compared with HDF5 one by one from now on, in order."""
-    compared: list[Any] = []
-    real = offset_index._agrees
-
-    def counting(*args: Any) -> bool:
-        compared.append(args[1])
-        return real(*args)
-
-    monkeypatch.setattr(offset_index, "_agrees", counting)
-    return compared
 
 
 @pytest.mark.parametrize("hashed_before", [False, True])
