@@ -434,16 +434,6 @@ def file_state(file: h5py.File) -> StatKey:
     return stat_key(os.fstat(file.id.get_vfd_handle()))
 
 
-def prepare_pass(data_path: Path, episode_ids: np.ndarray) -> None:
-    """Before reading ``episode_ids`` in several calls (a pass in chunks).
-
-    Nothing to do: whole-file trust comes only from what a local writer remembered
-    (:func:`trusted`), never from hashing the file at read time, so there is nothing to hash
-    ahead of the pass. Kept so that callers need not know how trust is decided.
-    """
-    del data_path, episode_ids
-
-
 def _remembered_by_writer(file: h5py.File) -> str | None:
     """BLAKE3 of the file ``file`` has open as the digests sidecar of its dataset remembers
     it, if the sidecar describes the file's current state and its path still names that file;

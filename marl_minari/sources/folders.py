@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 from minari.dataset.minari_dataset import MinariDataset
 
-from marl_minari.format import layout, offset_index
+from marl_minari.format import layout
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
 from marl_minari.format.spaces import leaf_spaces
 from marl_minari.sources.base import DatasetSource, EpisodeAttributes
@@ -29,7 +29,6 @@ from marl_minari.storage.datafile import (
     open_data_file,
 )
 from marl_minari.storage.dataset import MultiAgentDataset, minari_dataset_at
-from marl_minari.storage.episode import MultiAgentEpisode
 
 
 class FolderSource(DatasetSource):
@@ -103,11 +102,6 @@ class FolderSource(DatasetSource):
                     for m in metas]
         return episode_attributes(self.data_path / layout.MAIN_FILE_NAME, ids)
 
-    def chunks(self, chunk_steps: int | None = None, *,
-               observations: bool = True) -> Iterator[MultiAgentArrays]:
-        self._prepare_pass()
-        yield from super().chunks(chunk_steps, observations=observations)
-
     def read_batches(self, batches: Iterable[np.ndarray], *,
                      observations: bool = True) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
@@ -116,17 +110,9 @@ class FolderSource(DatasetSource):
             return
         yield from super().read_batches(batches, observations=observations)
 
-    def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
-        self._prepare_pass()
-        yield from super().episodes(chunk_steps)
-
     def _reads_data_file(self) -> bool:
         """The episodes are read from ``main_data.hdf5`` by the multi-agent reader."""
         return self.multi_agent and self.metadata.get("data_format", "hdf5") == "hdf5"
-
-    def _prepare_pass(self) -> None:
-        if self._reads_data_file():
-            offset_index.prepare_pass(self.data_path, self._ids)
 
     def read(self, ids: Sequence[int] | np.ndarray, *,
              observations: bool = True) -> MultiAgentArrays:
