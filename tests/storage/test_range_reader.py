@@ -20,6 +20,7 @@ from marl_minari.storage import range_reader
 from marl_minari.storage.byte_ranges import LocalFileRanges
 from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.range_reader import (
+    RangePlan,
     RangePlanner,
     read_plan_from_fd,
     read_plan_from_source,
@@ -76,17 +77,21 @@ def test_pieces_are_sorted_and_coalesced_across_small_gaps_only(data_file: tuple
     assert planner.plan(max_gap=200).blocks == [(100, 207), (5000, 103), (400_000, 1000)]
 
 
+def _read_local(plan: RangePlan, path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        read_plan_from_fd(plan, fd, str(path))
+    finally:
+        os.close(fd)
+
+
 def test_overlapping_pieces_start_a_new_block(data_file: tuple) -> None:
     path, content = data_file
     pieces = [(1000, 500), (1200, 100), (1600, 10)]
     planner, out = _planned(pieces)
     plan = planner.plan(max_gap=8192)
     assert plan.blocks == [(1000, 500), (1200, 410)]
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        read_plan_from_fd(plan, fd, str(path))
-    finally:
-        os.close(fd)
+    _read_local(plan, path)
     assert out.tobytes() == _expected(content, pieces)
 
 
@@ -103,11 +108,7 @@ def test_a_local_read_puts_every_piece_where_it_belongs(
                                               strict=True)]
     planner, out = _planned(pieces)
     plan = planner.plan(max_gap=max_gap)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        read_plan_from_fd(plan, fd, str(path))
-    finally:
-        os.close(fd)
+    _read_local(plan, path)
     assert out.tobytes() == _expected(content, pieces)
 
 
