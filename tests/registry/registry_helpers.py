@@ -224,3 +224,23 @@ def as_older_manifest(raw: bytes) -> bytes:
     for entry in document["files"]:
         entry.pop("blake3")
     return json.dumps(document).encode()
+
+
+def manifest_document(registry_dir: Path, dataset_id: str) -> dict[str, Any]:
+    """The published manifest of ``dataset_id``, as JSON."""
+    return json.loads((registry_dir / dataset_id / "manifest.json").read_text())
+
+
+def entry_of(document: dict[str, Any], path: str) -> dict[str, Any]:
+    """The manifest entry of the published file ``path``."""
+    return next(e for e in document["files"] if e["path"] == path)
+
+
+def drop_range_digests(registry_dir: Path, dataset_id: str) -> None:
+    """Rewrite ``dataset_id``'s manifest as publishers wrote it before range digests."""
+    document = manifest_document(registry_dir, dataset_id)
+    for entry in document["files"]:
+        entry.pop("block_size", None)
+        entry.pop("block_blake3", None)
+        entry.pop("open_blocks", None)
+    (registry_dir / dataset_id / "manifest.json").write_text(json.dumps(document))

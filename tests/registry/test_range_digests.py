@@ -12,6 +12,7 @@ import blake3
 import pytest
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE, block_size_for
 from marl_minari.registry.manifest import Manifest
+from registry_helpers import drop_range_digests, entry_of, manifest_document
 
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError
@@ -21,17 +22,9 @@ DATASET = "mpe2/spread/streamed-v0"
 MAIN = "data/main_data.hdf5"
 
 
-def manifest_document(registry_dir: Path) -> dict[str, Any]:
-    return json.loads((registry_dir / DATASET / "manifest.json").read_text())
-
-
-def entry_of(document: dict[str, Any], path: str) -> dict[str, Any]:
-    return next(e for e in document["files"] if e["path"] == path)
-
-
 # ---------------------------------------------------------------------- range digests
 def test_publish_records_a_digest_per_block(streamable: Path, registry_dir: Path) -> None:
-    document = manifest_document(registry_dir)
+    document = manifest_document(registry_dir, DATASET)
     main = entry_of(document, MAIN)
     data = streamable.read_bytes()
     assert main["block_size"] == block_size_for(len(data)) == MIN_BLOCK_SIZE
@@ -70,7 +63,7 @@ def test_block_size_keeps_the_digest_list_short() -> None:
 def test_malformed_range_digests_are_refused(streamable: Path, registry_dir: Path,
                                              change: Callable[[dict[str, Any]], Any],
                                              named: str) -> None:
-    document = manifest_document(registry_dir)
+    document = manifest_document(registry_dir, DATASET)
     document["files"].sort(key=lambda e: e["path"] != MAIN)
     change(document["files"][0])
     with pytest.raises(CorruptedDataError, match=named.replace("[", r"\[").replace("]", r"\]")):
@@ -79,12 +72,7 @@ def test_malformed_range_digests_are_refused(streamable: Path, registry_dir: Pat
 
 def test_a_manifest_without_range_digests_still_downloads(streamable: Path,
                                                           registry_dir: Path) -> None:
-    document = manifest_document(registry_dir)
-    for entry in document["files"]:
-        entry.pop("block_size", None)
-        entry.pop("block_blake3", None)
-        entry.pop("open_blocks", None)
-    (registry_dir / DATASET / "manifest.json").write_text(json.dumps(document))
+    drop_range_digests(registry_dir, DATASET)
     local = streamable.read_bytes()
     registry.download(DATASET, force=True)
     assert (dataset_dir(DATASET) / MAIN).read_bytes() == local

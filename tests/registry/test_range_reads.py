@@ -5,7 +5,6 @@ slow mirrors."""
 
 from __future__ import annotations
 
-import json
 import pickle
 import random
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from range_servers import (
     TruncatingHandler,
     range_handler,
 )
+from registry_helpers import drop_range_digests
 
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError, RemoteError
@@ -44,14 +44,6 @@ MAIN = "data/main_data.hdf5"
 @pytest.fixture
 def settings(tmp_path: Path) -> StreamSettings:
     return StreamSettings(cache_dir=tmp_path / "cache", cache_bytes=1 << 30)
-
-
-def manifest_document(registry_dir: Path) -> dict[str, Any]:
-    return json.loads((registry_dir / DATASET / "manifest.json").read_text())
-
-
-def entry_of(document: dict[str, Any], path: str) -> dict[str, Any]:
-    return next(e for e in document["files"] if e["path"] == path)
 
 
 def some_ranges(size: int, count: int = 20, seed: int = 0) -> list[tuple[int, int]]:
@@ -209,12 +201,7 @@ def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
 def test_a_dataset_published_before_range_digests_is_verified_whole_first(
         streamable: Path, registry_dir: Path, settings: StreamSettings,
         range_server: Callable[..., tuple[str, Any]]) -> None:
-    document = manifest_document(registry_dir)
-    for entry in document["files"]:
-        entry.pop("block_size", None)
-        entry.pop("block_blake3", None)
-        entry.pop("open_blocks", None)
-    (registry_dir / DATASET / "manifest.json").write_text(json.dumps(document))
+    drop_range_digests(registry_dir, DATASET)
     url, _ = range_server()
     data = streamable.read_bytes()
     source = open_remote_file(url, DATASET, settings=settings)
