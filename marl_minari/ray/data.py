@@ -53,11 +53,12 @@ def episode_steps(source: DatasetSource) -> np.ndarray:
     return source.episode_lengths()
 
 
-def open_sources(sources: Any) -> list[DatasetSource]:
-    """One source or a list of them, each opened with :func:`open_source`."""
+def open_sources(sources: Any, *, streaming: bool = False) -> list[DatasetSource]:
+    """One source or a list of them, each opened with :func:`open_source` (``streaming``: a
+    registry URL is read in place instead of downloaded)."""
     if isinstance(sources, (str, os.PathLike)) or not isinstance(sources, Sequence):
         sources = [sources]
-    opened = [open_source(s) for s in sources]
+    opened = [open_source(s, streaming=streaming) for s in sources]
     if not opened:
         raise InvalidOptionError("no sources given: name at least one dataset")
     return opened
@@ -280,7 +281,8 @@ def _datasource_class() -> type:
 
 def make_datasource(sources: SourceLike | Sequence[SourceLike],
                     rows: str = "agent_steps", *, agents: Sequence[str] | None = None,
-                    only_acted: bool = True, block_steps: int | None = None) -> Any:
+                    only_acted: bool = True, block_steps: int | None = None,
+                    streaming: bool = True) -> Any:
     """The ``ray.data.Datasource`` behind :func:`read_dataset` (same arguments).
 
     For ``ray.data.read_datasource(make_datasource(...), ...)`` with Ray options that
@@ -288,7 +290,7 @@ def make_datasource(sources: SourceLike | Sequence[SourceLike],
     """
     if rows not in P.ROW_KINDS:
         raise InvalidOptionError(f"rows must be one of {P.ROW_KINDS}, got {rows!r}")
-    opened = open_sources(sources)
+    opened = open_sources(sources, streaming=streaming)
     for source in opened:
         if rows == "agent_steps":
             P.check_uniform_agents(source.spec, P.select_agents(source.spec, agents))
@@ -301,7 +303,8 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
                  rows: str = "agent_steps", *, agents: Sequence[str] | None = None,
                  only_acted: bool = True, block_steps: int | None = None,
                  override_num_blocks: int | None = None,
-                 ray_remote_args: dict[str, Any] | None = None) -> ray.data.Dataset:
+                 ray_remote_args: dict[str, Any] | None = None,
+                 streaming: bool = True) -> ray.data.Dataset:
     """Read datasets into a ``ray.data.Dataset`` (parallel, streaming, by episode ranges).
 
     Args:
@@ -309,9 +312,11 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
             folders, ``data/`` folders, ``main_data.hdf5`` files, dataset objects), one or a
             list; marl-minari datasets and plain Minari datasets (one agent named
             :data:`~marl_minari.sources.SINGLE_AGENT`, ``agent_0``). All must give the same
-            columns. Ids that are not local are not downloaded. A streaming source
-            (``open_source(url, streaming=True)``) is sent to the read tasks as it is, and
-            each task fetches its episodes' byte ranges on its own node.
+            columns. Ids that are not local are not downloaded. A registry URL followed by
+            a dataset id (``https://host/registry/ns/name-v0``, ``s3://...``, ``file://...``)
+            is read in place (see ``streaming``), as is a streaming source
+            (``open_source(url, streaming=True)``): the source is sent to the read tasks,
+            never its data, and each task fetches its episodes' byte ranges on its own node.
         rows: ``"agent_steps"`` (one row per agent and step), ``"steps"`` (one row per
             environment step) or ``"episodes"`` (one row per episode); columns are documented
             in :func:`~marl_minari.rows.patterns.agent_step_rows`,
@@ -325,6 +330,11 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
         override_num_blocks: number of read tasks (Ray picks one from the CPUs otherwise);
             each task reads a contiguous episode range and yields several blocks.
         ray_remote_args: passed to ``ray.data.read_datasource`` (e.g. ``{"num_cpus": 1}``).
+        streaming: open registry URLs in place (default: nodes need no shared disk, and the
+            driver fetches only the small files and the blocks that open the data file).
+            ``False``: the driver downloads each URL once into its datasets root
+            (verified), and the read tasks read that copy, which every node must then
+            see at the same path (a shared file system).
 
     Raises:
         DatasetNotFoundError: a source does not exist.
@@ -335,7 +345,7 @@ def read_dataset(sources: SourceLike | Sequence[SourceLike],
     import ray.data
 
     datasource = make_datasource(sources, rows, agents=agents, only_acted=only_acted,
-                                 block_steps=block_steps)
+                                 block_steps=block_steps, streaming=streaming)
     return ray.data.read_datasource(datasource, override_num_blocks=override_num_blocks,
                                     ray_remote_args=ray_remote_args or {})
 

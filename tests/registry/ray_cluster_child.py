@@ -1,8 +1,10 @@
 """Run by ``test_streaming_ray.py`` in its own process: a two-node Ray cluster on this machine
 (``ray.cluster_utils.Cluster``, as Ray's own tests use) whose head has no CPU, so every read
-task runs on the worker node. Reads a streaming source and writes what it saw as JSON.
+task runs on the worker node, whose processes keep their blocks in their own cache
+(``WORKER_CACHE``): the driver's cache (``$MARL_MINARI_CACHE``) holds only what the driver
+fetched. Reads a bare registry URL and writes what it saw as JSON.
 
-Usage: ``python ray_cluster_child.py URL OUT.json``.
+Usage: ``python ray_cluster_child.py URL WORKER_CACHE OUT.json``.
 """
 
 from __future__ import annotations
@@ -14,24 +16,22 @@ import sys
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
-def main(url: str, out: str) -> None:
+def main(url: str, worker_cache: str, out: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
     from ray.data import DataContext
 
-    import marl_minari as mm
     import marl_minari.ray as R
 
     cluster = Cluster(initialize_head=True, connect=True,
                       head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
-        worker = cluster.add_node(num_cpus=2)
+        worker = cluster.add_node(num_cpus=2, env_vars={"MARL_MINARI_CACHE": worker_cache})
         cluster.wait_for_nodes()
         context = DataContext.get_current()
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        source = mm.open_source(url, streaming=True)
-        rows = R.read_dataset(source, "steps", override_num_blocks=2).select_columns(
+        rows = R.read_dataset(url, "steps", override_num_blocks=2).select_columns(
             ["episode_id", "t"]).take_all()
 
         @ray.remote(num_cpus=1)
@@ -40,7 +40,6 @@ def main(url: str, out: str) -> None:
 
         result = {
             "rows": sorted([int(r["episode_id"]), int(r["t"])] for r in rows),
-            "driver_bytes": source.remote_file.counts.bytes,
             "driver_node": ray.get_runtime_context().get_node_id(),
             "task_node": ray.get(node_of_tasks.remote()),
             "worker_node": worker.node_id,
@@ -53,4 +52,4 @@ def main(url: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
