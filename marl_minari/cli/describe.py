@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from marl_minari.cli.reading import Streaming, opened
+
 
 def check_output_file(path: Path | None, option: str) -> None:
     """Refuse, before any work, an output option naming a folder (the report would be
@@ -30,8 +32,8 @@ def register(app: typer.Typer) -> None:
 def describe_command(
     source: Annotated[str, typer.Argument(
         metavar="DATASET",
-        help="Dataset id (multi-agent or plain Minari) or Flashbax vault folder "
-             "(rel_dir/vault_name/vault_uid).")],
+        help="Dataset id (multi-agent or plain Minari), dataset folder, registry URL or "
+             "Flashbax vault folder (rel_dir/vault_name/vault_uid).")],
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE",
         help="Write a PNG of the statistics (all datasets side by side with --compare).")] = None,
@@ -60,11 +62,19 @@ def describe_command(
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps read at a time (memory is proportional to it; default: as many as fit "
              "32 MiB, at most 65,536).", min=1)] = None,
+    statistics: Annotated[bool, typer.Option(
+        "--statistics/--no-statistics",
+        help="--no-statistics: only what the metadata and the offset index say (agents, "
+             "spaces, environment, size, episode and step counts, episode lengths); no "
+             "episode is read, so with --streaming only a few small files move. Not with "
+             "--plot, --coverage or --coverage-plot.")] = True,
+    streaming: Streaming = False,
 ) -> None:
     """Statistics of a dataset or vault: episodes, returns, actions, coverage.
 
     Episodes, returns, actions and inactive agents; with --coverage its state-action
-    coverage (--coverage-plot: how often pairs repeat)."""
+    coverage (--coverage-plot: how often pairs repeat); with --no-statistics only what the
+    metadata says, without reading any episode."""
     import warnings
 
     from marl_minari.describe import (
@@ -75,18 +85,27 @@ def describe_command(
         plot_descriptions,
     )
     from marl_minari.describe.results import json_document
+    from marl_minari.errors import InvalidOptionError
 
     for path, option in ((plot, "--plot"), (card, "--card"),
                          (coverage_plot, "--coverage-plot")):
         check_output_file(path, option)
-    sources = [source, *(compare or [])]
+    if not statistics:
+        needing = [option for option, given in (("--plot", plot is not None),
+                                                ("--coverage", coverage),
+                                                ("--coverage-plot", coverage_plot is not None))
+                   if given]
+        if needing:
+            raise InvalidOptionError(f"{', '.join(needing)} read the episodes: drop "
+                                     "--no-statistics, or drop " + ", ".join(needing))
+    sources = [opened(item, streaming) for item in (source, *(compare or []))]
     coverage = coverage or coverage_plot is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         # The library's one default applies unless the option is given.
         options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
-        descriptions = [describe(item, coverage=coverage, progress=not as_json, **options)
-                        for item in sources]
+        descriptions = [describe(item, statistics=statistics, coverage=coverage,
+                                 progress=not as_json, **options) for item in sources]
     if as_json:
         payload = [d.to_dict() for d in descriptions]
         typer.echo(json_document(payload[0] if len(payload) == 1 else payload, indent=2))

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from marl_minari.cli.reading import Streaming, opened
 from marl_minari.errors import InvalidOptionError
 
 
@@ -47,6 +48,7 @@ def subset_command(
         "--description", help="The subset's description (Minari metadata).")] = None,
     author: Annotated[str | None, typer.Option(
         "--author", help="The subset's author (Minari metadata).")] = None,
+    streaming: Streaming = False,
 ) -> None:
     """Write a subset of whole episodes as a new dataset, its choice recorded.
 
@@ -65,12 +67,15 @@ def subset_command(
     if like_id is not None and like is None:
         raise InvalidOptionError("--like-id names the subset of the --like dataset: give "
                                  "--like too")
-    options: dict[str, Any] = dict(max_steps=max_steps, profile=profile, like=like, seed=seed,
-                                   tolerance=tolerance, progress=True, **metadata)
+    options: dict[str, Any] = dict(
+        max_steps=max_steps, profile=profile, seed=seed, tolerance=tolerance, progress=True,
+        like=None if like is None else opened(like, streaming), **metadata)
+    chosen_from = opened(source, streaming)
     if like_id is None:
-        written = [subsample(source, new_dataset_id, **options)]
+        written = [subsample(chosen_from, new_dataset_id, **options)]
     else:
-        written = list(subsample(source, new_dataset_id, like_dataset_id=like_id, **options))
+        written = list(subsample(chosen_from, new_dataset_id, like_dataset_id=like_id,
+                                 **options))
     for subset in written:
         record = subset.metadata["subset"]
         typer.echo(f"{subset.metadata['dataset_id']}: {subset.total_episodes:,} episodes, "
@@ -92,6 +97,7 @@ def compare_command(
     chunk_steps: Annotated[int | None, typer.Option(
         help="Steps read at a time (default: as many as fit 32 MiB, at most 65,536).",
         min=1)] = None,
+    streaming: Streaming = False,
 ) -> None:
     """Compare datasets with the first: returns, episode lengths, coverage and spaces.
 
@@ -107,7 +113,8 @@ def compare_command(
     options: dict[str, Any] = {} if chunk_steps is None else {"chunk_steps": chunk_steps}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        result = compare(sources, coverage=coverage, **options)
+        result = compare([opened(item, streaming) for item in sources], coverage=coverage,
+                         **options)
     if as_json:
         typer.echo(json_document(result.to_dict(), indent=2))
     else:

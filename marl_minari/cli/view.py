@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.cli.reading import Streaming, opened
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``view`` command to ``app``."""
@@ -32,6 +34,7 @@ def view_command(
     coverage: Annotated[bool, typer.Option(
         "--coverage", help="Also measure SACo and OACo for the card (reads the "
                            "observations).")] = False,
+    streaming: Streaming = False,
 ) -> None:
     """See a dataset in the browser: its card, distributions, episode table and timelines.
 
@@ -40,6 +43,8 @@ def view_command(
     It is served on 127.0.0.1 until Ctrl-C, or written as one file with --out."""
     from marl_minari.view import serve, write_page
 
+    source = opened(source, streaming)
+    compare = None if compare is None else opened(compare, streaming)
     if out is not None:
         written = write_page(source, out, compare=compare, coverage=coverage)
         typer.echo(f"wrote {written}")

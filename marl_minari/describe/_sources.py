@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import numpy as np
 from gymnasium import spaces
 
 from marl_minari.describe._metadata import _dataset_metadata, _json_safe, _space_text
@@ -33,6 +34,9 @@ class _Source:
     action_spaces: dict[str, spaces.Space]
     metadata: dict[str, Any]
     chunks: Callable[[], Iterator[MultiAgentArrays]]
+    episode_lengths: Callable[[], np.ndarray]
+    """Steps of every episode, from what the source knows without reading episodes (its
+    offset index or HDF5 metadata; a streaming source fetches nothing for them)."""
     has_state: bool | None = None
     """Whether the dataset's metadata records a global state (``None``: its chunks say; a
     vault's state is all or nothing)."""
@@ -61,7 +65,8 @@ def _described(source: DatasetSource, chunk_steps: int | None, observations: boo
         return _Source(name=str(source.vault_path), kind="vault",
                        possible_agents=spec.possible_agents,
                        action_spaces=dict(spec.action_spaces),
-                       metadata=_vault_metadata(source), chunks=chunks)
+                       metadata=_vault_metadata(source), chunks=chunks,
+                       episode_lengths=source.episode_lengths)
     if source.multi_agent:
         metadata = _dataset_metadata(source.metadata, spec)
     else:
@@ -72,7 +77,7 @@ def _described(source: DatasetSource, chunk_steps: int | None, observations: boo
             action_spaces={SINGLE_AGENT: _space_text(spec.action_spaces[SINGLE_AGENT])})
     return _Source(name=source.dataset_id, kind=source.kind,
                    possible_agents=spec.possible_agents, action_spaces=dict(spec.action_spaces),
-                   metadata=metadata, chunks=chunks,
+                   metadata=metadata, chunks=chunks, episode_lengths=source.episode_lengths,
                    has_state=spec.state_space is not None if source.multi_agent else None)
 
 

@@ -48,7 +48,9 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
         plot: ``True`` writes ``statistics.png`` next to the card; a path writes the plot
             there; ``False`` writes no plot (:func:`card_plot_path` says where it goes).
             ``None`` (default): ``True`` when matplotlib (the ``plot`` extra) is installed,
-            else ``False`` with a warning saying how to add the figure.
+            else ``False`` with a warning saying how to add the figure; ``False`` for a
+            metadata-only description (``describe(..., statistics=False)``), whose card
+            holds the metadata, the counts and the episode lengths.
         license: the ``license`` front-matter value (default: the dataset metadata's
             ``license``, else ``unknown``).
         tags: extra tags.
@@ -61,6 +63,8 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if plot is None and not description.statistics:
+        plot = False  # a metadata-only description has nothing to plot
     image = card_plot_path(target, plot)
     if image is not None:
         plot_descriptions([description], image)
@@ -168,8 +172,12 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
     body += ["", "## Statistics", "", "### Episodes", "",
              "| | count | mean | std | min | 25% | median | 75% | max |",
              "|---|---|---|---|---|---|---|---|---|",
-             _summary_row("length (steps)", d.episode_lengths),
-             "", f"Terminated: {d.terminated_episodes:,}; truncated: {d.truncated_episodes:,}; "
+             _summary_row("length (steps)", d.episode_lengths)]
+    if not d.statistics:
+        body += ["", "Returns, actions and agents were not read: this card was made from the "
+                 "metadata and the offset index alone (`describe(..., statistics=False)`).", ""]
+        return "\n".join(front) + "\n\n" + "\n".join(body)
+    body += ["", f"Terminated: {d.terminated_episodes:,}; truncated: {d.truncated_episodes:,}; "
              f"unfinished: {d.unfinished_episodes:,}.", "",
              "### Returns", ""]
     if d.team_return_always_zero:

@@ -123,13 +123,19 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
     with an Agg canvas; pyplot's state is not touched).
 
     Raises:
-        InvalidOptionError: no descriptions, not one label per description, or ``bins`` is
-            neither a positive number nor one of :data:`BIN_RULES`.
+        InvalidOptionError: no descriptions, a metadata-only description (nothing to
+            plot), not one label per description, or ``bins`` is neither a positive number
+            nor one of :data:`BIN_RULES`.
     """
     backend = require("matplotlib.backends.backend_agg", "plot", "plot_descriptions")
     figures = require("matplotlib.figure", "plot", "plot_descriptions")
     if not descriptions:
         raise InvalidOptionError("plot_descriptions needs at least one description")
+    unread = [d.label for d in descriptions if not d.statistics]
+    if unread:
+        raise InvalidOptionError(
+            f"{', '.join(unread)}: a metadata-only description has no statistics to plot; "
+            "describe it with statistics=True (at the command line, without --no-statistics)")
     names = list(labels) if labels is not None else [d.label for d in descriptions]
     if len(names) != len(descriptions):
         raise InvalidOptionError(

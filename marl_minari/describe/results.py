@@ -338,6 +338,11 @@ class DatasetDescription:
             the team return is then 0 by construction and the outcomes say more.
         coverage: SACo and OACo (:class:`Coverage`) when ``describe(..., coverage=True)``,
             else ``None``.
+        statistics: ``False`` for a metadata-only description (``describe(...,
+            statistics=False)``): name, agents, metadata (env, spaces, size), episode and step
+            counts and episode lengths are known, nothing that needs the episodes' data was
+            read (``agents`` is empty; :meth:`to_dict` gives ``None`` for returns, episode
+            ends, inactive share and zero-sum; plots refuse it).
     """
 
     name: str
@@ -359,6 +364,7 @@ class DatasetDescription:
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     zero_sum: bool = False
     coverage: Coverage | None = None
+    statistics: bool = True
 
     @property
     def label(self) -> str:
@@ -384,18 +390,20 @@ class DatasetDescription:
 
     def to_dict(self, *, include_episodes: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict (``include_episodes`` adds the per-episode arrays)."""
+        read = self.statistics
         out: dict[str, Any] = {
             "name": self.name, "kind": self.kind, "possible_agents": list(self.possible_agents),
+            "statistics": read,
             "total_episodes": self.total_episodes, "total_steps": self.total_steps,
             "episode_lengths": self.episode_lengths.to_dict(),
-            "team_returns": self.team_returns.to_dict(),
+            "team_returns": self.team_returns.to_dict() if read else None,
             "normalized_team_returns": (None if self.normalized_team_returns is None
                                         else self.normalized_team_returns.to_dict()),
-            "terminated_episodes": self.terminated_episodes,
-            "truncated_episodes": self.truncated_episodes,
-            "unfinished_episodes": self.unfinished_episodes,
-            "inactive_share": self.inactive_share,
-            "zero_sum": self.zero_sum,
+            "terminated_episodes": self.terminated_episodes if read else None,
+            "truncated_episodes": self.truncated_episodes if read else None,
+            "unfinished_episodes": self.unfinished_episodes if read else None,
+            "inactive_share": self.inactive_share if read else None,
+            "zero_sum": self.zero_sum if read else None,
             "coverage": None if self.coverage is None else self.coverage.to_dict(),
             "agents": [a.to_dict() for a in self.agents],
             "metadata": self.metadata,
@@ -415,6 +423,8 @@ class DatasetDescription:
 
     def to_text(self) -> str:
         """A short plain-text report (what ``marl-minari describe`` prints)."""
+        if not self.statistics:
+            return self._metadata_text()
         lines = [
             f"{'dataset' if self.kind != 'vault' else 'vault'}        {self.name} ({self.kind})",
             f"environment    {env_name(self.metadata)}",
@@ -458,13 +468,38 @@ class DatasetDescription:
                     lines.append(f"{agent.name:<15} {o.wins:>12} {o.draws:>9} {o.losses:>9}")
         return "\n".join(lines)
 
+    def _metadata_text(self) -> str:
+        """The report of a metadata-only description: what the metadata, the manifest and
+        the offset index say, and how to read the rest."""
+        meta = self.metadata
+        lines = [
+            f"{'dataset' if self.kind != 'vault' else 'vault'}        {self.name} ({self.kind})",
+            f"environment    {env_name(meta)}",
+            f"agents         {', '.join(self.possible_agents)}",
+            f"episodes       {self.total_episodes}",
+            f"steps          {self.total_steps}  (length {self.episode_lengths.brief()})",
+        ]
+        if meta.get("dataset_size") is not None:
+            lines.append(f"size           {meta['dataset_size']} MB")
+        observation_spaces = meta.get("observation_spaces") or {}
+        action_spaces = meta.get("action_spaces") or {}
+        for agent in self.possible_agents:
+            lines.append(f"spaces {agent}: observation {observation_spaces.get(agent, '-')}; "
+                         f"action {action_spaces.get(agent, '-')}")
+        if meta.get("state_space"):
+            lines.append(f"state          {meta['state_space']}")
+        lines.append("statistics     not read (metadata only): describe without "
+                     "--no-statistics (statistics=False) reads returns, actions and agents")
+        return "\n".join(lines)
+
     @property
     def normalized_team_returns(self) -> Summary | None:
         """Team returns normalised by the reference scores, as
         ``minari.get_normalized_score`` does: ``(return - ref_min_score) / (ref_max_score -
         ref_min_score)``; ``None`` unless both scores exist and differ."""
         scores = [self.metadata.get("ref_min_score"), self.metadata.get("ref_max_score")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores):
+        if not self.statistics or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores):
             return None
         low, high = float(scores[0]), float(scores[1])  # type: ignore[arg-type]
         if high == low:
