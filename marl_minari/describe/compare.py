@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from marl_minari.describe._describe import describe
-from marl_minari.describe.results import DatasetDescription
+from marl_minari.describe.results import DatasetDescription, require_statistics
 from marl_minari.errors import InvalidOptionError
 from marl_minari.extras import require
 
@@ -172,8 +172,9 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
         The :class:`Comparison`.
 
     Raises:
-        InvalidOptionError: fewer than two sources, or one source given where the list of
-            them goes (a string would be taken character by character).
+        InvalidOptionError: fewer than two sources, one source given where the list of
+            them goes (a string would be taken character by character), or a
+            metadata-only description among them.
     """
     if isinstance(sources, (str, bytes, os.PathLike, DatasetDescription)):
         raise InvalidOptionError(
@@ -185,6 +186,7 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
         s if isinstance(s, DatasetDescription) else describe(
             s, coverage=coverage, chunk_steps=chunk_steps, vault_options=vault_options)
         for s in sources)
+    require_statistics(descriptions, "compare")
     first = descriptions[0]
     tests = tuple(_return_test(first.episode_team_returns, other.episode_team_returns)
                   for other in descriptions[1:])

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import numpy as np
 
 from marl_minari.describe import _draw
-from marl_minari.describe.results import ActionSummary, DatasetDescription
+from marl_minari.describe.results import ActionSummary, DatasetDescription, require_statistics
 from marl_minari.errors import InvalidOptionError
 from marl_minari.extras import require
 
@@ -131,11 +131,7 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
     figures = require("matplotlib.figure", "plot", "plot_descriptions")
     if not descriptions:
         raise InvalidOptionError("plot_descriptions needs at least one description")
-    unread = [d.label for d in descriptions if not d.statistics]
-    if unread:
-        raise InvalidOptionError(
-            f"{', '.join(unread)}: a metadata-only description has no statistics to plot; "
-            "describe it with statistics=True (at the command line, without --no-statistics)")
+    require_statistics(descriptions, "plot")
     names = list(labels) if labels is not None else [d.label for d in descriptions]
     if len(names) != len(descriptions):
         raise InvalidOptionError(

@@ -4,13 +4,14 @@ and whole datasets, with their JSON and plain-text forms."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from marl_minari.describe._format import env_name, num
-from marl_minari.errors import UnknownAgentError
+from marl_minari.errors import InvalidOptionError, UnknownAgentError
 
 
 def json_document(value: Any, **kwargs: Any) -> str:
@@ -29,6 +30,20 @@ def _finite_or_none(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite_or_none(item) for item in value]
     return value
+
+
+def require_statistics(descriptions: Sequence[DatasetDescription], what: str) -> None:
+    """Refuse metadata-only descriptions (``describe(..., statistics=False)``) where ``what``
+    needs returns and actions.
+
+    Raises:
+        InvalidOptionError: one of ``descriptions`` has no statistics (named by its label).
+    """
+    unread = [d.label for d in descriptions if not d.statistics]
+    if unread:
+        raise InvalidOptionError(
+            f"{', '.join(unread)}: a metadata-only description has no statistics to {what}; "
+            "describe it with statistics=True (at the command line, without --no-statistics)")
 
 
 SourceKind = Literal["multi_agent", "single_agent", "vault"]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from marl_minari.describe import dataset_card, describe, plot_descriptions
+from marl_minari.describe import compare, dataset_card, describe, plot_descriptions
 from marl_minari.errors import InvalidOptionError
 
 DATASET = "mpe2/spread/metadata-only-v0"
@@ -51,9 +51,11 @@ def test_its_text_shows_spaces_and_size_and_says_how_to_read_the_rest(spread: st
     assert "team return" not in text
 
 
-def test_coverage_needs_the_statistics_pass(spread: str) -> None:
+def test_coverage_and_compare_need_the_statistics_pass(spread: str) -> None:
     with pytest.raises(InvalidOptionError, match="coverage reads every episode"):
         describe(spread, statistics=False, coverage=True)
+    with pytest.raises(InvalidOptionError, match="no statistics to compare"):
+        compare([spread, describe(spread, statistics=False)], coverage=False)
 
 
 def test_plots_refuse_it_and_its_card_holds_no_statistics(spread: str, tmp_path: Path
