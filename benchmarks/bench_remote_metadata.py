@@ -1,0 +1,130 @@
+"""What a dataset read in place moves when only its metadata is wanted, and what the driver of
+a Ray read of a bare registry URL moves.
+
+Records ``--episodes`` episodes of mpe2 ``simple_spread_v3`` (25 steps each, the dataset of
+``bench_remote.py``), publishes them to a ``file://`` registry and serves it over HTTP on
+127.0.0.1 from a thread that honours ``Range`` and counts every request and byte
+(``bench_remote.CountingRangeHandler``). Then, each with an empty block cache:
+
+1. ``describe(open_source(url, streaming=True), statistics=False)``: every byte served, and
+   the data file's share of it, against the published size;
+2. ``marl_minari.ray.make_datasource(url)``: what the driver of ``read_dataset(url)`` moves to
+   open the dataset and plan the read tasks (Ray is not started: the tasks fetch the rest on
+   their nodes);
+3. the full ``describe`` of the same source (the statistics pass reads every episode), same
+   run, for contrast.
+
+Minari's ``load_dataset(download=True)`` and ``describe --no-statistics`` without
+``--streaming`` move 100% of the files first::
+
+    python benchmarks/bench_remote_metadata.py                  # 2,000 episodes
+    python benchmarks/bench_remote_metadata.py --episodes 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from functools import partial
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+from bench_remote import DATASET, CountingRangeHandler
+
+
+def record(episodes: int) -> None:
+    import marl_minari as mm
+
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
+    rng = np.random.default_rng(0)
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        while env.agents:
+            env.step({a: int(rng.integers(5)) for a in env.agents})
+    env.create_dataset(DATASET)
+
+
+def moved() -> tuple[int, int, int]:
+    """``(requests, bytes, data-file bytes)`` served since the log was cleared."""
+    with CountingRangeHandler.lock:
+        log = list(CountingRangeHandler.log)
+    return (len(log), sum(n for _, n in log),
+            sum(n for path, n in log if path.endswith("main_data.hdf5")))
+
+
+def fresh(root: Path, name: str) -> None:
+    """An empty block cache, and an empty request log."""
+    os.environ["MARL_MINARI_CACHE"] = str(root / f"cache-{name}" / "blocks")
+    with CountingRangeHandler.lock:
+        CountingRangeHandler.log.clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=2000)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    root = Path(tempfile.mkdtemp(prefix="bench-remote-metadata-"))
+    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
+    server = None
+    try:
+        import marl_minari as mm
+        import marl_minari.ray as R
+        from marl_minari import registry
+
+        record(args.episodes)
+        registry_dir = root / "registry"
+        manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
+        total = manifest.total_size
+        data = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
+        shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
+        server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                     partial(CountingRangeHandler, directory=str(registry_dir)))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/{DATASET}"
+        print(f"{args.episodes} episodes; published {total} bytes (data file {data})")
+
+        fresh(root, "metadata")
+        started = time.perf_counter()
+        source = mm.open_source(url, streaming=True)
+        opened = moved()
+        description = mm.describe(source, statistics=False)
+        seconds = time.perf_counter() - started
+        requests, everything, of_data = moved()
+        print(f"describe(statistics=False): {everything} bytes in {requests} requests = "
+              f"{100 * everything / total:.2f}% of the published files; data file "
+              f"{of_data} bytes ({100 * of_data / data:.2f}%), of which after opening "
+              f"{of_data - opened[2]}; {seconds:.2f} s; "
+              f"{description.total_episodes} episodes, {description.total_steps} steps")
+
+        fresh(root, "ray-driver")
+        started = time.perf_counter()
+        R.make_datasource(url, "steps")
+        seconds = time.perf_counter() - started
+        requests, everything, of_data = moved()
+        print(f"Ray driver, make_datasource(url): {everything} bytes in {requests} requests = "
+              f"{100 * everything / total:.2f}%; data file {100 * of_data / data:.2f}%; "
+              f"{seconds:.2f} s")
+
+        fresh(root, "statistics")
+        started = time.perf_counter()
+        mm.describe(mm.open_source(url, streaming=True))
+        seconds = time.perf_counter() - started
+        requests, everything, of_data = moved()
+        print(f"describe() (statistics): {everything} bytes = {100 * everything / total:.1f}%; "
+              f"{seconds:.2f} s")
+    finally:
+        if server is not None:
+            server.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
