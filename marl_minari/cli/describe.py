@@ -96,8 +96,9 @@ def describe_command(
                                                 ("--coverage-plot", coverage_plot is not None))
                    if given]
         if needing:
-            raise InvalidOptionError(f"{', '.join(needing)} read the episodes: drop "
-                                     "--no-statistics, or drop " + ", ".join(needing))
+            verb = "needs" if len(needing) == 1 else "need"
+            raise InvalidOptionError(f"{', '.join(needing)} {verb} the episodes read: drop "
+                                     f"--no-statistics, or drop {', '.join(needing)}")
     sources = [opened(item, streaming) for item in (source, *(compare or []))]
     coverage = coverage or coverage_plot is not None
     with warnings.catch_warnings():

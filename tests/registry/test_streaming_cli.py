@@ -107,4 +107,4 @@ def test_streaming_errors_are_one_line_with_the_documented_code(
                  str(tmp_path / "plot.png"))
     assert result.exit_code == EXIT_USAGE, result.output
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
-    assert "--plot read the episodes: drop --no-statistics" in line
+    assert "--plot needs the episodes read: drop --no-statistics" in line
