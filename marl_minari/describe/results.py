@@ -503,8 +503,8 @@ class DatasetDescription:
                          f"action {action_spaces.get(agent, '-')}")
         if meta.get("state_space"):
             lines.append(f"state          {meta['state_space']}")
-        lines.append("statistics     not read (metadata only): describe without "
-                     "--no-statistics (statistics=False) reads returns, actions and agents")
+        lines.append("statistics     not read (metadata only): returns, actions and agents "
+                     "need the episodes read (statistics=True; drop --no-statistics)")
         return "\n".join(lines)
 
     @property
