@@ -142,13 +142,16 @@ def read(data_path: Path) -> OffsetIndex | None:
 
 
 def load(data_path: Path, file: h5py.File, total_episodes: int,
-         total_steps: int, *, file_size: int | None = None) -> OffsetIndex | None:
+         total_steps: int, *, file_size: int | None = None,
+         sample: bool = True) -> OffsetIndex | None:
     """The index of ``data_path`` if every cheap check passes, else ``None``.
 
     Checks, in order of cost: it was written for a file of this size and covers
-    ``total_episodes`` episodes summing to ``total_steps``; every offset is ``-1`` or inside
-    the file; the file holds the digest of exactly this index (:func:`seal`, so the index was
-    not edited); the first, middle and last episodes' offsets equal HDF5's storage offsets.
+    ``total_episodes`` episodes of no negative length summing to ``total_steps``; every
+    offset is ``-1`` or inside the file; the file holds the digest of exactly this index
+    (:func:`seal`, so the index was not edited); with ``sample``, the first, middle and last
+    episodes' offsets equal HDF5's storage offsets (``sample=False`` reads nothing of the
+    file beyond its root attributes: for episode lengths alone, read from a remote file).
     None of this grows with the number of episodes beyond reading the index itself, and
     nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
     before its bytes are read (so an episode deleted since is never read through the index),
@@ -163,12 +166,12 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     size = (Path(data_path) / layout.MAIN_FILE_NAME).stat().st_size if file_size is None \
         else file_size
     if (index.file_size != size or len(index.steps) != total_episodes
-            or int(index.steps.sum()) != total_steps
+            or int(index.steps.sum()) != total_steps or bool((index.steps < 0).any())
             or not _offsets_plausible(index, size)
             or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
         return None
-    sample = sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
-    if mismatches(index, file, sample):
+    probed = sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
+    if sample and mismatches(index, file, probed):
         return None
     return index
 

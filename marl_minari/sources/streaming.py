@@ -186,20 +186,22 @@ class StreamingSource(DatasetSource):
         return self._all_steps[np.asarray(ids, dtype=np.int64)]
 
     def _published_steps(self) -> np.ndarray:
-        """Steps of every stored episode, from the offset index the manifest pins when its
-        counts agree with ``metadata.json`` and its size with the file's: no byte of the data
-        file is fetched, so counts and lengths (a metadata-only ``describe``, Ray's read plan)
-        cost nothing beyond opening. These lengths only plan reads: every entry a read uses
-        is still compared with HDF5's offset, type and shape, so an index that misstates a
-        length fails where that episode is read. Without a usable index, each episode's
-        ``total_steps`` attribute is read from the file (HDF5 metadata of every episode)."""
+        """Steps of every stored episode, from the offset index the manifest pins when the
+        cheap checks pass (its counts agree with ``metadata.json``, its size with the file's,
+        the file's seal with its content: :func:`~marl_minari.format.offset_index.load`
+        without the sampled comparisons, which would fetch episodes' headers). Nothing beyond
+        the blocks that opened the file is fetched, so counts and lengths (a metadata-only
+        ``describe``, Ray's read plan) cost nothing more. These lengths only plan reads:
+        every entry a read uses is still compared with HDF5's offset, type and shape.
+        Without a usable index, each episode's ``total_steps`` attribute is read from the
+        file (HDF5 metadata of every episode)."""
         total = int(self.metadata["total_episodes"])
-        index = offset_index.read(self.local_data_path)
-        if (index is not None and index.file_size == self.remote_file.size
-                and len(index.steps) == total
-                and int(index.steps.sum()) == int(self.metadata["total_steps"])):
-            return np.asarray(index.steps, dtype=np.int64)
         with self._open() as file, hdf5_errors(Path(self.remote_file.name)):
+            index = offset_index.load(self.local_data_path, file, total,
+                                      int(self.metadata["total_steps"]),
+                                      file_size=self.remote_file.size, sample=False)
+            if index is not None:
+                return np.asarray(index.steps, dtype=np.int64)
             return attribute_steps(file, Path(self.remote_file.name), np.arange(total))
 
     def episode_attributes(self, ids: Sequence[int] | np.ndarray) -> list[EpisodeAttributes]:

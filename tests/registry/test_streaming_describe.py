@@ -4,15 +4,17 @@ beyond the blocks that open it (the manifest's ``open_blocks``), over a real HTT
 
 from __future__ import annotations
 
+import io
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import h5py
+import numpy as np
 import pytest
 from range_servers import range_handler
-from registry_helpers import entry_of, manifest_document
+from registry_helpers import entry_of, manifest_document, replace_published_file
 
 import marl_minari as mm
 from marl_minari import registry
@@ -81,3 +83,28 @@ def test_a_metadata_only_describe_fetches_no_episode(
     mm.describe(source)  # the statistics pass reads every episode
     assert sum(length for path, _, length in handler.served[opened:]
                if path.endswith(layout.MAIN_FILE_NAME)) >= h5_path.stat().st_size // 2
+
+
+def test_lengths_come_from_the_index_only_while_the_file_seals_it(
+        small_dataset: Callable[..., str], registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    # A publisher re-signs an index whose lengths were moved between two episodes (the sum
+    # kept) but cannot make the data file's seal match without re-publishing the file: the
+    # lengths then come from the episodes' own attributes.
+    dataset_id = small_dataset("mpe2/spread/relengthed-v0", episodes=3)
+    registry.publish(dataset_id)
+    true_lengths = mm.load_dataset(dataset_id).to_arrays().episode_lengths.tolist()
+    shutil.rmtree(dataset_dir(dataset_id))
+    index_file = registry_dir / dataset_id / "data" / layout.INDEX_FILE_NAME
+    with np.load(index_file) as stored:
+        arrays = {key: stored[key].copy() for key in stored.files}
+    arrays["steps"][0] += 1
+    arrays["steps"][1] -= 1
+    forged = io.BytesIO()
+    np.savez(forged, **arrays)
+    replace_published_file(registry_dir, dataset_id, f"data/{layout.INDEX_FILE_NAME}",
+                           forged.getvalue())
+    url = thread_server(registry_dir, range_handler("RelengthedRanges"))
+    source = mm.open_source(f"{url}/{dataset_id}", streaming=True)
+    assert source.episode_lengths().tolist() == true_lengths
+    assert mm.describe(source, statistics=False).episode_length_values.tolist() == true_lengths

@@ -299,3 +299,23 @@ def test_a_forged_index_header_in_a_fresh_process_reads_what_h5py_reads() -> Non
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str([True] * 6)
+
+
+def test_a_sealed_index_with_a_negative_length_is_not_loaded() -> None:
+    # Episodes 1 and 3 lie outside the sampled ones (0, 2, 4) and the lengths still sum to
+    # total_steps: only the sign tells the forgery, and a reader planning by these lengths
+    # (a streamed dataset's, read without the sample) would plan a negative episode.
+    write_dataset("trust/negative-v0", _episodes(SMALL, [3, 4, 5, 6, 7]), _spec(SMALL))
+    dataset = mm.load_dataset("trust/negative-v0")
+    main = dataset.data_path / layout.MAIN_FILE_NAME
+    index = offset_index.read(dataset.data_path)
+    assert index is not None
+    steps = index.steps.copy()
+    steps[3] += steps[1] + 1
+    steps[1] = -1
+    with h5py.File(main, "r+") as file:
+        offset_index.seal(file, index.offsets, steps)
+    offset_index.write(main, index.offsets, steps)
+    with h5py.File(main, "r") as file:
+        for sample in (True, False):
+            assert offset_index.load(dataset.data_path, file, 5, 25, sample=sample) is None
