@@ -35,8 +35,9 @@ from marl_minari.errors import (
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import hash_file
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.returns import episode_returns
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.sources.base import DatasetSource, EpisodeAttributes
+from marl_minari.sources.base import DEFAULT_CHUNK_STEPS, DatasetSource, EpisodeAttributes
 from marl_minari.sources.remote import shown_url, split_remote_source
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.byte_ranges import RangesFile
@@ -195,14 +196,28 @@ class StreamingSource(DatasetSource):
         with self._open() as file:
             return file_episode_attributes(file, self.remote_file.name, [int(i) for i in ids])
 
-    def read(self, ids: Sequence[int] | np.ndarray, *,
-             observations: bool = True) -> MultiAgentArrays:
+    def _reader(self) -> EpisodeReader:
         if self._index_cache is None:
             self._index_cache = IndexCache()
-        with self._supplier_errors(), EpisodeReader(
-                self.local_data_path, self.spec, self.metadata, self._index_cache,
-                byte_source=self.remote_file) as reader:
-            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1))
+        return EpisodeReader(self.local_data_path, self.spec, self.metadata,
+                             self._index_cache, byte_source=self.remote_file)
+
+    def read(self, ids: Sequence[int] | np.ndarray, *,
+             observations: bool = True) -> MultiAgentArrays:
+        with self._supplier_errors(), self._reader() as reader:
+            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1),
+                               observations=observations)
+
+    def team_returns(self, chunk_steps: int | None = None) -> np.ndarray:
+        """The team return of each episode from the reward column alone: its ranges (and
+        the HDF5 metadata binding each index entry) are all that moves, not observations,
+        actions or agent columns (``docs/registry.md``, *Reading in place*)."""
+        if not self.total_episodes:
+            return np.zeros(0)
+        with self._supplier_errors(), self._reader() as reader:
+            parts = [episode_returns(*reader.team_rewards(batch))
+                     for batch in self.batches(chunk_steps or DEFAULT_CHUNK_STEPS)]
+        return np.concatenate(parts)
 
 
 class StreamingDataset:

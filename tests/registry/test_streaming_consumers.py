@@ -15,6 +15,7 @@ import pytest
 from range_servers import RangeHandler, range_handler
 
 import marl_minari as mm
+from marl_minari import registry
 from marl_minari.describe import compare
 from marl_minari.format.ids import dataset_dir
 from marl_minari.sources.streaming import StreamingSource
@@ -46,11 +47,11 @@ def streaming(url: str) -> StreamingSource:
     return source
 
 
-def downloaded(url: str) -> Any:
+def downloaded(url: str, dataset_id: str = DATASET) -> Any:
     """The same dataset downloaded (and verified) from the same URL."""
     source = mm.open_source(url)
     assert not isinstance(source, StreamingSource)
-    assert dataset_dir(DATASET).is_dir()
+    assert dataset_dir(dataset_id).is_dir()
     return source
 
 
@@ -114,3 +115,51 @@ def test_a_torchrl_buffer_mixes_a_streaming_and_a_local_source(
     assert len(buffer) == remote.total_steps + mm.open_source(
         "mpe2/spread/local-v0").total_steps
     assert not dataset_dir(DATASET).exists()
+
+
+LONG = "mpe2/spread/long-v0"
+
+
+@pytest.fixture
+def long_episodes(record_parallel: Callable[..., Any], registry_dir: Path) -> Path:
+    """Ten published episodes of about 16 blocks each; the local data file. Choosing by
+    returns reads each episode's reward column and the HDF5 metadata binding its index entry:
+    a few blocks of each episode (all of an episode shorter than a few blocks)."""
+    record_parallel("mpe2/simple_spread_v3", 10, max_cycles=2000, dataset_id=LONG)
+    registry.publish(LONG)
+    return dataset_dir(LONG) / "data" / "main_data.hdf5"
+
+
+@pytest.mark.parametrize("rule", ["profile", "like"])
+def test_a_subset_by_returns_moves_the_reward_column_and_the_chosen_episodes(
+        rule: str, long_episodes: Path, registry_dir: Path, tmp_path: Path,
+        thread_server: Callable[[Path, type[Any]], str],
+        record_parallel: Callable[..., Any]) -> None:
+    size = long_episodes.stat().st_size
+    local_returns = mm.open_source(LONG).team_returns()
+    shutil.rmtree(dataset_dir(LONG))
+    handler = range_handler("ReturnsHandler", RangeHandler)
+    url = f"{thread_server(registry_dir, handler)}/{LONG}"
+    if rule == "profile":
+        middle = float(np.median(local_returns))
+        options: dict[str, Any] = {
+            "profile": ([float(local_returns.min()), middle, float(local_returns.max())],
+                        [1.0, 0.0]), "max_steps": 2000}
+    else:
+        record_parallel("mpe2/simple_spread_v3", 2, max_cycles=2000,
+                        dataset_id="mpe2/spread/like-v0")
+        options = {"like": "mpe2/spread/like-v0", "tolerance": 1e9, "max_steps": 2000}
+    streamed = mm.subsample(streaming(url), "mpe2/spread/streamed-subset-v0", seed=5,
+                            **options)
+    moved = sum(length for path, _, length in handler.served if path.endswith(".hdf5"))
+    chosen = streamed.metadata["subset"]["episode_ids"]
+    assert len(chosen) == 1
+    assert moved < 0.5 * size, (moved, size)
+    assert not dataset_dir(LONG).exists()
+    local = mm.subsample(downloaded(url, LONG), "mpe2/spread/local-subset-v0", seed=5,
+                         **options)
+    assert local.metadata["subset"]["episode_ids"] == chosen
+    got, expected = streamed.to_arrays(), local.to_arrays()
+    np.testing.assert_array_equal(got.team_rewards, expected.team_rewards)
+    for agent in expected.possible_agents:
+        np.testing.assert_array_equal(got.observations[agent], expected.observations[agent])
