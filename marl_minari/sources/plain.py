@@ -155,14 +155,38 @@ def plain_file_episodes(file: Any, name: str, spec: MultiAgentSpec, ids: list[in
                 fields["observations"] = decoder._decode_space(
                     group["observations"], spec.observation_spaces[SINGLE_AGENT]
                 ) if observations else None
-            except KeyError as exc:
+                _match_space(fields["actions"], spec.action_spaces[SINGLE_AGENT], "actions")
+                if observations:
+                    _match_space(fields["observations"],
+                                 spec.observation_spaces[SINGLE_AGENT], "observations")
+            except (KeyError, AssertionError, TypeError, ValueError) as exc:
+                # Minari's decoder asserts what it expects of the groups, and looks up the
+                # space of each key the file holds
                 raise CorruptedDataError(
-                    f"{name}: episode_{index} lacks a column ({exc}); the dataset is damaged: "
-                    "download it (marl-minari download) to see whether the copy reads") from exc
+                    f"{name}: episode_{index} does not hold the columns the dataset's spaces "
+                    f"describe ({type(exc).__name__}: {exc}); the published file is damaged: "
+                    "tell its publisher, or download it and run marl-minari check") from exc
             infos = group.get("infos") if observations else None
             fields["infos"] = _decode_info(infos) if isinstance(infos, h5py.Group) else None
             episodes.append(fields)
     return _plain_arrays(spec, ids, episodes, observations=observations)
+
+
+def _match_space(tree: Any, space: spaces.Space, path: str) -> None:
+    """Raise ``ValueError`` unless a decoded tree has the keys (``Dict``) and items
+    (``Tuple``) of ``space``: Minari's decoder takes whatever keys the file holds."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(tree, dict) or set(tree) != set(space.spaces):
+            raise ValueError(f"{path} holds {sorted(tree) if isinstance(tree, dict) else tree!r}"
+                             f", its space {sorted(space.spaces)}")
+        for key, sub in space.spaces.items():
+            _match_space(tree[key], sub, f"{path}/{key}")
+    elif isinstance(space, spaces.Tuple):
+        if not isinstance(tree, tuple) or len(tree) != len(space.spaces):
+            raise ValueError(f"{path} holds {len(tree) if isinstance(tree, tuple) else tree!r} "
+                             f"items, its space {len(space.spaces)}")
+        for position, sub in enumerate(space.spaces):
+            _match_space(tree[position], sub, f"{path}/_index_{position}")
 
 
 def _check_group_datasets(group: Any, file: Any, h5_path: Path, observations: bool) -> None:

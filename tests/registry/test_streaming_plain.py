@@ -220,3 +220,36 @@ def test_a_streamed_plain_episode_pointing_outside_its_file_is_refused(
     with pytest.raises(ForeignStorageError, match="episode_1/rewards"):
         source.read([1], observations=False)
     source.read([0])
+
+
+@pytest.mark.parametrize("damage", ["missing", "extra"])
+def test_a_streamed_plain_episode_unlike_its_spaces_names_the_episode(
+        registry_dir: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    import h5py
+    import minari
+
+    from marl_minari.storage import check
+
+    collector = minari.DataCollector(SplitCartPole.make())
+    for episode in range(3):
+        collector.reset(seed=episode)
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = collector.step(collector.action_space.sample())
+            done = terminated or truncated
+    collector.create_dataset("trust/split-v0", algorithm_name="random")
+    collector.close()
+    with h5py.File(dataset_dir("trust/split-v0") / "data" / layout.MAIN_FILE_NAME,
+                   "r+") as file:
+        group = file["episode_1/observations"]
+        if damage == "missing":
+            del group["pole"]
+        else:
+            group["elbow"] = group["pole"][()]
+    with monkeypatch.context() as hostile:  # a publisher whose tools check nothing
+        hostile.setattr(check, "check_data_folder", lambda *args, **kwargs: None)
+        registry.publish("trust/split-v0", allow_single_agent=True)
+    source = mm.open_source(f"file://{registry_dir}/trust/split-v0", streaming=True)
+    with pytest.raises(CorruptedDataError, match="episode_1 does not hold the columns"):
+        source.read([1])
+    source.read([0, 2])
