@@ -231,7 +231,8 @@ class StreamingSource(DatasetSource):
             return np.zeros(0)
         with self._supplier_errors(), self._reader() as reader:
             parts = [episode_returns(*reader.team_rewards(batch))
-                     for batch in self.batches(chunk_steps or DEFAULT_CHUNK_STEPS)]
+                     for batch in self.batches(
+                         DEFAULT_CHUNK_STEPS if chunk_steps is None else chunk_steps)]
         return np.concatenate(parts)
 
 

@@ -156,6 +156,7 @@ def test_a_subset_by_returns_moves_the_reward_column_and_the_chosen_episodes(
     assert len(chosen) == 1
     assert moved < 0.5 * size, (moved, size)
     assert not dataset_dir(LONG).exists()
+    np.testing.assert_array_equal(streaming(url).team_returns(), local_returns)
     local = mm.subsample(downloaded(url, LONG), "mpe2/spread/local-subset-v0", seed=5,
                          **options)
     assert local.metadata["subset"]["episode_ids"] == chosen
