@@ -47,24 +47,18 @@ class EpisodeTable:
 
 def episode_table(source: DatasetSource, chunk_steps: int | None = None, *,
                   returns_needed: bool = True) -> EpisodeTable:
-    """Read every episode's team return (actions and rewards only, chunk by chunk).
+    """Every episode's stored id, length and team return (:meth:`DatasetSource.team_returns`:
+    the reward column alone where the source can read it so, as a dataset read in place does).
 
     ``returns_needed=False``: the ids and lengths only (the returns are NaN), which read no
     episode at all: the uniform rule needs nothing else, so a subset of a dataset read in
     place moves only the episodes it keeps.
     """
-    returns = []
-    if not returns_needed:
-        lengths = np.asarray(source.episode_lengths(), dtype=np.int64)
-        return EpisodeTable(ids=np.asarray(source.episode_indices, dtype=np.int64),
-                            lengths=lengths, returns=np.full(len(lengths), np.nan))
-    for arrays in source.chunks(chunk_steps, observations=False):
-        sums = np.concatenate([[0.0], np.cumsum(arrays.team_rewards, dtype=np.float64)])
-        ends = np.cumsum(arrays.episode_lengths)
-        returns.append(sums[ends] - sums[ends - arrays.episode_lengths])
+    lengths = np.asarray(source.episode_lengths(), dtype=np.int64)
+    returns = (source.team_returns(chunk_steps) if returns_needed
+               else np.full(len(lengths), np.nan))
     return EpisodeTable(ids=np.asarray(source.episode_indices, dtype=np.int64),
-                        lengths=np.asarray(source.episode_lengths(), dtype=np.int64),
-                        returns=np.concatenate(returns) if returns else np.zeros(0))
+                        lengths=lengths, returns=returns)
 
 
 @overload

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari.errors import InvalidOptionError
+from marl_minari.format.returns import episode_returns
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -176,6 +177,18 @@ class DatasetSource(ABC):
         (a source that can keeps its files open between batches)."""
         for batch in batches:
             yield self.read(batch, observations=observations)
+
+    def team_returns(self, chunk_steps: int | None = None) -> np.ndarray:
+        """``(E,)`` team return of each episode this source reads, in order: its team
+        rewards (Minari's ``rewards`` column) added in row order
+        (:func:`~marl_minari.format.returns.episode_returns`).
+
+        Reads actions and rewards chunk by chunk, observations left out; a source that can
+        read the reward column alone (one read in place) does so.
+        """
+        parts = [episode_returns(arrays.team_rewards, arrays.episode_lengths)
+                 for arrays in self.chunks(chunk_steps, observations=False)]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def episodes(self, chunk_steps: int | None = None) -> Iterator[MultiAgentEpisode]:
         """Every episode this source reads, with its reset seed and options, in order."""

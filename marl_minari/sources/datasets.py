@@ -45,7 +45,7 @@ def load_dataset(dataset_id: Reference, download: bool = False, *,
         CorruptedDataError: its files are damaged.
     """
     source = open_source(dataset_id, download=download, streaming=streaming)
-    if isinstance(source, StreamingSource):
+    if isinstance(source, StreamingSource) and source.multi_agent:
         return StreamingDataset(source)
     if isinstance(source, FolderSource) and source.multi_agent:
         dataset: MultiAgentDataset = source.dataset
@@ -84,6 +84,11 @@ def _not_multi_agent(source: DatasetSource) -> str:
         return (f"{source.name} is a Flashbax vault, not a Minari dataset: convert it with "
                 "marl_minari.adapters.from_vault (or read it with describe, make_buffer, "
                 "open_source)")
+    if isinstance(source, StreamingSource):
+        return (f"{source.name} is a plain single-agent Minari dataset: it has no "
+                "'marl_minari' metadata. Read it in place as one agent 'agent_0' with "
+                "marl_minari.open_source(url, streaming=True), or download it for "
+                "minari.load_dataset")
     return (f"dataset {source.dataset_id!r} has no 'marl_minari' metadata: it is not a "
             "multi-agent dataset written by marl-minari. Read it with minari.load_dataset, "
             "or as one agent 'agent_0' through marl_minari.sources.open_source")

@@ -20,8 +20,13 @@ from marl_minari.format.space_json import space_from_json
 from marl_minari.format.spaces import build_tree, concat_trees, leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
-from marl_minari.storage.datafile import hdf5_errors, open_data_file, read_array
-from marl_minari.storage.self_contained import check_file, check_path
+from marl_minari.storage.datafile import episode_group, hdf5_errors, open_data_file, read_array
+from marl_minari.storage.self_contained import (
+    check_dataset,
+    check_file,
+    check_links,
+    check_path,
+)
 
 SINGLE_AGENT: Final = "agent_0"
 """Name of the one agent of a plain single-agent Minari dataset (everywhere in the library)."""
@@ -113,6 +118,95 @@ def plain_episodes(storage: Any, spec: MultiAgentSpec, ids: list[int]) -> MultiA
         check_path(h5_path)
     with hdf5_errors(h5_path):
         episodes = list(storage.get_episodes(ids))
+    return _plain_arrays(spec, ids, episodes)
+
+
+def plain_file_episodes(file: Any, name: str, spec: MultiAgentSpec, ids: list[int], *,
+                        jpeg_encoding: bool, observations: bool = True) -> MultiAgentArrays:
+    """Plain Minari episodes of an open HDF5 file (one read in place over byte ranges),
+    decoded by Minari's own HDF5 decoder as ``get_episodes`` decodes them, so they equal what
+    :func:`plain_episodes` reads from a copy. Only the episodes' own groups are touched, each
+    checked to keep its data in the file (:func:`~marl_minari.storage.self_contained.
+    check_links`, :func:`~marl_minari.storage.self_contained.check_dataset`): nothing walks
+    the whole file. ``observations=False`` leaves observations and infos unread.
+
+    Raises:
+        CorruptedDataError: an episode or one of its columns is missing.
+        ForeignStorageError: an episode refers to data outside the file.
+    """
+    import h5py
+    from minari.dataset._storages.hdf5_storage import HDF5Storage, _decode_info
+
+    decoder = HDF5Storage.__new__(HDF5Storage)  # only its decoder: no file path, no I/O
+    decoder._jpeg_encoding = jpeg_encoding
+    h5_path = Path(name)
+    episodes = []
+    with hdf5_errors(h5_path):
+        for index in ids:
+            episode_group(file, index, h5_path)  # a missing episode is named as such
+            group = file[f"episode_{index}"]
+            check_links(group, h5_path)
+            _check_group_datasets(group, file, h5_path, observations)
+            try:
+                fields = {key: group[key][()] for key in ("rewards", "terminations",
+                                                          "truncations")}
+                fields["actions"] = decoder._decode_space(
+                    group["actions"], spec.action_spaces[SINGLE_AGENT])
+                fields["observations"] = decoder._decode_space(
+                    group["observations"], spec.observation_spaces[SINGLE_AGENT]
+                ) if observations else None
+                _match_space(fields["actions"], spec.action_spaces[SINGLE_AGENT], "actions")
+                if observations:
+                    _match_space(fields["observations"],
+                                 spec.observation_spaces[SINGLE_AGENT], "observations")
+            except (KeyError, AssertionError, TypeError, ValueError) as exc:
+                # Minari's decoder asserts what it expects of the groups, and looks up the
+                # space of each key the file holds
+                raise CorruptedDataError(
+                    f"{name}: episode_{index} does not hold the columns the dataset's spaces "
+                    f"describe ({type(exc).__name__}: {exc}); the published file is damaged: "
+                    "tell its publisher, or download it and run marl-minari check") from exc
+            infos = group.get("infos") if observations else None
+            fields["infos"] = _decode_info(infos) if isinstance(infos, h5py.Group) else None
+            episodes.append(fields)
+    return _plain_arrays(spec, ids, episodes, observations=observations)
+
+
+def _match_space(tree: Any, space: spaces.Space, path: str) -> None:
+    """Raise ``ValueError`` unless a decoded tree has the keys (``Dict``) and items
+    (``Tuple``) of ``space``: Minari's decoder takes whatever keys the file holds."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(tree, dict) or set(tree) != set(space.spaces):
+            raise ValueError(f"{path} holds {sorted(tree) if isinstance(tree, dict) else tree!r}"
+                             f", its space {sorted(space.spaces)}")
+        for key, sub in space.spaces.items():
+            _match_space(tree[key], sub, f"{path}/{key}")
+    elif isinstance(space, spaces.Tuple):
+        if not isinstance(tree, tuple) or len(tree) != len(space.spaces):
+            raise ValueError(f"{path} holds {len(tree) if isinstance(tree, tuple) else tree!r} "
+                             f"items, its space {len(space.spaces)}")
+        for position, sub in enumerate(space.spaces):
+            _match_space(tree[position], sub, f"{path}/_index_{position}")
+
+
+def _check_group_datasets(group: Any, file: Any, h5_path: Path, observations: bool) -> None:
+    """:func:`~marl_minari.storage.self_contained.check_dataset` on every dataset of an
+    episode group that is about to be read."""
+    import h5py
+
+    names: list[bytes] = []
+    h5py.h5o.visit(group.id, lambda name, info: names.append(name)
+                   if info.type == h5py.h5o.TYPE_DATASET else None, info=True)
+    for name in names:
+        text = name.decode(errors="replace")
+        if observations or not text.startswith(("observations", "infos")):
+            check_dataset(h5py.h5d.open(group.id, name), file.id, h5_path,
+                          f"{group.name}/{text}")
+
+
+def _plain_arrays(spec: MultiAgentSpec, ids: list[int], episodes: list[dict[str, Any]], *,
+                  observations: bool = True) -> MultiAgentArrays:
+    """Episodes as Minari decodes them (``get_episodes``' dicts) as one agent's arrays."""
     obs_space = spec.observation_spaces[SINGLE_AGENT]
     act_space = spec.action_spaces[SINGLE_AGENT]
     infos = [ep["infos"] or {} for ep in episodes]
@@ -120,7 +214,8 @@ def plain_episodes(storage: Any, spec: MultiAgentSpec, ids: list[int]) -> MultiA
         if infos and infos[0] else None
     return single_agent_arrays(
         ids, np.asarray([len(ep["rewards"]) for ep in episodes], dtype=np.int64),
-        observations=_concat_field([ep["observations"] for ep in episodes], obs_space),
+        observations=_concat_field([ep["observations"] for ep in episodes], obs_space)
+        if observations else {},
         actions=_concat_field([ep["actions"] for ep in episodes], act_space),
         rewards=_concat([ep["rewards"] for ep in episodes], np.float64),
         terminations=_concat([ep["terminations"] for ep in episodes], bool),

@@ -35,8 +35,10 @@ from marl_minari.errors import (
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import hash_file
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.returns import episode_returns
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.sources.base import DatasetSource, EpisodeAttributes
+from marl_minari.sources.base import DEFAULT_CHUNK_STEPS, DatasetSource, EpisodeAttributes
+from marl_minari.sources.plain import plain_file_episodes, spec_of
 from marl_minari.sources.remote import shown_url, split_remote_source
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.byte_ranges import RangesFile
@@ -55,7 +57,8 @@ SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_
 
 
 class StreamingSource(DatasetSource):
-    """A published multi-agent dataset read in place (see the module docstring).
+    """A published dataset read in place (see the module docstring): in the multi-agent
+    layout, or a plain single-agent Minari dataset seen as one agent ``agent_0``.
 
     Args:
         url: a registry URL followed by a dataset id (``https://host/registry/ns/name-v0``,
@@ -66,7 +69,7 @@ class StreamingSource(DatasetSource):
 
     Raises:
         DatasetNotFoundError: nothing along ``url`` publishes the dataset at its end.
-        LayoutError: it is not an HDF5 dataset in the multi-agent layout.
+        LayoutError: it is not an HDF5 dataset.
         CorruptedDataError: a file does not match the manifest, or the data is damaged.
         RemoteError: the registry failed, or a deadline passed.
     """
@@ -94,17 +97,21 @@ class StreamingSource(DatasetSource):
         self._local: Path | None = None
         self.remote_file.prefetch(entries[MAIN_PATH].open_blocks)
         metadata = read_metadata(self.local_data_path)
-        if layout.METADATA_KEY not in metadata:
-            raise LayoutError(f"{shown_url(url)} is a plain Minari dataset: only datasets in "
-                              "the multi-agent layout are read in place; download it instead")
+        if metadata.get("data_format", "hdf5") != "hdf5":
+            raise LayoutError(f"{shown_url(url)} is a {metadata.get('data_format')!r} dataset: "
+                              "only HDF5 datasets are read in place; download it instead "
+                              "(marl-minari download)")
         total = metadata_count(metadata, "total_episodes", self.local_data_path)
         metadata_count(metadata, "total_steps", self.local_data_path)
-        spec = MultiAgentSpec.from_metadata(
-            metadata, metadata_space(metadata, "observation_space", self.local_data_path),
-            metadata_space(metadata, "action_space", self.local_data_path))
+        multi_agent = layout.METADATA_KEY in metadata
+        spec = spec_of(metadata, multi_agent, (
+            metadata_space(metadata, "observation_space", self.local_data_path),
+            metadata_space(metadata, "action_space", self.local_data_path)))
         with self._open() as file, hdf5_errors(Path(self.remote_file.name)):
-            cross_check(file, metadata, spec, Path(self.remote_file.name))
-        super().__init__(shown_url(url), "multi_agent", spec, metadata,
+            cross_check(file, metadata, spec if multi_agent else None,
+                        Path(self.remote_file.name))
+        super().__init__(shown_url(url), "multi_agent" if multi_agent else "single_agent",
+                         spec, metadata,
                          np.arange(total) if episode_indices is None else episode_indices)
         self._index_cache: IndexCache | None = IndexCache()
         self._all_steps: np.ndarray | None = None
@@ -208,14 +215,38 @@ class StreamingSource(DatasetSource):
         with self._open() as file:
             return file_episode_attributes(file, self.remote_file.name, [int(i) for i in ids])
 
-    def read(self, ids: Sequence[int] | np.ndarray, *,
-             observations: bool = True) -> MultiAgentArrays:
+    def _reader(self) -> EpisodeReader:
         if self._index_cache is None:
             self._index_cache = IndexCache()
-        with self._supplier_errors(), EpisodeReader(
-                self.local_data_path, self.spec, self.metadata, self._index_cache,
-                byte_source=self.remote_file) as reader:
-            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1))
+        return EpisodeReader(self.local_data_path, self.spec, self.metadata,
+                             self._index_cache, byte_source=self.remote_file)
+
+    def read(self, ids: Sequence[int] | np.ndarray, *,
+             observations: bool = True) -> MultiAgentArrays:
+        if not self.multi_agent:  # no offset index: HDF5 reads it over the ranges
+            with self._open() as file:
+                return plain_file_episodes(
+                    file, self.remote_file.name, self.spec,
+                    [int(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1)],
+                    jpeg_encoding=bool(self.metadata.get("jpeg_encoding", True)),
+                    observations=observations)
+        with self._supplier_errors(), self._reader() as reader:
+            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1),
+                               observations=observations)
+
+    def team_returns(self, chunk_steps: int | None = None) -> np.ndarray:
+        """The team return of each episode from the reward column alone: its ranges (and
+        the HDF5 metadata binding each index entry) are all that moves, not observations,
+        actions or agent columns (``docs/registry.md``, *Reading in place*)."""
+        if not self.multi_agent:
+            return super().team_returns(chunk_steps)
+        if not self.total_episodes:
+            return np.zeros(0)
+        with self._supplier_errors(), self._reader() as reader:
+            parts = [episode_returns(*reader.team_rewards(batch))
+                     for batch in self.batches(
+                         DEFAULT_CHUNK_STEPS if chunk_steps is None else chunk_steps)]
+        return np.concatenate(parts)
 
 
 class StreamingDataset:

@@ -186,12 +186,42 @@ class EpisodeReader:
             by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
                        for leaf in self._leaves(indices)
                        if observations or not leaf.path.startswith("observations/")}
-            if self._source is None:
-                assert self._fd is not None
-                read_plan_from_fd(planner.plan(), self._fd, name)
-            else:
-                read_plan_from_source(planner.plan(REMOTE_MAX_GAP), self._source)
+            self._read_planned(planner, name)
         return self._assemble(by_path, indices, lengths, observations)
+
+    def team_rewards(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The team reward column (Minari's ``rewards``) of episodes ``indices``, back to
+        back, and their lengths: the one leaf a choice by returns needs, read alone (through
+        the offset index where it binds, as :meth:`read` reads it).
+
+        Raises:
+            InvalidOptionError: no episode asked for.
+            CorruptedDataError: the file is damaged.
+        """
+        if len(indices) == 0:
+            raise InvalidOptionError("team_rewards needs at least one episode index")
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = (self._index.steps[indices] if self._index is not None
+                   else attribute_steps(self._file, self._path, indices))
+        name = str(self._path if self._source is None else self._source.name)
+        planner = RangePlanner(self._size, name)
+        with hdf5_errors(self._path):
+            episode_group(self._file, int(indices[0]), self._path)
+            rewards = self._place_leaf(Leaf("rewards", np.dtype(np.float64), (), False),
+                                       indices, lengths, planner)
+            # one small piece per episode: gaps are skipped, never fetched to save a request
+            self._read_planned(planner, name, remote_gap=0)
+        return rewards, lengths
+
+    def _read_planned(self, planner: RangePlanner, name: str,
+                      remote_gap: int = REMOTE_MAX_GAP) -> None:
+        """Read what ``planner`` holds: from the local file, or from the byte supplier, whose
+        requests bridge gaps of up to ``remote_gap`` bytes between pieces."""
+        if self._source is None:
+            assert self._fd is not None
+            read_plan_from_fd(planner.plan(), self._fd, name)
+        else:
+            read_plan_from_source(planner.plan(remote_gap), self._source)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
