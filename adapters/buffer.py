@@ -393,21 +393,33 @@ def _start_table(segments: list[tuple[int, list[np.ndarray]]], length: int, peri
     starts = []
     offsets = [0]
     for base, streams in segments:
-        found = []
+        begins: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
         cursor = base
         for episode_lengths in streams:
-            pieces = episode_lengths if respect_episodes else np.asarray(
-                [int(episode_lengths.sum())])
-            piece_starts = cursor + np.concatenate([[0], np.cumsum(pieces)[:-1]])
-            for start, size in zip(piece_starts.tolist(), pieces.tolist(), strict=True):
-                if size >= length:
-                    found.append(np.arange(start, start + size - length + 1, period))
+            pieces = np.asarray(episode_lengths if respect_episodes else
+                                [int(episode_lengths.sum())], dtype=np.int64)
+            begins.append(cursor + np.cumsum(pieces) - pieces)
+            sizes.append(pieces)
             cursor += int(episode_lengths.sum())
-        table = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        table = _sequence_starts(np.concatenate(begins), np.concatenate(sizes), length,
+                                 period) if begins else np.zeros(0, dtype=np.int64)
         starts.append(table)
         offsets.append(offsets[-1] + len(table))
     return (np.concatenate(starts).astype(np.int32),
             np.asarray(offsets, dtype=np.int32))
+
+
+def _sequence_starts(begins: np.ndarray, sizes: np.ndarray, length: int,
+                     period: int) -> np.ndarray:
+    """Every ``period``-th start of a ``length``-step sequence inside each piece
+    (``begins[i]:begins[i] + sizes[i]``), piece after piece: the concatenated
+    ``arange(begin, begin + size - length + 1, period)``, without a loop over pieces."""
+    counts = np.where(sizes >= length, (sizes - length) // period + 1, 0)
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts  # each piece's first position in the output
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+    return np.repeat(begins, counts) + within * period
 
 
 def _source_probabilities(counts: np.ndarray, weights: Sequence[float] | None,
