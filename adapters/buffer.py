@@ -129,10 +129,11 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a sixteenth of the buffer's bytes (1 to 32 MiB,
-            :func:`~marl_minari.sources.holding_chunk_bytes`; a dataset's rows and a vault's
-            windows are built straight into the buffer): this keeps peak memory near the
-            buffer's own bytes (docs/benchmarks.md).
+            as fit an eighth of the buffer's bytes for a dataset (its chunks are read into
+            one reused memory and turned into rows in the buffer's windows) and a sixteenth
+            for a vault (its windows are read straight into the buffer), 1 to 32 MiB
+            (:func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
+            the buffer's own bytes (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -165,7 +166,7 @@ def make_buffer(
     views = [_vault_source(o, chunk_steps, holding_chunk_bytes(total_bytes, in_place=True))
              if isinstance(o, VaultReader)
              else _dataset_source(o, chunk_steps,
-                                  holding_chunk_bytes(total_bytes, in_place=True))
+                                  holding_chunk_bytes(total_bytes, reused=True))
              for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
@@ -283,7 +284,10 @@ def _source_bytes(source: DatasetSource | VaultReader) -> int:
 
 def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
-    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget))
+    # Every chunk is read into the memory of the one before: it is done with (turned into
+    # the buffer's rows) before the next is read.
+    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget),
+                            reuse_arrays=True)
     first: list[Any] = [next(chunks)]  # handed over to the fill, which lets it go
     if record is not None:
         plan = plan_from_vault_record(dataset.spec, record)

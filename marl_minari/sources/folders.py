@@ -102,11 +102,12 @@ class FolderSource(DatasetSource):
                     for m in metas]
         return episode_attributes(self.data_path / layout.MAIN_FILE_NAME, ids)
 
-    def read_batches(self, batches: Iterable[np.ndarray], *,
-                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+    def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
+                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
-            yield from self.dataset.arrays_in_batches(batches, observations=observations)
+            yield from self.dataset.arrays_in_batches(batches, observations=observations,
+                                                      reuse_arrays=reuse_arrays)
             return
         yield from super().read_batches(batches, observations=observations)
 

@@ -342,3 +342,23 @@ def test_a_pass_without_observations_leaves_them_unread(
     (full,) = open_source("tests/spread-v0").chunks()
     assert all(np.array_equal(full.observations[a], dataset.to_arrays().observations[a])
                for a in full.possible_agents)
+
+
+def test_a_pass_that_reuses_its_arrays_reads_every_chunk_into_the_same_memory(
+        record_parallel: Callable[..., Any]) -> None:
+    # make_buffer turns each chunk into buffer rows before it asks for the next: the chunks
+    # are read into memory allocated (and first touched) once, and read what new arrays read.
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=4)
+    seen: list[np.ndarray] = []
+    for position, chunk in enumerate(open_source("tests/spread-v0").chunks(
+            chunk_steps=6, reuse_arrays=True)):
+        expected = dataset.to_arrays([position])
+        _same_arrays(chunk, expected)
+        for agent in chunk.possible_agents:
+            assert np.array_equal(chunk.observations[agent], expected.observations[agent])
+        assert np.array_equal(chunk.state, expected.state)
+        seen.append(chunk.observations["agent_0"])
+    assert all(np.shares_memory(seen[0], later) for later in seen[1:])
+    fresh = [c.observations["agent_0"] for c in open_source("tests/spread-v0").chunks(
+        chunk_steps=6)]
+    assert not np.shares_memory(fresh[0], fresh[1])
