@@ -42,11 +42,17 @@ from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.datafile import (
     cross_check,
     episode_attributes,
+    episode_steps,
     hdf5_errors,
     open_data_file,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.episode_reader import EpisodeReader, IndexCache, ReadScratch
+from marl_minari.storage.episode_reader import (
+    EpisodeReader,
+    IndexCache,
+    ReadScratch,
+    cached_steps,
+)
 
 
 class MultiAgentDataset:
@@ -234,6 +240,20 @@ class MultiAgentDataset:
         with EpisodeReader(self._data_path, self._spec, self._metadata,
                            self._index_cache) as reader:
             return reader.read(indices)
+
+    def episode_steps(self, episode_indices: Sequence[int] | np.ndarray | None = None
+                      ) -> np.ndarray:
+        """``(E,)`` steps of episodes (stored ids; every episode of this dataset by default):
+        from the offset index this dataset's reads checked and kept, while the files are the
+        ones it was checked on, else read from the file.
+
+        Raises:
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        indices = self._checked_ids(episode_indices)
+        kept = cached_steps(self._data_path, self._index_cache, indices)
+        return kept if kept is not None else episode_steps(self._data_path, self._metadata,
+                                                           indices)
 
     def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray], *,
                           observations: bool = True,

@@ -116,6 +116,14 @@ class ReadScratch:
         return block[:size].view(dtype).reshape(shape)
 
 
+def cached_steps(data_path: Path, cache: IndexCache, indices: np.ndarray) -> np.ndarray | None:
+    """Steps of the stored episodes ``indices`` from the index ``cache`` holds, if it was
+    checked on the files ``data_path`` holds now (``None`` otherwise: read them)."""
+    if cache.index is None or cache.key != _files_key(data_path):
+        return None
+    return cache.index.steps[indices]
+
+
 def _files_key(data_path: Path) -> tuple[Any, ...]:
     key: list[Any] = []
     for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
