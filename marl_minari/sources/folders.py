@@ -89,9 +89,9 @@ class FolderSource(DatasetSource):
         return ("_opened",)
 
     def _stored_lengths(self, ids: np.ndarray) -> np.ndarray:
-        if self._reads_data_file():
-            # The offset index the reads load and check, loaded once for both.
-            return np.asarray(self.dataset.episode_steps(ids), dtype=np.int64)
+        if self._reads_data_file() and isinstance(self._opened, MultiAgentDataset):
+            # The offset index its reads loaded and checked, not loaded again.
+            return np.asarray(self._opened.episode_steps(ids), dtype=np.int64)
         if self.metadata.get("data_format", "hdf5") != "hdf5":
             metas = self._minari_storage().get_episode_metadata(ids.tolist())
             return np.asarray([int(m["total_steps"]) for m in metas], dtype=np.int64)
