@@ -129,10 +129,11 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a sixteenth of the buffer's bytes (1 to 32 MiB,
-            :func:`~marl_minari.sources.holding_chunk_bytes`; a dataset's rows and a vault's
-            windows are built straight into the buffer): this keeps peak memory near the
-            buffer's own bytes (docs/benchmarks.md).
+            as fit an eighth of the buffer's bytes for a dataset (its chunks are read into
+            one reused memory and turned into rows in the buffer's windows) and a sixteenth
+            for a vault (its windows are read straight into the buffer), 1 to 32 MiB
+            (:func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
+            the buffer's own bytes (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -165,7 +166,7 @@ def make_buffer(
     views = [_vault_source(o, chunk_steps, holding_chunk_bytes(total_bytes, in_place=True))
              if isinstance(o, VaultReader)
              else _dataset_source(o, chunk_steps,
-                                  holding_chunk_bytes(total_bytes, in_place=True))
+                                  holding_chunk_bytes(total_bytes, reused=True))
              for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
@@ -283,7 +284,10 @@ def _source_bytes(source: DatasetSource | VaultReader) -> int:
 
 def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
-    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget))
+    # Every chunk is read into the memory of the one before: it is done with (turned into
+    # the buffer's rows) before the next is read.
+    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget),
+                            reuse_arrays=True)
     first: list[Any] = [next(chunks)]  # handed over to the fill, which lets it go
     if record is not None:
         plan = plan_from_vault_record(dataset.spec, record)
@@ -393,21 +397,33 @@ def _start_table(segments: list[tuple[int, list[np.ndarray]]], length: int, peri
     starts = []
     offsets = [0]
     for base, streams in segments:
-        found = []
+        begins: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
         cursor = base
         for episode_lengths in streams:
-            pieces = episode_lengths if respect_episodes else np.asarray(
-                [int(episode_lengths.sum())])
-            piece_starts = cursor + np.concatenate([[0], np.cumsum(pieces)[:-1]])
-            for start, size in zip(piece_starts.tolist(), pieces.tolist(), strict=True):
-                if size >= length:
-                    found.append(np.arange(start, start + size - length + 1, period))
+            pieces = np.asarray(episode_lengths if respect_episodes else
+                                [int(episode_lengths.sum())], dtype=np.int64)
+            begins.append(cursor + np.cumsum(pieces) - pieces)
+            sizes.append(pieces)
             cursor += int(episode_lengths.sum())
-        table = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        table = _sequence_starts(np.concatenate(begins), np.concatenate(sizes), length,
+                                 period) if begins else np.zeros(0, dtype=np.int64)
         starts.append(table)
         offsets.append(offsets[-1] + len(table))
     return (np.concatenate(starts).astype(np.int32),
             np.asarray(offsets, dtype=np.int32))
+
+
+def _sequence_starts(begins: np.ndarray, sizes: np.ndarray, length: int,
+                     period: int) -> np.ndarray:
+    """Every ``period``-th start of a ``length``-step sequence inside each piece
+    (``begins[i]:begins[i] + sizes[i]``), piece after piece: the concatenated
+    ``arange(begin, begin + size - length + 1, period)``, without a loop over pieces."""
+    counts = np.where(sizes >= length, (sizes - length) // period + 1, 0)
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts  # each piece's first position in the output
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+    return np.repeat(begins, counts) + within * period
 
 
 def _source_probabilities(counts: np.ndarray, weights: Sequence[float] | None,

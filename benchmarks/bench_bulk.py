@@ -14,9 +14,12 @@ Ratios are ``floor / ours`` (1.0 is the floor), of the best times; the calls are
 interleaved rounds, and the median of each round's ratio is printed too. ``--cold`` drops
 the page cache before each timed call (``sync; echo 3 > /proc/sys/vm/drop_caches``: root
 only), so the floor is the disk.
-``--profile NAME`` prints a cProfile of one call (``to_arrays`` or ``make_buffer``) instead.
+``--profile NAME`` prints a cProfile of one call (``to_arrays`` or ``make_buffer``) instead;
+``--stages`` prints where the fastest of ``--repeats`` ``make_buffer`` calls spent its wall
+time (each stage timed around the library's functions: no profiler's per-call cost).
 
     python benchmarks/bench_bulk.py [--root DIR] [--repeats 5] [--cold] [--profile to_arrays]
+    python benchmarks/bench_bulk.py --stages [--only long]
 """
 
 from __future__ import annotations
@@ -59,6 +62,62 @@ def read_file(path: Path) -> None:
             done += handle.readinto(view[done:])
 
 
+STAGES = (
+    # (module, owner, function, stage): the stages of make_buffer, timed around the calls.
+    ("marl_minari.adapters.buffer", None, "_open_source", "open the source"),
+    ("marl_minari.sources.folders", "FolderSource", "_stored_lengths", "episode lengths"),
+    ("marl_minari.storage.episode_reader", "EpisodeReader", "read", "read chunks"),
+    ("marl_minari.storage.episode_reader", "EpisodeReader", "_trusted", "  trust index entries"),
+    ("marl_minari.storage.episode_reader", "EpisodeReader", "_leaves", "  find leaves"),
+    ("marl_minari.storage.range_reader", "RangePlanner", "add", "  plan ranges"),
+    ("marl_minari.storage.range_reader", "RangePlanner", "plan", "  plan ranges"),
+    ("marl_minari.storage.episode_reader", None, "read_plan_from_fd", "  preadv"),
+    ("marl_minari.adapters.buffer", None, "_device_ready_zeros", "allocate the buffer"),
+    ("marl_minari.adapters.buffer", None, "view_rows", "view rows into the buffer"),
+    ("marl_minari.adapters.buffer", None, "_start_table", "start table"),
+)
+
+
+def stage_timers() -> dict[str, float]:
+    """Wrap each function of :data:`STAGES` (those that exist) to add its wall time to the
+    returned dict under its stage."""
+    import importlib
+
+    spent: dict[str, float] = {}
+    for module_name, owner_name, name, stage in STAGES:
+        module = importlib.import_module(module_name)
+        owner = getattr(module, owner_name) if owner_name else module
+        inner = getattr(owner, name, None)
+        if inner is None:
+            continue
+
+        def timed(*args: Any, inner: Any = inner, stage: str = stage, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[stage] = spent.get(stage, 0.0) + time.perf_counter() - start
+
+        setattr(owner, name, timed)
+    return spent
+
+
+def print_stages(name: str, call: Callable[[], Any], repeats: int,
+                 spent: dict[str, float]) -> None:
+    runs = []
+    for _ in range(repeats):
+        spent.clear()
+        start = time.perf_counter()
+        call()
+        runs.append((time.perf_counter() - start, dict(spent)))
+    total, stages = min(runs, key=lambda run: run[0])
+    print(f"--- {name}: make_buffer {total * 1e3:.1f} ms (fastest of {repeats})")
+    for stage, seconds in stages.items():
+        print(f"  {stage:<28} {seconds * 1e3:7.1f} ms")
+    print(f"  {'the rest':<28} "
+          f"{(total - sum(v for k, v in stages.items() if not k.startswith(' '))) * 1e3:7.1f} ms")
+
+
 def best(call: Callable[[], Any], repeats: int, cold: bool) -> float:
     times = []
     for _ in range(repeats):
@@ -78,6 +137,8 @@ def main() -> None:
     parser.add_argument("--profile", choices=("to_arrays", "make_buffer", "episode"))
     parser.add_argument("--only", choices=("short", "long"))
     parser.add_argument("--sort", default="tottime", help="cProfile order (--profile)")
+    parser.add_argument("--stages", action="store_true",
+                        help="where make_buffer's wall time goes, stage by stage")
     args = parser.parse_args()
     root = args.root or tempfile.mkdtemp(prefix="bench-bulk-")
     os.environ["MINARI_DATASETS_PATH"] = root
@@ -97,6 +158,7 @@ def main() -> None:
                     env_kwargs={"max_cycles": steps})
             print(f"recorded {name} in {time.perf_counter() - start:.1f} s")
 
+    spent = stage_timers() if args.stages else {}
     # Warm-up: imports, JAX's first device_put, the index checks of this process.
     warm = mm.load_dataset(dataset_id(*SHAPES[1]))
     make_buffer([warm.subset(np.arange(4))], sample_batch_size=2, sample_sequence_length=2)
@@ -117,6 +179,9 @@ def main() -> None:
                 [dataset], sample_batch_size=256, sample_sequence_length=10),
             "episode": lambda dataset=dataset, middle=middle: dataset.to_arrays(middle),
         }
+        if args.stages:
+            print_stages(name, calls["make_buffer"], args.repeats, spent)
+            continue
         if args.profile:
             calls[args.profile]()
             profile = cProfile.Profile()

@@ -165,16 +165,23 @@ class DatasetSource(ABC):
             yield self._ids[start:stop]
             start, done = stop, int(ends[stop - 1])
 
-    def chunks(self, chunk_steps: int | None = None, *,
-               observations: bool = True) -> Iterator[MultiAgentArrays]:
+    def chunks(self, chunk_steps: int | None = None, *, observations: bool = True,
+               reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
         """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
-        for the default, :meth:`read` for ``observations``)."""
-        yield from self.read_batches(self.batches(chunk_steps), observations=observations)
+        for the default, :meth:`read` for ``observations``, :meth:`read_batches` for
+        ``reuse_arrays``)."""
+        yield from self.read_batches(self.batches(chunk_steps), observations=observations,
+                                     reuse_arrays=reuse_arrays)
 
-    def read_batches(self, batches: Iterable[np.ndarray], *,
-                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+    def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
+                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
         """:meth:`read` of every batch of stored ids, in order: the one way a pass reads
-        (a source that can keeps its files open between batches)."""
+        (a source that can keeps its files open between batches).
+
+        ``reuse_arrays`` lets a source read every batch into the memory of the one before
+        (allocated and first touched once per pass): for a caller that is done with each
+        batch's arrays before it asks for the next. A source may ignore it."""
+        del reuse_arrays  # new arrays per batch: always valid
         for batch in batches:
             yield self.read(batch, observations=observations)
 
@@ -246,7 +253,8 @@ def steps_per_chunk(chunk_steps: int | None, step_bytes: int, *,
     return max(1, min(DEFAULT_CHUNK_STEPS, budget // max(1, step_bytes)))
 
 
-def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False) -> int:
+def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
+                        reused: bool = False) -> int:
     """The chunk budget of a reader that fills arrays of ``total_bytes`` (``make_buffer``).
 
     A chunk converted on the host into new rows, then copied into the arrays, adds up to
@@ -257,10 +265,14 @@ def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False) -> int:
     made in the buffer's windows by ``make_buffer``) holds only the chunk as read, so it is a
     sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
     dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
-    Both stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
+    A dataset's chunks read into one reused memory and turned into rows in the arrays
+    (``reused``: ``make_buffer``) hold that memory alone, and are an eighth: 1.09x on that
+    dataset (1.04x at a sixteenth, at twice the chunks' fixed costs; a quarter would come
+    near 1.2x).
+    All stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """
-    share = 16 if in_place else 32
+    share = 8 if reused else 16 if in_place else 32
     return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // share))
 
 

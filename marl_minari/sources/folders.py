@@ -89,6 +89,9 @@ class FolderSource(DatasetSource):
         return ("_opened",)
 
     def _stored_lengths(self, ids: np.ndarray) -> np.ndarray:
+        if self._reads_data_file() and isinstance(self._opened, MultiAgentDataset):
+            # The offset index its reads loaded and checked, not loaded again.
+            return np.asarray(self._opened.episode_steps(ids), dtype=np.int64)
         if self.metadata.get("data_format", "hdf5") != "hdf5":
             metas = self._minari_storage().get_episode_metadata(ids.tolist())
             return np.asarray([int(m["total_steps"]) for m in metas], dtype=np.int64)
@@ -102,11 +105,12 @@ class FolderSource(DatasetSource):
                     for m in metas]
         return episode_attributes(self.data_path / layout.MAIN_FILE_NAME, ids)
 
-    def read_batches(self, batches: Iterable[np.ndarray], *,
-                     observations: bool = True) -> Iterator[MultiAgentArrays]:
+    def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
+                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
-            yield from self.dataset.arrays_in_batches(batches, observations=observations)
+            yield from self.dataset.arrays_in_batches(batches, observations=observations,
+                                                      reuse_arrays=reuse_arrays)
             return
         yield from super().read_batches(batches, observations=observations)
 

@@ -42,11 +42,17 @@ from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.datafile import (
     cross_check,
     episode_attributes,
+    episode_steps,
     hdf5_errors,
     open_data_file,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.episode_reader import EpisodeReader, IndexCache
+from marl_minari.storage.episode_reader import (
+    EpisodeReader,
+    IndexCache,
+    ReadScratch,
+    cached_steps,
+)
 
 
 class MultiAgentDataset:
@@ -235,23 +241,42 @@ class MultiAgentDataset:
                            self._index_cache) as reader:
             return reader.read(indices)
 
+    def episode_steps(self, episode_indices: Sequence[int] | np.ndarray | None = None
+                      ) -> np.ndarray:
+        """``(E,)`` steps of episodes (stored ids; every episode of this dataset by default):
+        from the offset index this dataset's reads checked and kept, while the files are the
+        ones it was checked on, else read from the file.
+
+        Raises:
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        indices = self._checked_ids(episode_indices)
+        kept = cached_steps(self._data_path, self._index_cache, indices)
+        return kept if kept is not None else episode_steps(self._data_path, self._metadata,
+                                                           indices)
+
     def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray], *,
-                          observations: bool = True) -> Iterator[MultiAgentArrays]:
+                          observations: bool = True,
+                          reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
         """``to_arrays(batch)`` for every batch of stored ids, in order, with the data file
         opened once for all of them (what a pass in chunks reads: a chunk then costs its
         bytes, not a file open and its leaves found again). ``observations=False`` leaves
-        the observations unread (every agent's tree is ``{}``).
+        the observations unread (every agent's tree is ``{}``). ``reuse_arrays`` reads every
+        batch into the memory of the one before (:class:`~marl_minari.storage.episode_reader.
+        ReadScratch`): each batch's arrays are valid only until the next one is asked for.
 
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
         """
         reader: EpisodeReader | None = None
+        scratch = ReadScratch() if reuse_arrays else None
         try:
             for batch in batches:
                 if reader is None:
                     reader = EpisodeReader(self._data_path, self._spec, self._metadata,
                                            self._index_cache)
-                yield reader.read(self._checked_ids(batch), observations=observations)
+                yield reader.read(self._checked_ids(batch), observations=observations,
+                                  scratch=scratch)
                 if not reader.indexed:
                     # Read through HDF5, whose open file grows in memory with every episode
                     # visited (about 5 KB each): a new file per batch keeps a pass bounded.

@@ -94,6 +94,36 @@ class IndexCache:
     one episode then opens no dataset to find them)."""
 
 
+class ReadScratch:
+    """Memory a pass in chunks reads every chunk into, in place of new arrays per chunk.
+
+    Each leaf keeps one block, grown when a chunk needs more: its pages are first touched by
+    the first chunk, and later chunks cost only their bytes (new arrays of a few megabytes
+    are mapped, faulted in page by page and unmapped again, chunk after chunk). A chunk's
+    arrays are views of the blocks, so they are valid only until the next chunk is read.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[str, np.ndarray] = {}
+
+    def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        block = self._blocks.get(path)
+        if block is None or block.nbytes < size:
+            # An eighth more than asked for: a later chunk of a few more steps still fits.
+            block = self._blocks[path] = np.empty(size + size // 8, dtype=np.uint8)
+        return block[:size].view(dtype).reshape(shape)
+
+
+def cached_steps(data_path: Path, cache: IndexCache, indices: np.ndarray) -> np.ndarray | None:
+    """Steps of the stored episodes ``indices`` from the index ``cache`` holds, if it was
+    checked on the files ``data_path`` holds now (``None`` otherwise: read them)."""
+    if cache.index is None or cache.key != _files_key(data_path):
+        return None
+    return cache.index.steps[indices]
+
+
 def _files_key(data_path: Path) -> tuple[Any, ...]:
     key: list[Any] = []
     for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
@@ -151,6 +181,7 @@ class EpisodeReader:
             cache.leaves = {}
         self._index = cache.index
         self._visited = cache.leaves
+        self._scratch: ReadScratch | None = None
 
     def __enter__(self) -> EpisodeReader:
         return self
@@ -167,9 +198,11 @@ class EpisodeReader:
         """The data file has a usable offset index (its leaves are read as byte ranges)."""
         return self._index is not None
 
-    def read(self, indices: np.ndarray, *, observations: bool = True) -> MultiAgentArrays:
+    def read(self, indices: np.ndarray, *, observations: bool = True,
+             scratch: ReadScratch | None = None) -> MultiAgentArrays:
         """Episodes ``indices`` (stored ids) as contiguous arrays; ``observations=False``
-        leaves the agents' observations unread (each tree is then ``{}``).
+        leaves the agents' observations unread (each tree is then ``{}``); with ``scratch``
+        the arrays are views of its memory (valid until its next use), else new.
 
         Raises:
             InvalidOptionError: no episode asked for.
@@ -181,6 +214,7 @@ class EpisodeReader:
         lengths = (self._index.steps[indices] if self._index is not None
                    else attribute_steps(self._file, self._path, indices))
         name = str(self._path if self._source is None else self._source.name)
+        self._scratch = scratch
         planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
             by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
@@ -316,7 +350,9 @@ class EpisodeReader:
         binds to the file) are planned as ranges, the others read through h5py now."""
         stored = lengths + 1 if leaf.per_obs else lengths
         kept = leaf.kept_rows(lengths)
-        out = np.empty((int(kept.sum()), *leaf.row_shape), dtype=leaf.dtype)
+        shape = (int(kept.sum()), *leaf.row_shape)
+        out = (np.empty(shape, dtype=leaf.dtype) if self._scratch is None or leaf.text
+               else self._scratch.array(leaf.path, shape, leaf.dtype))
         offsets = None if self._index is None else self._index.offsets.get(leaf.path)
         row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
         usable = np.zeros(len(indices), dtype=bool)

@@ -26,6 +26,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leave
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
+from .step_rows import StepRows
 from .structure import parse_shape
 
 PAD_VALUE: Final = 0.0
@@ -367,14 +368,15 @@ def plan_from_vault_record(spec: MultiAgentSpec, record: dict[str, Any]) -> View
 # --------------------------------------------------------------------------- building rows
 
 
-def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: np.ndarray | None,
+def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: StepRows | None,
                out: np.ndarray) -> None:
-    """Write the flattened leaves (rows ``rows`` of each, all if ``None``) into ``out``."""
+    """Write the flattened leaves (their step rows ``rows``, all if ``None``) into ``out``."""
     for leaf in plan.leaves:
-        values = tree_leaves[leaf.path]
-        if rows is not None:
-            values = values[rows]
-        out[:, leaf.offset:leaf.offset + leaf.size] = values.reshape(len(out), leaf.size)
+        target = out[:, leaf.offset:leaf.offset + leaf.size]
+        if rows is None:
+            target[...] = tree_leaves[leaf.path].reshape(len(out), leaf.size)
+        else:
+            rows.copy(tree_leaves[leaf.path], target)
 
 
 def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
@@ -386,62 +388,59 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         plan: the view.
         arrays: the chunk.
         out: ``{key: (S, ...) array}`` (C-contiguous, every key of ``plan.keys()``) to write
-            the rows into, in place of new arrays: a buffer's windows, filled without a copy
-            of the rows in between. Returned.
+            the rows into, in place of new arrays: a buffer's windows, each written by one
+            vectorised copy per leaf (no rows made in between). Returned.
 
     Raises:
         StepDataError: a discrete action does not fit int32.
     """
     steps = int(arrays.episode_lengths.sum())
-    obs_rows = arrays.obs_rows
+    step_rows = StepRows(arrays.episode_lengths, arrays.obs_rows)
     n = plan.num_agents
     rows: dict[tuple[str, ...], np.ndarray] = {} if out is None else out
-    dtypes = {key: dtype for key, (_, dtype) in plan.keys().items()}
+    keys = plan.keys()
 
     def put(key: tuple[str, ...], values: np.ndarray) -> None:
-        _put(rows, key, values, dtypes[key])
+        _put(rows, key, values, keys[key][1])
+
+    def target(key: tuple[str, ...]) -> np.ndarray:
+        """The rows of ``key`` to fill: the caller's window, or a new array."""
+        if out is None:
+            rows[key] = np.empty((steps, *keys[key][0]), dtype=keys[key][1])
+        return _rows_view(rows[key], (steps, *keys[key][0]))
 
     width = int(np.prod(plan.obs_shape[1:], dtype=np.int64))
-    if out is None:
-        obs_flat = np.full((steps, n, width), plan.pad_value, dtype=plan.obs_dtype)
-    else:
-        obs_flat = _rows_view(out[OBSERVATIONS], (steps, n, width))
-        for i, agent_plan in enumerate(plan.observations):
-            obs_flat[:, i, agent_plan.size:] = plan.pad_value
+    obs_flat = _rows_view(target(OBSERVATIONS), (steps, n, width))
+    for i, agent_plan in enumerate(plan.observations):
+        obs_flat[:, i, agent_plan.size:] = plan.pad_value
     obs_leaves = {agent: dict(leaves(arrays.observations[agent])) for agent in plan.agents}
     for i, agent in enumerate(plan.agents):
-        _flat_rows(plan.observations[i], obs_leaves[agent], obs_rows, obs_flat[:, i])
-    if plan.zero_idle_observations:
-        obs_flat[~arrays.acted] = 0.0
-    if out is None:
-        rows[OBSERVATIONS] = obs_flat.reshape((steps, *plan.obs_shape))
-    put(ACTIONS, _actions(plan, arrays, steps))
+        _flat_rows(plan.observations[i], obs_leaves[agent], step_rows, obs_flat[:, i])
+    idle = ~arrays.acted
+    if plan.zero_idle_observations and idle.any():
+        obs_flat[idle] = 0.0
+    _actions(plan, arrays, target(ACTIONS))
     put(REWARDS, arrays.rewards)
     if plan.dones == "team":
-        terms = np.repeat(arrays.episode_terminations[:, None], n, axis=1)
-        truncs = np.repeat(arrays.episode_truncations[:, None], n, axis=1)
+        terms = arrays.episode_terminations[:, None]
+        truncs = arrays.episode_truncations[:, None]
     else:
         terms, truncs = arrays.terminations, arrays.truncations
-    put(TERMINALS, terms | truncs if plan.terminals == "end" else terms)
+    np.copyto(target(TERMINALS), terms | truncs if plan.terminals == "end" else terms,
+              casting="unsafe")
     if plan.truncations:
-        put(TRUNCATIONS, truncs)
+        np.copyto(target(TRUNCATIONS), truncs, casting="unsafe")
     if plan.legals is not None:
-        put(LEGALS, _legals(plan.legals, plan.agents, arrays, obs_leaves, obs_rows))
+        _legals(plan.legals, plan.agents, arrays, obs_leaves, step_rows, target(LEGALS))
     if plan.state == "env":
         if arrays.state is None:
             raise LayoutError("the plan needs the recorded global state, the data has none")
-        state = arrays.state.reshape(len(arrays.state), -1)
-        if out is not None and out[STATE].dtype == state.dtype:
-            # Gathered straight into the window ("clip": the rows are valid by construction,
-            # and numpy buffers a take that checks bounds).
-            np.take(state, obs_rows, axis=0, out=_rows_view(out[STATE], (steps, -1)),
-                    mode="clip")
-        else:
-            put(STATE, state[obs_rows].reshape((steps, *plan.state_shape)))
+        step_rows.copy(arrays.state, _rows_view(target(STATE), (steps, -1)))
     elif plan.state == "observations":
-        put(STATE, np.array(obs_flat.reshape(steps, -1), dtype=plan.state_dtype))
-    for path, name, shape, _ in plan.extras:
-        put(path, arrays.extras[name][obs_rows].reshape((steps, *shape)))
+        np.copyto(_rows_view(target(STATE), (steps, -1)), obs_flat.reshape(steps, -1),
+                  casting="unsafe")
+    for path, name, _, _ in plan.extras:
+        step_rows.copy(arrays.extras[name], _rows_view(target(path), (steps, -1)))
     return rows
 
 
@@ -463,10 +462,9 @@ def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
         np.copyto(target, values.reshape(target.shape), casting="unsafe")
 
 
-def _actions(plan: ViewPlan, arrays: MultiAgentArrays, steps: int) -> np.ndarray:
-    n = plan.num_agents
+def _actions(plan: ViewPlan, arrays: MultiAgentArrays, out: np.ndarray) -> None:
+    """Write the view's actions into ``out`` (``(S, *action_shape)``)."""
     if plan.actions is None:
-        out = np.zeros((steps, n), dtype=plan.action_dtype)
         for i, agent in enumerate(plan.agents):
             values = np.asarray(arrays.actions[agent])
             out[:, i] = values
@@ -483,24 +481,24 @@ def _actions(plan: ViewPlan, arrays: MultiAgentArrays, steps: int) -> np.ndarray
                     f"agent {agent!r} did not act at step row {step} but its action there is "
                     f"{values[step]}, not the fill value 0 (docs/format.md, *Agents that leave "
                     "or join*); fix the dataset's actions")
-        return out
-    width = int(np.prod(plan.action_shape[1:], dtype=np.int64))
-    flat = np.full((steps, n, width), plan.pad_value, dtype=plan.action_dtype)
+        return
+    flat = _rows_view(out, (len(out), plan.num_agents, -1))
     for i, agent in enumerate(plan.agents):
+        flat[:, i, plan.actions[i].size:] = plan.pad_value
         _flat_rows(plan.actions[i], dict(leaves(arrays.actions[agent])), None, flat[:, i])
-    return flat.reshape((steps, *plan.action_shape))
 
 
 def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
-            obs_leaves: dict[str, dict[str, np.ndarray]], obs_rows: np.ndarray) -> np.ndarray:
-    steps = len(obs_rows)
-    out = np.zeros((steps, len(agents), plan.width), dtype=np.float32)
+            obs_leaves: dict[str, dict[str, np.ndarray]], step_rows: StepRows,
+            out: np.ndarray) -> None:
+    """Write every agent's legal-action mask into ``out`` (``(S, N, A)`` float32)."""
     # OG-MARL's convention for an agent that does not act (gone, or not its turn): only
     # action 0 is legal, so the logged action 0 is legal too.
-    idle = ~arrays.active[obs_rows] | ~arrays.acted
+    idle = ~step_rows.take(arrays.active) | ~arrays.acted
     for i, agent in enumerate(agents):
         source = plan.sources[i]
         count = plan.counts[i]
+        out[:, i, count:] = 0.0
         if source is None:
             out[:, i, :count] = 1.0
         else:
@@ -510,8 +508,10 @@ def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
             if path not in tree:
                 raise LayoutError(f"agent {agent!r} has no {kind} leaf {path!r} for its legal "
                                   "actions")
-            mask = tree[path][obs_rows].reshape(steps, -1)
-            out[:, i, :mask.shape[1]] = mask
-        out[idle[:, i], i, :] = 0.0
-        out[idle[:, i], i, 0] = 1.0
-    return out
+            mask = tree[path]
+            width = int(np.prod(mask.shape[1:], dtype=np.int64))
+            out[:, i, width:count] = 0.0
+            step_rows.copy(mask, out[:, i, :width])
+        if idle[:, i].any():
+            out[idle[:, i], i, :] = 0.0
+            out[idle[:, i], i, 0] = 1.0

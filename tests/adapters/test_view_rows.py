@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from marl_minari.format.spaces import leaves
+from marl_minari.vaults.step_rows import StepRows
 from marl_minari.vaults.view import OBSERVATIONS, plan_from_spec, view_rows
 
 
@@ -33,3 +34,23 @@ def test_rows_written_into_windows_equal_new_rows(record_parallel: Callable[...,
         np.testing.assert_array_equal(windows[path], rows, err_msg=str(path))
         assert (holders[path][:2] == 7).all() and (holders[path][-2:] == 7).all()
     assert expected[OBSERVATIONS].shape == (steps, *plan.obs_shape)
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 5], [3, 7, 1, 4], [6]])
+def test_step_rows_copy_the_rows_each_action_was_taken_from(lengths: list[int]) -> None:
+    """Equal episode lengths take the one-strided-copy way, mixed ones the gather: both leave
+    out each episode's final row, into any destination (a strided window of interleaved
+    agent columns, with a cast) and as a new array."""
+    episode_lengths = np.asarray(lengths, dtype=np.int64)
+    obs_rows = np.arange(sum(lengths)) + np.repeat(np.arange(len(lengths)), lengths)
+    rows = StepRows(episode_lengths, obs_rows)
+    values = np.arange((sum(lengths) + len(lengths)) * 6, dtype=np.float64).reshape(-1, 2, 3)
+    expected = values[obs_rows].reshape(len(obs_rows), 6)
+    holder = np.full((len(obs_rows), 3, 8), -1.0, dtype=np.float32)  # (S, N, O), agent 1
+    rows.copy(values, holder[:, 1, 1:7])
+    np.testing.assert_array_equal(holder[:, 1, 1:7], expected)
+    assert (holder[:, [0, 2]] == -1).all() and (holder[:, 1, [0, 7]] == -1).all()
+    contiguous = np.empty((len(obs_rows), 2, 3), dtype=np.float64)
+    rows.copy(values, contiguous)
+    np.testing.assert_array_equal(contiguous.reshape(len(obs_rows), 6), expected)
+    np.testing.assert_array_equal(rows.take(values), values[obs_rows])

@@ -342,3 +342,42 @@ def test_a_pass_without_observations_leaves_them_unread(
     (full,) = open_source("tests/spread-v0").chunks()
     assert all(np.array_equal(full.observations[a], dataset.to_arrays().observations[a])
                for a in full.possible_agents)
+
+
+def test_a_pass_that_reuses_its_arrays_reads_every_chunk_into_the_same_memory(
+        record_parallel: Callable[..., Any]) -> None:
+    # make_buffer turns each chunk into buffer rows before it asks for the next: the chunks
+    # are read into memory allocated (and first touched) once, and read what new arrays read.
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=4)
+    seen: list[np.ndarray] = []
+    for position, chunk in enumerate(open_source("tests/spread-v0").chunks(
+            chunk_steps=6, reuse_arrays=True)):
+        expected = dataset.to_arrays([position])
+        _same_arrays(chunk, expected)
+        for agent in chunk.possible_agents:
+            assert np.array_equal(chunk.observations[agent], expected.observations[agent])
+        assert np.array_equal(chunk.state, expected.state)
+        seen.append(chunk.observations["agent_0"])
+    assert all(np.shares_memory(seen[0], later) for later in seen[1:])
+    fresh = [c.observations["agent_0"] for c in open_source("tests/spread-v0").chunks(
+        chunk_steps=6)]
+    assert not np.shares_memory(fresh[0], fresh[1])
+
+
+def test_episode_steps_come_from_the_kept_index_only_while_its_files_are_unchanged(
+        record_parallel: Callable[..., Any]) -> None:
+    # A source's episode lengths (make_buffer's first need) reuse the offset index that the
+    # dataset's reads checked, instead of opening the file and loading the index again.
+    import dataclasses
+    import os
+
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=3)
+    stored = [int(dataset.episode(i).rewards.shape[0]) for i in range(3)]
+    assert dataset.episode_steps().tolist() == stored
+    cache = dataset._index_cache
+    assert cache.index is not None  # kept by the reads above
+    cache.index = dataclasses.replace(cache.index, steps=cache.index.steps + 1)
+    assert open_source(dataset).episode_lengths().tolist() == [s + 1 for s in stored]
+    data_file = dataset.data_path / "main_data.hdf5"
+    os.utime(data_file, ns=(data_file.stat().st_atime_ns, data_file.stat().st_mtime_ns + 10**9))
+    assert dataset.episode_steps().tolist() == stored  # the files changed: read anew
