@@ -17,6 +17,7 @@ a server that ignores ``Range`` (answers HTTP 200 with the whole body).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import blake3
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError, MarlMinariError
@@ -36,7 +38,7 @@ from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
 from .block_cache import BlockCache, default_cache_bytes, default_cache_dir, matches
-from .blocks import MIN_BLOCK_SIZE, Block
+from .blocks import MIN_BLOCK_SIZE, Block, block_digests
 from .deadline import Deadline
 from .kinds import open_backend
 from .manifest import FileEntry, Manifest
@@ -142,6 +144,21 @@ class RemoteFile:
         """The BLAKE3 of the whole file as published (what the offset index records of the
         file it was written for), known without reading the file."""
         return self.entry.blake3
+
+    @property
+    def pinned_digest(self) -> str:
+        """A digest of the manifest's digests that every byte this file serves is checked
+        against: its range digests (the whole-file copy a server that ignores ``Range``
+        forces is checked against them too), or the whole-file digest of a file without
+        them. Equal for two readers exactly when they are served the same bytes: what a
+        reader learnt of the bytes (its offset-index comparisons) holds for the other."""
+        entry = self.entry
+        pins: list[Any] = [entry.size]
+        if entry.block_size is not None and entry.block_blake3 is not None:
+            pins += ["blocks", entry.block_size, list(entry.block_blake3)]
+        else:
+            pins += ["whole", entry.check_algorithm, entry.check_digest]
+        return blake3.blake3(json.dumps(pins).encode()).hexdigest()
 
     # ------------------------------------------------------------------ pickling (Ray)
     def __getstate__(self) -> dict[str, Any]:
@@ -373,7 +390,25 @@ class RemoteFile:
             cached = self._cache.path(whole)
             if cached is None:
                 cached = self._fetch_whole(whole, ignored)
+            self._check_blocks_of_whole(cached)
             self._whole_fd = os.open(cached, os.O_RDONLY)
+
+    def _check_blocks_of_whole(self, copy: Path) -> None:
+        """Check a whole-file copy against the range digests too, where the entry has them,
+        so that whatever way its bytes arrive they are the ones the range digests pin
+        (:attr:`pinned_digest`): a manifest whose two kinds of digests describe different
+        files is refused."""
+        if self.entry.block_size is None or self.entry.block_blake3 is None:
+            return
+        _, _, found = block_digests(copy, self.entry.block_size)
+        if found != self.entry.block_blake3:
+            first = next((n for n, (a, b) in enumerate(
+                zip(found, self.entry.block_blake3, strict=False)) if a != b), len(found))
+            raise CorruptedDataError(
+                f"{self.name}: the manifest's range digests and whole-file digest describe "
+                f"different files (block {first} of the verified whole file differs from its "
+                "range digest): the published manifest is inconsistent; ask the registry's "
+                "owner to publish the dataset again as a new version")
 
     def _fetch_whole(self, whole: Block, ignored: RangesIgnored | None) -> Path:
         if ignored is not None:
