@@ -106,8 +106,7 @@ def save(published: PublishedBytes, index_content: str, checked: Checked) -> Non
     document = {"body": body, "mac": blake3.blake3(_canonical(body), key=key).hexdigest()}
     target = published.record
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+    try:  # into the stream's folder as it is: one deleted meanwhile is not made again
         temporary.write_text(json.dumps(document))
         os.replace(temporary, target)
     except OSError as exc:
@@ -134,7 +133,6 @@ def _key(path: Path, *, create: bool) -> bytes | None:
         return None
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(handle, "wb") as out:
             out.write(os.urandom(KEY_BYTES))

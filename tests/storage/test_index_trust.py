@@ -299,3 +299,23 @@ def test_a_forged_index_header_in_a_fresh_process_reads_what_h5py_reads() -> Non
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str([True] * 6)
+
+
+def test_an_entry_compared_for_one_row_count_is_not_taken_as_compared_for_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is remembered of an entry is keyed by the rows it was compared for: a leaf asked
+    for with the wrong row count disagrees, and that answer is not reused for the right one."""
+    episodes = _episodes(SMALL, [4, 6])
+    write_dataset("trust/rows-v0", episodes, _spec(SMALL))
+    shutil.copytree(dataset_dir("trust/rows-v0"), dataset_dir("trust/rows-copy-v0"))
+    copy = mm.load_dataset("trust/rows-copy-v0")
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    with h5py.File(copy.data_path / layout.MAIN_FILE_NAME, "r") as file:
+        index = offset_index.read(copy.data_path)
+        assert index is not None
+        ids = np.arange(2)
+        path = "observations/p"  # T + 1 rows per episode
+        wrong = index_trust.trusted(index, file, path, ids, np.float32, (3,), index.steps[ids])
+        right = index_trust.trusted(index, file, path, ids, np.float32, (3,),
+                                    index.steps[ids] + 1)
+    assert not wrong.any() and right.all()
