@@ -5,7 +5,8 @@ whole file of an old manifest), so the cache is content-addressed: two datasets 
 block share its entry, several processes can fill one cache at once (every entry is written
 under a temporary name and renamed into place), and an entry can never be taken for another
 block. Only bytes that matched their digest are ever put here, and an entry is checked again
-the first time a process reads it (a damaged entry is deleted and fetched anew). When the
+the first time a process reads it (a damaged entry is deleted and fetched anew), unless it is
+the very file this process wrote there. When the
 entries pass the cache's byte budget, the least recently used ones are deleted.
 """
 
@@ -89,9 +90,11 @@ class BlockCache:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 return None
-            self._checked[path.name] = identity
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: evicted last
+            status = path.stat()  # the times just set: what this process checked
+            identity = (status.st_ino, status.st_mtime_ns)
+        self._checked[path.name] = identity
         return path
 
     def read(self, block: Block) -> bytes | None:
@@ -115,8 +118,14 @@ class BlockCache:
         target = self.folder / _entry_name(block)
         temporary = self.folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
         try:
-            temporary.write_bytes(data)
+            with open(temporary, "wb") as out:
+                out.write(data)
+                out.flush()
+                status = os.fstat(out.fileno())
             os.replace(temporary, target)
+            # The file this process wrote with verified bytes (a rename keeps its inode and
+            # times): reading it back needs no second check, anything put in its place does.
+            self._checked[target.name] = (status.st_ino, status.st_mtime_ns)
         finally:
             temporary.unlink(missing_ok=True)
         self._grew(block.length)

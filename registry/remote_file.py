@@ -243,6 +243,34 @@ class RemoteFile:
         with contextlib.suppress(RangesIgnored):
             self._blocks_bytes(sorted(set(numbers)))
 
+    @property
+    def prefetch_budget(self) -> int:
+        """Bytes of ranges :meth:`prefetch_ranges` should be asked for at once: half the
+        blocks kept in memory, so that they are still there when the comparisons read them;
+        ``0`` (do not prefetch) without a disk cache, where the read that follows would fetch
+        again whatever memory dropped meanwhile."""
+        return self.settings.memory_bytes // 2 if self._cache.max_bytes else 0
+
+    def prefetch_ranges(self, ranges: Sequence[tuple[int, int]] | np.ndarray) -> None:
+        """Fetch now, together (adjacent blocks in one request, several in flight), the
+        blocks covering ``ranges``: what the caller reads next. An episode reader asks for a
+        read's leaves before comparing their index entries with HDF5, whose metadata reads
+        (the datasets' object headers lie mostly beside their data) then find their blocks
+        in memory instead of fetching them one dependent request at a time. Ranges outside
+        the file are left to the read that follows, which names them."""
+        if self.entry.block_size is None or self._whole_fd is not None:
+            return
+        block_size = self.entry.block_size
+        asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        asked = asked[(asked[:, 1] > 0) & (asked[:, 0] >= 0)
+                      & (asked[:, 0] + asked[:, 1] <= self.size)]
+        if not len(asked):
+            return
+        edges = np.zeros(len(self._blocks) + 1, dtype=np.int64)
+        np.add.at(edges, asked[:, 0] // block_size, 1)
+        np.add.at(edges, (asked[:, 0] + asked[:, 1] - 1) // block_size + 1, -1)
+        self.prefetch(np.flatnonzero(np.cumsum(edges)[:-1] > 0).tolist())
+
     def close(self) -> None:
         """Release the whole-file copy, if one was made (a cached one stays cached)."""
         if self._whole_fd is not None:

@@ -15,6 +15,7 @@ code, whose errors are not the file's.
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -295,8 +296,9 @@ class EpisodeReader:
             return None
         return self._index.offsets.get(leaf.path)
 
-    def _row_bytes(self, leaf: Leaf) -> int:
-        return leaf.dtype.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
+    @staticmethod
+    def _row_bytes(leaf: Leaf) -> int:
+        return leaf.dtype.itemsize * math.prod(leaf.row_shape)
 
     def _trusted(self, leaves: list[Leaf], indices: np.ndarray,
                  lengths: np.ndarray) -> list[np.ndarray]:
@@ -305,9 +307,11 @@ class EpisodeReader:
         :func:`~marl_minari.format.index_trust.trusted_leaves`, all leaves compared together,
         whatever supplies the bytes. A remote supplier verifies every byte against the
         published manifest, but the index is published beside the file by the same hand: its
-        entries are compared with HDF5's own offsets like a copy's."""
+        entries are compared with HDF5's own offsets like a copy's. A supplier that can
+        prefetch (a remote file) is asked for the episodes' leaves first, a memory budget at
+        a time, so that the comparisons' metadata reads find their blocks already fetched."""
         usable: list[np.ndarray] = []
-        asked: list[tuple[int, LeafEntries]] = []
+        candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]] = []
         for leaf in leaves:
             offsets = self._indexed(leaf)
             found = np.zeros(len(indices), dtype=bool)
@@ -317,17 +321,50 @@ class EpisodeReader:
                 starts = offsets[indices]
                 found = (starts >= 0) & (starts + stored * self._row_bytes(leaf) <= self._size)
                 if found.any():
-                    asked.append((len(usable), LeafEntries(
-                        leaf.path, indices[found], leaf.dtype, leaf.row_shape, stored[found])))
+                    candidates.append((len(usable), leaf, starts, stored))
             usable.append(found)
-        if asked:
-            assert self._index is not None
+        if not candidates:
+            return usable
+        assert self._index is not None
+        for chunk in self._prefetched_chunks(candidates, usable, len(indices)):
+            asked = [(position, LeafEntries(leaf.path, indices[chunk][usable[position][chunk]],
+                                            leaf.dtype, leaf.row_shape,
+                                            stored[chunk][usable[position][chunk]]))
+                     for position, leaf, _, stored in candidates
+                     if usable[position][chunk].any()]
             answers = index_trust.trusted_leaves(self._index, self._file,
                                                  [entries for _, entries in asked],
                                                  published=self._published)
             for (position, _), agreed in zip(asked, answers, strict=True):
-                usable[position][usable[position]] = agreed
+                part = usable[position][chunk]  # a view: written through
+                part[part] = agreed
         return usable
+
+    def _prefetched_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                           usable: list[np.ndarray], count: int) -> Iterator[slice]:
+        """Slices of the read's episodes, each prefetched (when the supplier can) before it
+        is yielded; one slice of them all when it cannot."""
+        prefetch = getattr(self._source, "prefetch_ranges", None)
+        budget = int(getattr(self._source, "prefetch_budget", 0))
+        if prefetch is None or budget <= 0:
+            yield slice(0, count)
+            return
+        sizes = np.zeros(count, dtype=np.int64)
+        for position, leaf, _, stored in candidates:
+            sizes += np.where(usable[position], stored * self._row_bytes(leaf), 0)
+        ends = np.cumsum(sizes)
+        first = 0
+        while first < count:
+            last = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + budget,
+                                                      side="right")))
+            chunk = slice(first, last)
+            prefetch(np.concatenate([
+                np.stack([starts[chunk][usable[position][chunk]],
+                          stored[chunk][usable[position][chunk]] * self._row_bytes(leaf)],
+                         axis=1)
+                for position, leaf, starts, stored in candidates]))
+            yield chunk
+            first = last
 
     def _place_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
                     planner: RangePlanner, usable: np.ndarray) -> np.ndarray:
