@@ -11,6 +11,9 @@ buffers, vaults, Ray, TorchRL) reads a streaming one the same way.
 
 A source pickles to its URL and manifest entries, never its bytes: a process or a Ray node
 that unpickles it fetches what it reads itself, and writes the small files to its own cache.
+The offset-index entries a reader compares with HDF5 are remembered for the bytes the
+manifest pins (:attr:`StreamingSource.published_bytes`), so each is compared once per
+machine (``docs/format.md``, *Remembered entry comparisons*).
 """
 
 from __future__ import annotations
