@@ -244,6 +244,12 @@ class RemoteFile:
             self._blocks_bytes(sorted(set(numbers)))
 
     @property
+    def block_size(self) -> int | None:
+        """Bytes of the blocks every range is verified in (``None``: the file is verified
+        whole): a reader that asks for ranges inside one block gets views of it, no copy."""
+        return None if self._whole_fd is not None else self.entry.block_size
+
+    @property
     def prefetch_budget(self) -> int:
         """Bytes of ranges :meth:`prefetch_ranges` should be asked for at once: half the
         blocks kept in memory, so that they are still there when the comparisons read them;

@@ -31,7 +31,9 @@ class ByteRanges(Protocol):
     same hand as the file. A supplier whose requests cost a round trip may also offer
     ``prefetch_ranges(ranges)`` and ``prefetch_budget`` (bytes per call; ``0``: do not):
     the episode reader then asks for a read's leaves, that many bytes at a time, before it
-    compares their entries (``registry.remote_file.RemoteFile``).
+    compares their entries (``registry.remote_file.RemoteFile``); and ``block_size``, the
+    fixed blocks it verifies in: the reader then cuts its requests where a piece starts in
+    another block, so that most ranges come back as views of one block.
     """
 
     name: str

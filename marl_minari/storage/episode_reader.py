@@ -200,7 +200,9 @@ class EpisodeReader:
                 assert self._fd is not None
                 read_plan_from_fd(planner.plan(), self._fd, name)
             else:
-                read_plan_from_source(planner.plan(REMOTE_MAX_GAP), self._source)
+                aligned = int(getattr(self._source, "block_size", None) or 0)
+                read_plan_from_source(planner.plan(REMOTE_MAX_GAP, align=aligned),
+                                      self._source)
         return self._assemble(by_path, indices, lengths, observations)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
