@@ -34,6 +34,8 @@ import numpy as np
 RECORD_FORMAT: Final = "marl-minari-entry-comparisons"
 RECORD_VERSION: Final = 1
 KEY_BYTES: Final = 32
+MAX_RECORD_BYTES: Final = 256 << 20
+"""A larger record is ignored (about 10 million entries fit)."""
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +66,10 @@ def load(published: PublishedBytes, index_content: str, episodes: int) -> Checke
     if key is None:
         return {}
     try:
-        document = json.loads(published.record.read_bytes())
+        raw = _read_regular(published.record, MAX_RECORD_BYTES)
+        if raw is None:
+            return {}
+        document = json.loads(raw)
         body, mac = document["body"], document["mac"]
         if (not isinstance(mac, str)
                 or blake3.blake3(_canonical(body), key=key).hexdigest() != mac
@@ -83,7 +88,7 @@ def load(published: PublishedBytes, index_content: str, episodes: int) -> Checke
         return checked
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         logger.debug("ignoring the comparison record %s: %s", published.record, exc)
         return {}
 
@@ -148,7 +153,7 @@ def _key(path: Path, *, create: bool) -> bytes | None:
 
 
 def _read_key(path: Path) -> bytes | None:
-    handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(handle, "rb") as key_file:
         status = os.fstat(key_file.fileno())
         if (not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid()
@@ -158,3 +163,14 @@ def _read_key(path: Path) -> bytes | None:
             return None
         key = key_file.read(KEY_BYTES + 1)
     return key if len(key) == KEY_BYTES else None
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a link, a FIFO or a device: never
+    waited on) of at most ``limit`` bytes; else ``None``."""
+    handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(handle, "rb") as found:
+        status = os.fstat(found.fileno())
+        if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+            return None
+        return found.read(limit + 1)

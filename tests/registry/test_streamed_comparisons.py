@@ -141,7 +141,9 @@ def _sign_with_another_key(record: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["edited by hand", "signed with another key", "not JSON",
-                                    "for another index", "key readable by others"])
+                                    "nested deeper than the parser goes", "a FIFO",
+                                    "for another index", "key readable by others",
+                                    "key is a FIFO"])
 def test_a_record_this_library_did_not_make_is_not_believed(
         streamable: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch,
         damage: str) -> None:
@@ -157,6 +159,12 @@ def test_a_record_this_library_did_not_make_is_not_believed(
         _sign_with_another_key(record)
     elif damage == "not JSON":
         record.write_bytes(record.read_bytes()[:-20])
+    elif damage == "nested deeper than the parser goes":
+        record.write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    elif damage in ("a FIFO", "key is a FIFO"):  # never waited on
+        target = record if damage == "a FIFO" else published.key
+        target.unlink()
+        os.mkfifo(target)
     elif damage == "for another index":
         index = offset_index.read(source.local_data_path)
         assert index is not None
@@ -168,7 +176,8 @@ def test_a_record_this_library_did_not_make_is_not_believed(
         compared = count_entry_checks(monkeypatch, forget=True)
         _assert_same(_stream(url).read(source.episode_indices), expected)
         assert len(compared) == _entries(source)  # every entry compared again
-    if damage in ("edited by hand", "signed with another key", "not JSON"):
+    if damage in ("edited by hand", "signed with another key", "not JSON",
+                  "nested deeper than the parser goes", "a FIFO"):
         # the comparisons made again were remembered in a record of ours
         compared = count_entry_checks(monkeypatch, forget=True)
         _stream(url).read(source.episode_indices)
