@@ -138,6 +138,7 @@ class RemoteFile:
         self._whole_temporary: Path | None = None
         self._failures = threading.local()
         self._backends = threading.local()
+        self._pinned: str | None = None
 
     @property
     def fingerprint(self) -> str | None:
@@ -152,13 +153,15 @@ class RemoteFile:
         forces is checked against them too), or the whole-file digest of a file without
         them. Equal for two readers exactly when they are served the same bytes: what a
         reader learnt of the bytes (its offset-index comparisons) holds for the other."""
-        entry = self.entry
-        pins: list[Any] = [entry.size]
-        if entry.block_size is not None and entry.block_blake3 is not None:
-            pins += ["blocks", entry.block_size, list(entry.block_blake3)]
-        else:
-            pins += ["whole", entry.check_algorithm, entry.check_digest]
-        return blake3.blake3(json.dumps(pins).encode()).hexdigest()
+        if self._pinned is None:
+            entry = self.entry
+            pins: list[Any] = [entry.size]
+            if entry.block_size is not None and entry.block_blake3 is not None:
+                pins += ["blocks", entry.block_size, list(entry.block_blake3)]
+            else:
+                pins += ["whole", entry.check_algorithm, entry.check_digest]
+            self._pinned = blake3.blake3(json.dumps(pins).encode()).hexdigest()
+        return self._pinned
 
     # ------------------------------------------------------------------ pickling (Ray)
     def __getstate__(self) -> dict[str, Any]:
