@@ -98,16 +98,32 @@ class BlockCache:
         return path
 
     def read(self, block: Block) -> bytes | None:
-        """The bytes of ``block`` from the cache, verified, or ``None``."""
-        path = self.path(block)
-        if path is None:
+        """The bytes of ``block`` from the cache, verified, or ``None``.
+
+        The entry is read once, and its bytes are checked in memory the first time this
+        process reads that file (a damaged one is deleted).
+        """
+        if not self.max_bytes:
             return None
+        path = self.folder / _entry_name(block)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # evicted by another process meanwhile
+            with open(path, "rb", buffering=0) as handle:
+                status = os.fstat(handle.fileno())
+                data = handle.read(block.length + 1)
+        except FileNotFoundError:  # not cached, or evicted by another process meanwhile
+            return None
+        identity = (status.st_ino, status.st_mtime_ns)
+        if self._checked.get(path.name) != identity and not matches(block, data):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
             return None
         if len(data) != block.length:
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: evicted last
+            status = path.stat()  # the times just set: what this process checked
+            identity = (status.st_ino, status.st_mtime_ns)
+        self._checked[path.name] = identity
         return data
 
     def put(self, block: Block, data: bytes | memoryview) -> None:
