@@ -148,11 +148,9 @@ class RemoteFile:
 
     @property
     def pinned_digest(self) -> str:
-        """A digest of the manifest's digests that every byte this file serves is checked
-        against: its range digests (the whole-file copy a server that ignores ``Range``
-        forces is checked against them too), or the whole-file digest of a file without
-        them. Equal for two readers exactly when they are served the same bytes: what a
-        reader learnt of the bytes (its offset-index comparisons) holds for the other."""
+        """A digest of the manifest's digests every served byte is checked against (the
+        range digests, also for a whole-file copy; else the whole-file digest): equal for
+        two readers exactly when they are served the same bytes."""
         if self._pinned is None:
             entry = self.entry
             pins: list[Any] = [entry.size]
@@ -248,25 +246,20 @@ class RemoteFile:
 
     @property
     def block_size(self) -> int | None:
-        """Bytes of the blocks every range is verified in (``None``: the file is verified
-        whole): a reader that asks for ranges inside one block gets views of it, no copy."""
+        """Bytes of the blocks ranges are verified in (``None``: verified whole)."""
         return None if self._whole_fd is not None else self.entry.block_size
 
     @property
     def prefetch_budget(self) -> int:
-        """Bytes of ranges :meth:`prefetch_ranges` should be asked for at once: half the
-        blocks kept in memory, so that they are still there when the comparisons read them;
-        ``0`` (do not prefetch) without a disk cache, where the read that follows would fetch
-        again whatever memory dropped meanwhile."""
+        """Bytes of ranges to :meth:`prefetch_ranges` at once: half the blocks kept in
+        memory; ``0`` (do not) without a disk cache, where what memory drops is refetched."""
         return self.settings.memory_bytes // 2 if self._cache.max_bytes else 0
 
     def prefetch_ranges(self, ranges: Sequence[tuple[int, int]] | np.ndarray) -> None:
-        """Fetch now, together (adjacent blocks in one request, several in flight), the
-        blocks covering ``ranges``: what the caller reads next. An episode reader asks for a
-        read's leaves before comparing their index entries with HDF5, whose metadata reads
-        (the datasets' object headers lie mostly beside their data) then find their blocks
-        in memory instead of fetching them one dependent request at a time. Ranges outside
-        the file are left to the read that follows, which names them."""
+        """Fetch now, together, the blocks covering ``ranges`` (what the caller reads next:
+        an episode reader's leaves, before HDF5 compares their index entries, reading object
+        headers that mostly lie in the same blocks). Ranges outside the file are left to the
+        read that follows, which names them."""
         if self.entry.block_size is None or self._whole_fd is not None:
             return
         block_size = self.entry.block_size
@@ -431,10 +424,8 @@ class RemoteFile:
             self._whole_fd = os.open(cached, os.O_RDONLY)
 
     def _check_blocks_of_whole(self, copy: Path) -> None:
-        """Check a whole-file copy against the range digests too, where the entry has them,
-        so that whatever way its bytes arrive they are the ones the range digests pin
-        (:attr:`pinned_digest`): a manifest whose two kinds of digests describe different
-        files is refused."""
+        """Check a whole-file copy against the range digests too (:attr:`pinned_digest`):
+        a manifest whose two kinds of digests describe different files is refused."""
         if self.entry.block_size is None or self.entry.block_blake3 is None:
             return
         _, _, found = block_digests(copy, self.entry.block_size)
