@@ -5,7 +5,8 @@ whole file of an old manifest), so the cache is content-addressed: two datasets 
 block share its entry, several processes can fill one cache at once (every entry is written
 under a temporary name and renamed into place), and an entry can never be taken for another
 block. Only bytes that matched their digest are ever put here, and an entry is checked again
-the first time a process reads it (a damaged entry is deleted and fetched anew). When the
+the first time a process reads it (a damaged entry is deleted and fetched anew), unless it is
+the very file this process wrote there. When the
 entries pass the cache's byte budget, the least recently used ones are deleted.
 """
 
@@ -89,22 +90,40 @@ class BlockCache:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 return None
-            self._checked[path.name] = identity
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: evicted last
+            status = path.stat()  # the times just set: what this process checked
+            identity = (status.st_ino, status.st_mtime_ns)
+        self._checked[path.name] = identity
         return path
 
     def read(self, block: Block) -> bytes | None:
-        """The bytes of ``block`` from the cache, verified, or ``None``."""
-        path = self.path(block)
-        if path is None:
+        """The bytes of ``block`` from the cache, verified, or ``None``.
+
+        The entry is read once, and its bytes are checked in memory the first time this
+        process reads that file (a damaged one is deleted).
+        """
+        if not self.max_bytes:
             return None
+        path = self.folder / _entry_name(block)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # evicted by another process meanwhile
+            with open(path, "rb", buffering=0) as handle:
+                status = os.fstat(handle.fileno())
+                data = handle.read(block.length + 1)
+        except FileNotFoundError:  # not cached, or evicted by another process meanwhile
+            return None
+        identity = (status.st_ino, status.st_mtime_ns)
+        if self._checked.get(path.name) != identity and not matches(block, data):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
             return None
         if len(data) != block.length:
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: evicted last
+            status = path.stat()  # the times just set: what this process checked
+            identity = (status.st_ino, status.st_mtime_ns)
+        self._checked[path.name] = identity
         return data
 
     def put(self, block: Block, data: bytes | memoryview) -> None:
@@ -115,8 +134,14 @@ class BlockCache:
         target = self.folder / _entry_name(block)
         temporary = self.folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
         try:
-            temporary.write_bytes(data)
+            with open(temporary, "wb") as out:
+                out.write(data)
+                out.flush()
+                status = os.fstat(out.fileno())
             os.replace(temporary, target)
+            # The file this process wrote with verified bytes (a rename keeps its inode and
+            # times): reading it back needs no second check, anything put in its place does.
+            self._checked[target.name] = (status.st_ino, status.st_mtime_ns)
         finally:
             temporary.unlink(missing_ok=True)
         self._grew(block.length)

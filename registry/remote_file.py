@@ -17,6 +17,7 @@ a server that ignores ``Range`` (answers HTTP 200 with the whole body).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import blake3
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError, MarlMinariError
@@ -36,7 +38,7 @@ from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
 from .block_cache import BlockCache, default_cache_bytes, default_cache_dir, matches
-from .blocks import MIN_BLOCK_SIZE, Block
+from .blocks import MIN_BLOCK_SIZE, Block, block_digests
 from .deadline import Deadline
 from .kinds import open_backend
 from .manifest import FileEntry, Manifest
@@ -136,12 +138,28 @@ class RemoteFile:
         self._whole_temporary: Path | None = None
         self._failures = threading.local()
         self._backends = threading.local()
+        self._pinned: str | None = None
 
     @property
     def fingerprint(self) -> str | None:
         """The BLAKE3 of the whole file as published (what the offset index records of the
         file it was written for), known without reading the file."""
         return self.entry.blake3
+
+    @property
+    def pinned_digest(self) -> str:
+        """A digest of the manifest's digests every served byte is checked against (the
+        range digests, also for a whole-file copy; else the whole-file digest): equal for
+        two readers exactly when they are served the same bytes."""
+        if self._pinned is None:
+            entry = self.entry
+            pins: list[Any] = [entry.size]
+            if entry.block_size is not None and entry.block_blake3 is not None:
+                pins += ["blocks", entry.block_size, list(entry.block_blake3)]
+            else:
+                pins += ["whole", entry.check_algorithm, entry.check_digest]
+            self._pinned = blake3.blake3(json.dumps(pins).encode()).hexdigest()
+        return self._pinned
 
     # ------------------------------------------------------------------ pickling (Ray)
     def __getstate__(self) -> dict[str, Any]:
@@ -225,6 +243,35 @@ class RemoteFile:
             return
         with contextlib.suppress(RangesIgnored):
             self._blocks_bytes(sorted(set(numbers)))
+
+    @property
+    def block_size(self) -> int | None:
+        """Bytes of the blocks ranges are verified in (``None``: verified whole)."""
+        return None if self._whole_fd is not None else self.entry.block_size
+
+    @property
+    def prefetch_budget(self) -> int:
+        """Bytes of ranges to :meth:`prefetch_ranges` at once: half the blocks kept in
+        memory; ``0`` (do not) without a disk cache, where what memory drops is refetched."""
+        return self.settings.memory_bytes // 2 if self._cache.max_bytes else 0
+
+    def prefetch_ranges(self, ranges: Sequence[tuple[int, int]] | np.ndarray) -> None:
+        """Fetch now, together, the blocks covering ``ranges`` (what the caller reads next:
+        an episode reader's leaves, before HDF5 compares their index entries, reading object
+        headers that mostly lie in the same blocks). Ranges outside the file are left to the
+        read that follows, which names them."""
+        if self.entry.block_size is None or self._whole_fd is not None:
+            return
+        block_size = self.entry.block_size
+        asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        asked = asked[(asked[:, 1] > 0) & (asked[:, 0] >= 0)
+                      & (asked[:, 0] + asked[:, 1] <= self.size)]
+        if not len(asked):
+            return
+        edges = np.zeros(len(self._blocks) + 1, dtype=np.int64)
+        np.add.at(edges, asked[:, 0] // block_size, 1)
+        np.add.at(edges, (asked[:, 0] + asked[:, 1] - 1) // block_size + 1, -1)
+        self.prefetch(np.flatnonzero(np.cumsum(edges)[:-1] > 0).tolist())
 
     def close(self) -> None:
         """Release the whole-file copy, if one was made (a cached one stays cached)."""
@@ -373,7 +420,23 @@ class RemoteFile:
             cached = self._cache.path(whole)
             if cached is None:
                 cached = self._fetch_whole(whole, ignored)
+            self._check_blocks_of_whole(cached)
             self._whole_fd = os.open(cached, os.O_RDONLY)
+
+    def _check_blocks_of_whole(self, copy: Path) -> None:
+        """Check a whole-file copy against the range digests too (:attr:`pinned_digest`):
+        a manifest whose two kinds of digests describe different files is refused."""
+        if self.entry.block_size is None or self.entry.block_blake3 is None:
+            return
+        _, _, found = block_digests(copy, self.entry.block_size)
+        if found != self.entry.block_blake3:
+            first = next((n for n, (a, b) in enumerate(
+                zip(found, self.entry.block_blake3, strict=False)) if a != b), len(found))
+            raise CorruptedDataError(
+                f"{self.name}: the manifest's range digests and whole-file digest describe "
+                f"different files (block {first} of the verified whole file differs from its "
+                "range digest): the published manifest is inconsistent; ask the registry's "
+                "owner to publish the dataset again as a new version")
 
     def _fetch_whole(self, whole: Block, ignored: RangesIgnored | None) -> Path:
         if ignored is not None:

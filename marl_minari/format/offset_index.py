@@ -5,10 +5,11 @@ straight out of a memory map instead of opening each one through HDF5. It is a c
 source of truth: a reader uses it only after the cheap checks of :func:`load` (``docs/format.md``,
 "marl_minari_index.npz"), and reads through h5py whenever anything disagrees.
 
-Before an entry's bytes are read, :func:`trusted` binds it to the file, at a cost that follows
-the read: each entry read is compared with HDF5's own storage offset, dtype and shape of that
-dataset (one low-level open, once per process and file state), so reading one episode of a
-copied or downloaded dataset costs a few such opens, never a pass over the whole file. Every
+Before an entry's bytes are read, :mod:`marl_minari.format.index_trust` binds it to the file,
+at a cost that follows the read: each entry read is compared with HDF5's own storage offset,
+dtype and shape of that dataset (a few low-level opens, once per process and file state, or
+per published file), so reading one episode of a copied, downloaded or streamed dataset costs
+a few such opens, never a pass over the whole file. Every
 entry is trusted at once only for a file that a local writer indexed and left unchanged (its
 digests sidecar describes the file's current state): never on the word of the index itself,
 whose header anyone who forges the index also writes.
@@ -30,7 +31,6 @@ from typing import Any, Final
 import blake3
 import h5py
 import numpy as np
-from numpy.typing import DTypeLike
 
 from marl_minari.format import layout
 from marl_minari.format.digests import (
@@ -41,6 +41,7 @@ from marl_minari.format.digests import (
     remembered_digests,
     stat_key,
 )
+from marl_minari.format.entry_checks import episode_group
 
 INDEX_VERSION: Final = 2
 """Version 1 indexes (bound to the file size only) are ignored: readers use HDF5 for them."""
@@ -55,8 +56,6 @@ VERIFY_STEP_EPISODES: Final = 256
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
 _FINGERPRINTS_LOCK = threading.Lock()
-_BINDINGS: dict[tuple[Any, ...], _Binding] = {}
-_BINDINGS_KEPT: Final = 64
 
 
 @dataclass(frozen=True)
@@ -153,7 +152,8 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     episodes' offsets equal HDF5's storage offsets (``sample=False`` reads nothing of the
     file beyond its root attributes: for episode lengths alone, read from a remote file).
     None of this grows with the number of episodes beyond reading the index itself, and
-    nothing here reads the whole file: an entry is bound to the file by :func:`trusted`
+    nothing here reads the whole file: an entry is bound to the file by
+    :func:`~marl_minari.format.index_trust.trusted_leaves`
     before its bytes are read (so an episode deleted since is never read through the index),
     and :func:`mismatches` checks every entry (the conformance check does).
 
@@ -181,7 +181,8 @@ def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
     """Check the index in ``data_path`` against its HDF5 file, deleting it where it is wrong.
 
     For a dataset arriving from elsewhere (a download) before it is installed: its installer
-    may vouch for an index only once every entry agrees (:func:`trusted`). The cheap checks of
+    may vouch for an index only once every entry agrees (see
+    :mod:`~marl_minari.format.index_trust`). The cheap checks of
     :func:`load` run first (an index failing them is deleted); then every entry of every
     episode is compared with HDF5, whatever their number (once here, so that no later reader
     pays for it), and the index is deleted if any disagrees.
@@ -229,7 +230,8 @@ def vouch(data_path: Path, index: OffsetIndex | None = None,
     """Remember the data file of ``data_path`` as its local writer does (the digests
     sidecar), after the caller compared every entry of its index with it and all agreed (a
     download, the conformance check; the writer remembers what it wrote itself). Readers then
-    trust the whole index at once (:func:`trusted`) while the file stays in this state.
+    trust the whole index at once (:mod:`~marl_minari.format.index_trust`) while the file
+    stays in this state.
 
     Args:
         index: the index that was compared (default: the one in ``data_path``).
@@ -262,7 +264,7 @@ def extendable(index: OffsetIndex | None, file: h5py.File,
     seal), for an append to extend; else ``None``.
 
     Nothing here reads the episodes: entries that a later write outdated are caught where
-    they are read (:func:`trusted`), as for any index.
+    they are read (:mod:`~marl_minari.format.index_trust`), as for any index.
     """
     if (index is None or len(index.steps) < episodes
             or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
@@ -312,7 +314,7 @@ def mismatches(index: OffsetIndex, file: h5py.File,
     paths = [(path, path.encode(), offsets) for path, offsets in index.offsets.items()]
     total_steps = np.empty(1, dtype=np.int64)
     for episode_id in episode_ids:
-        group = dataset_group(file, episode_id)
+        group = episode_group(file, episode_id)
         if group is None:
             found.append(f"episode_{episode_id}: missing from the file")
             continue
@@ -328,15 +330,6 @@ def mismatches(index: OffsetIndex, file: h5py.File,
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
     return found
-
-
-def dataset_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
-    """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none."""
-    try:
-        found = h5py.h5o.open(file.id, b"episode_%d" % episode_id)
-    except (KeyError, ValueError):
-        return None
-    return found if isinstance(found, h5py.h5g.GroupID) else None
 
 
 def _read_count(group: h5py.h5g.GroupID, into: np.ndarray) -> int | None:
@@ -362,115 +355,9 @@ def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:
     return found.get_offset() if isinstance(found, h5py.h5d.DatasetID) else None
 
 
-class _Binding:
-    """What one process knows of one index against one state of its file."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.whole_file: bool | None = None  # None: not decided yet (see trusted)
-        self.checked: dict[tuple[str, str], np.ndarray] = {}  # (path, dtype+shape) -> entries
-
-
-def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndarray,
-            dtype: DTypeLike, row_shape: tuple[int, ...], rows: np.ndarray) -> np.ndarray:
-    """``(len(episode_ids),)`` bool: which entries of ``path`` may be read from the file's
-    bytes as ``rows[i]`` rows of ``dtype`` and ``row_shape``.
-
-    An entry is trusted when HDF5 says ``episode_<e>/<path>`` is stored contiguously at the
-    indexed offset, with exactly that type and shape (then its bytes are that dataset's, as
-    h5py would read them); entries are compared once per process and file state. Every entry
-    is trusted at once only when the file is, to the byte, the one a local writer indexed:
-    the digests sidecar it wrote describes the file's current state (device, inode, size and
-    times, which no copied or downloaded file can carry over) with the digest the index was
-    written for. Nothing an index author writes decides that: the index's own ``blake3``
-    header is only compared with what the local writer remembered, and a digest this process
-    computes by hashing the file is never compared with the header (whoever forges an index
-    can write the digest of any file there). An index without a digest (written by an
-    append) is always checked entry by entry.
-
-    ``file`` must be open on the file the caller reads the bytes from (its identity, not its
-    path, keys what this process remembers).
-    """
-    binding = _binding(file, index)
-    dtype = np.dtype(dtype)
-    ids = np.asarray(episode_ids, dtype=np.int64)
-    with binding.lock:
-        if binding.whole_file is None:
-            binding.whole_file = (index.fingerprint is not None
-                                  and _remembered_by_writer(file) == index.fingerprint)
-        if binding.whole_file:
-            return np.ones(len(ids), dtype=bool)
-        checked = binding.checked.setdefault(
-            (path, dtype.str + str(row_shape)), np.zeros(len(index.steps), dtype=np.int8))
-        todo = np.flatnonzero(checked[ids] == 0)
-        expected_type = h5py.h5t.py_create(dtype)
-        todo_ids = ids[todo]
-        suffix = b"/" + path.encode()
-        checked[todo_ids] = [
-            1 if _agrees(file, b"episode_%d%s" % (episode_id, suffix), offset, expected_type,
-                         (count, *row_shape)) else -1
-            for episode_id, offset, count in zip(
-                todo_ids.tolist(), index.offsets[path][todo_ids].tolist(),
-                np.asarray(rows)[todo].tolist(), strict=True)]
-        return checked[ids] == 1
-
-
-def _agrees(file: h5py.File, path: bytes, offset: int, expected_type: h5py.h5t.TypeID,
-            shape: tuple[int, ...]) -> bool:
-    """Whether ``path`` is stored contiguously at ``offset`` with this type and shape.
-
-    ``H5Dget_offset`` is defined only for contiguous storage in the file itself (none for
-    chunked, compact, external or virtual datasets, or unallocated ones).
-    """
-    if offset < 0:
-        return False
-    try:
-        dataset = h5py.h5d.open(file.id, path)
-    except (KeyError, ValueError):
-        return False
-    return (dataset.get_offset() == offset and dataset.get_type().equal(expected_type)
-            and dataset.get_space().get_simple_extent_dims() == shape)
-
-
 def file_state(file: h5py.File) -> StatKey:
     """``stat_key`` of the file ``file`` has open (not of whatever its path names now)."""
     return stat_key(os.fstat(file.id.get_vfd_handle()))
-
-
-def _remembered_by_writer(file: h5py.File) -> str | None:
-    """BLAKE3 of the file ``file`` has open as the digests sidecar of its dataset remembers
-    it, if the sidecar describes the file's current state and its path still names that file;
-    else ``None``."""
-    if file.driver == "fileobj":  # not a local file: no writer of ours left it here
-        return None
-    h5_path = Path(file.filename)
-    try:
-        state = file_state(file)
-        if stat_key(os.stat(h5_path)) != state:
-            return None
-    except OSError:
-        return None
-    remembered = remembered_digests(h5_path.parent.parent).get(f"data/{h5_path.name}")
-    if remembered is None or remembered.stat != state:
-        return None
-    return remembered.digests.blake3
-
-
-def _binding(file: h5py.File, index: OffsetIndex) -> _Binding:
-    """The process's binding of ``index`` to the current state of the file ``file`` has open
-    (a write to the file, or another index, starts a new one)."""
-    if file.driver == "fileobj":
-        # A file read through a byte supplier (a remote file) has no identity to remember it
-        # by: its entries are compared again by each reader that opens it.
-        return _Binding()
-    key = (file_state(file), index.content)
-    with _FINGERPRINTS_LOCK:
-        found = _BINDINGS.get(key)
-        if found is None:
-            while len(_BINDINGS) >= _BINDINGS_KEPT:
-                del _BINDINGS[next(iter(_BINDINGS))]
-            found = _BINDINGS[key] = _Binding()
-        return found
 
 
 def fingerprint(h5_path: Path) -> str:

@@ -11,6 +11,9 @@ buffers, vaults, Ray, TorchRL) reads a streaming one the same way.
 
 A source pickles to its URL and manifest entries, never its bytes: a process or a Ray node
 that unpickles it fetches what it reads itself, and writes the small files to its own cache.
+The offset-index entries a reader compares with HDF5 are remembered for the bytes the
+manifest pins (:attr:`StreamingSource.published_bytes`), so each is compared once per
+machine (``docs/format.md``, *Remembered entry comparisons*).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from marl_minari.errors import (
     MarlMinariError,
 )
 from marl_minari.format import layout, offset_index
+from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.digests import hash_file
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
 from marl_minari.format.returns import episode_returns
@@ -54,6 +58,8 @@ from marl_minari.storage.episode_reader import EpisodeReader, IndexCache
 MAIN_PATH: Final = f"data/{layout.MAIN_FILE_NAME}"
 SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}")
 """The files a streaming source fetches whole when it opens (the index only if published)."""
+COMPARISONS_FILE_NAME: Final = "entry_comparisons.json"
+COMPARISONS_KEY_NAME: Final = ".entry_comparisons.key"
 
 
 class StreamingSource(DatasetSource):
@@ -141,6 +147,17 @@ class StreamingSource(DatasetSource):
             self._local = folder
         return self._local
 
+    @property
+    def published_bytes(self) -> PublishedBytes:
+        """The digests that pin the data file's bytes, and where this machine remembers the
+        offset-index comparisons made over them: ``streams/<manifest digest>/`` beside the
+        small files, signed with the user's key in ``streams/`` (``docs/format.md``,
+        *Remembered entry comparisons*)."""
+        streams = self.local_data_path.parent.parent
+        return PublishedBytes(self.remote_file.pinned_digest,
+                              self.local_data_path.parent / COMPARISONS_FILE_NAME,
+                              streams / COMPARISONS_KEY_NAME)
+
     def _fetch_small(self, entry: Any, target: Path) -> None:
         from marl_minari.registry.remote_file import RemoteFile, read_whole
 
@@ -219,7 +236,8 @@ class StreamingSource(DatasetSource):
         if self._index_cache is None:
             self._index_cache = IndexCache()
         return EpisodeReader(self.local_data_path, self.spec, self.metadata,
-                             self._index_cache, byte_source=self.remote_file)
+                             self._index_cache, byte_source=self.remote_file,
+                             published=self.published_bytes)
 
     def read(self, ids: Sequence[int] | np.ndarray, *,
              observations: bool = True) -> MultiAgentArrays:

@@ -26,10 +26,14 @@ class ByteRanges(Protocol):
         name: how errors name the file (a path or a URL).
         size: the file's length in bytes.
 
-    A supplier that checks every byte it returns against the file's published BLAKE3 may
-    say so with an attribute ``blake3`` (that hex digest): the episode reader then reads
-    through the offset index exactly when the index was written for that digest (the
-    whole-file rule of ``docs/format.md``), and through HDF5 otherwise.
+    Whatever a supplier verifies, the episode reader compares every offset-index entry it
+    reads through it with HDF5 (``docs/format.md``): a published file's index comes from the
+    same hand as the file. A supplier whose requests cost a round trip may also offer
+    ``prefetch_ranges(ranges)`` and ``prefetch_budget`` (bytes per call; ``0``: do not):
+    the episode reader then asks for a read's leaves, that many bytes at a time, before it
+    compares their entries (``registry.remote_file.RemoteFile``); and ``block_size``, the
+    fixed blocks it verifies in: the reader then cuts its requests where a piece starts in
+    another block, so that most ranges come back as views of one block.
     """
 
     name: str

@@ -15,6 +15,7 @@ code, whose errors are not the file's.
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,8 +27,10 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_minari.errors import CorruptedDataError, InvalidOptionError, LayoutError
-from marl_minari.format import layout, offset_index
+from marl_minari.format import index_trust, layout, offset_index
+from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.digests import stat_key
+from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import (
     build_tree,
@@ -146,13 +149,18 @@ class EpisodeReader:
             :class:`~marl_minari.storage.byte_ranges.RangesFile` and indexed leaves are read
             with :meth:`~marl_minari.storage.byte_ranges.ByteRanges.read_ranges`, in
             coalesced blocks.
+        published: what pins ``byte_source``'s bytes, when it is a published file whose every
+            byte is checked against its manifest: the offset-index comparisons are then
+            remembered for those bytes (:mod:`marl_minari.format.index_trust`).
     """
 
     def __init__(self, data_path: Path, spec: MultiAgentSpec, metadata: dict[str, Any],
                  cache: IndexCache | None = None, *,
-                 byte_source: ByteRanges | None = None) -> None:
+                 byte_source: ByteRanges | None = None,
+                 published: PublishedBytes | None = None) -> None:
         self._path = data_path / layout.MAIN_FILE_NAME
         self._source = byte_source
+        self._published = published if byte_source is not None else None
         if byte_source is None:
             self._file = open_data_file(self._path)
             # The file HDF5 has open, not whatever the path names now: the index entries are
@@ -217,9 +225,11 @@ class EpisodeReader:
         self._scratch = scratch
         planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
-            by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner)
-                       for leaf in self._leaves(indices)
-                       if observations or not leaf.path.startswith("observations/")}
+            leaves = [leaf for leaf in self._leaves(indices)
+                      if observations or not leaf.path.startswith("observations/")]
+            usable = self._trusted(leaves, indices, lengths)
+            by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner, found)
+                       for leaf, found in zip(leaves, usable, strict=True)}
             self._read_planned(planner, name)
         return self._assemble(by_path, indices, lengths, observations)
 
@@ -239,10 +249,12 @@ class EpisodeReader:
                    else attribute_steps(self._file, self._path, indices))
         name = str(self._path if self._source is None else self._source.name)
         planner = RangePlanner(self._size, name)
+        self._scratch = None  # the rewards are returned: never in a reused read's memory
         with hdf5_errors(self._path):
             episode_group(self._file, int(indices[0]), self._path)
-            rewards = self._place_leaf(Leaf("rewards", np.dtype(np.float64), (), False),
-                                       indices, lengths, planner)
+            leaf = Leaf("rewards", np.dtype(np.float64), (), False)
+            rewards = self._place_leaf(leaf, indices, lengths, planner,
+                                       self._trusted([leaf], indices, lengths)[0])
             # one small piece per episode: gaps are skipped, never fetched to save a request
             self._read_planned(planner, name, remote_gap=0)
         return rewards, lengths
@@ -255,7 +267,8 @@ class EpisodeReader:
             assert self._fd is not None
             read_plan_from_fd(planner.plan(), self._fd, name)
         else:
-            read_plan_from_source(planner.plan(remote_gap), self._source)
+            aligned = int(getattr(self._source, "block_size", None) or 0)
+            read_plan_from_source(planner.plan(remote_gap, align=aligned), self._source)
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
@@ -344,28 +357,98 @@ class EpisodeReader:
                         late[agent] = index
         return late
 
+    def _indexed(self, leaf: Leaf) -> np.ndarray | None:
+        """The index's offsets of ``leaf``, if its entries may be read as bytes at all."""
+        if self._index is None or leaf.jpeg or leaf.text:
+            return None
+        return self._index.offsets.get(leaf.path)
+
+    @staticmethod
+    def _row_bytes(leaf: Leaf) -> int:
+        return leaf.dtype.itemsize * math.prod(leaf.row_shape)
+
+    def _trusted(self, leaves: list[Leaf], indices: np.ndarray,
+                 lengths: np.ndarray) -> list[np.ndarray]:
+        """For each leaf, which episodes' index entries may be read as bytes
+        (``docs/format.md``): inside the file, and bound to it by
+        :func:`~marl_minari.format.index_trust.trusted_leaves`, all leaves compared together,
+        whatever supplies the bytes. A remote supplier verifies every byte against the
+        published manifest, but the index is published beside the file by the same hand: its
+        entries are compared with HDF5's own offsets like a copy's. A supplier that can
+        prefetch (a remote file) is asked for the episodes' leaves first, a memory budget at
+        a time, so that the comparisons' metadata reads find their blocks already fetched."""
+        usable: list[np.ndarray] = []
+        candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]] = []
+        for leaf in leaves:
+            offsets = self._indexed(leaf)
+            found = np.zeros(len(indices), dtype=bool)
+            if offsets is not None and int(leaf.kept_rows(lengths).sum()) and (
+                    self._row_bytes(leaf)):
+                stored = lengths + 1 if leaf.per_obs else lengths
+                starts = offsets[indices]
+                found = (starts >= 0) & (starts + stored * self._row_bytes(leaf) <= self._size)
+                if found.any():
+                    candidates.append((len(usable), leaf, starts, stored))
+            usable.append(found)
+        if not candidates:
+            return usable
+        assert self._index is not None
+        for chunk in self._prefetched_chunks(candidates, usable, len(indices)):
+            asked = [(position, LeafEntries(leaf.path, indices[chunk][usable[position][chunk]],
+                                            leaf.dtype, leaf.row_shape,
+                                            stored[chunk][usable[position][chunk]]))
+                     for position, leaf, _, stored in candidates
+                     if usable[position][chunk].any()]
+            answers = index_trust.trusted_leaves(self._index, self._file,
+                                                 [entries for _, entries in asked],
+                                                 published=self._published)
+            for (position, _), agreed in zip(asked, answers, strict=True):
+                part = usable[position][chunk]  # a view: written through
+                part[part] = agreed
+        return usable
+
+    def _prefetched_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                           usable: list[np.ndarray], count: int) -> Iterator[slice]:
+        """Slices of the read's episodes, each prefetched (when the supplier can) before it
+        is yielded; one slice of them all when it cannot."""
+        prefetch = getattr(self._source, "prefetch_ranges", None)
+        budget = int(getattr(self._source, "prefetch_budget", 0))
+        if prefetch is None or budget <= 0:
+            yield slice(0, count)
+            return
+        sizes = np.zeros(count, dtype=np.int64)
+        for position, leaf, _, stored in candidates:
+            sizes += np.where(usable[position], stored * self._row_bytes(leaf), 0)
+        ends = np.cumsum(sizes)
+        first = 0
+        while first < count:
+            last = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + budget,
+                                                      side="right")))
+            chunk = slice(first, last)
+            prefetch(np.concatenate([
+                np.stack([starts[chunk][usable[position][chunk]],
+                          stored[chunk][usable[position][chunk]] * self._row_bytes(leaf)],
+                         axis=1)
+                for position, leaf, starts, stored in candidates]))
+            yield chunk
+            first = last
+
     def _place_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
-                    planner: RangePlanner) -> np.ndarray:
-        """The leaf's output array: entries the index places (and :func:`offset_index.trusted`
-        binds to the file) are planned as ranges, the others read through h5py now."""
+                    planner: RangePlanner, usable: np.ndarray) -> np.ndarray:
+        """The leaf's output array: the ``usable`` entries (:meth:`_trusted`) are planned as
+        ranges, the others read through h5py now."""
         stored = lengths + 1 if leaf.per_obs else lengths
         kept = leaf.kept_rows(lengths)
         shape = (int(kept.sum()), *leaf.row_shape)
         out = (np.empty(shape, dtype=leaf.dtype) if self._scratch is None or leaf.text
                else self._scratch.array(leaf.path, shape, leaf.dtype))
-        offsets = None if self._index is None else self._index.offsets.get(leaf.path)
-        row_bytes = out.itemsize * int(np.prod(leaf.row_shape, dtype=np.int64))
-        usable = np.zeros(len(indices), dtype=bool)
+        offsets = self._indexed(leaf)
+        row_bytes = self._row_bytes(leaf)
         firsts = np.concatenate([[0], np.cumsum(kept)[:-1]]).astype(np.int64)
-        if offsets is not None and not leaf.jpeg and not leaf.text and out.size:
-            starts = offsets[indices]
-            usable = (starts >= 0) & (starts + stored * row_bytes <= self._size)
-            if usable.any():
-                assert self._index is not None
-                usable[usable] = self._trusted(leaf, indices[usable], stored[usable])
+        if offsets is not None and usable.any():
             skip = row_bytes if leaf.drop == "first" else 0
             planner.add(out.reshape(-1).view(np.uint8), firsts[usable] * row_bytes,
-                        starts[usable] + skip, kept[usable] * row_bytes)
+                        offsets[indices][usable] + skip, kept[usable] * row_bytes)
         for position in np.flatnonzero(~usable).tolist():
             index, first, count = (int(indices[position]), int(firsts[position]),
                                    int(kept[position]))
@@ -377,15 +460,6 @@ class EpisodeReader:
                 self._read_h5(leaf, index, whole)
                 target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
         return out
-
-    def _trusted(self, leaf: Leaf, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Which index entries of ``leaf`` may be read as bytes (``docs/format.md``):
-        :func:`offset_index.trusted`, whatever supplies the bytes. A remote supplier verifies
-        every byte against the published manifest, but the index is published beside the file
-        by the same hand: its entries are compared with HDF5's own offsets like a copy's."""
-        assert self._index is not None
-        return offset_index.trusted(self._index, self._file, leaf.path, indices,
-                                    leaf.dtype, leaf.row_shape, rows)
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")

@@ -126,11 +126,15 @@ class RangePlanner:
         self._keep.append(destination)
 
     def plan(self, max_gap: int = LOCAL_MAX_GAP,
-             max_block: int = MAX_BLOCK_BYTES) -> RangePlan:
+             max_block: int = MAX_BLOCK_BYTES, align: int = 0) -> RangePlan:
         """The pieces sorted by file offset and cut into blocks: a new block starts where the
         gap from the previous piece exceeds ``max_gap``, where pieces overlap (never in a
-        sound file, but a block reads the file forwards only), past ``max_block`` bytes, and
-        every :data:`_PIECES_PER_BLOCK` pieces (one ``preadv``'s I/O vector)."""
+        sound file, but a block reads the file forwards only), past ``max_block`` bytes,
+        every :data:`_PIECES_PER_BLOCK` pieces (one ``preadv``'s I/O vector), and, with
+        ``align``, where a piece starts in another ``align``-byte block of the file than the
+        one before ends in, and around a piece that spans two (a supplier verifying fixed
+        blocks then returns most ranges as views of one block, and joins only the bytes of
+        pieces that span blocks)."""
         if not self._starts:
             empty = np.zeros(0, dtype=np.int64)
             return RangePlan(empty, empty, empty.astype(np.uint64),
@@ -148,6 +152,12 @@ class RangePlanner:
             # Blocks of about max_block bytes (a cut where the running size crosses a multiple).
             position = np.cumsum(lengths) // max_block
             cut[1:] |= position[1:] != position[:-1]
+        if align > 0:
+            first_block = starts // align
+            last_block = (starts + np.maximum(lengths, 1) - 1) // align
+            straddles = first_block != last_block  # read alone: only its bytes are joined
+            cut[1:] |= ((first_block[1:] != last_block[:-1]) | straddles[1:]
+                        | straddles[:-1])
         bounds = np.append(np.flatnonzero(cut), len(starts)).astype(np.int64)
         return RangePlan(starts, lengths, targets, bounds, max_gap, self._keep)
 

@@ -34,7 +34,7 @@ from marl_minari.errors import (
     InvalidDatasetIdError,
     RemoteError,
 )
-from marl_minari.format import layout, offset_index
+from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.ids import dataset_dir, datasets_root
 
 
@@ -322,7 +322,7 @@ def test_download_drops_a_forged_offset_index(registry_dir: Path,
     registry.download(dataset_id)
     local = dataset_dir(dataset_id) / "data"
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})  # as in a fresh process
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
     arrays = mm.load_dataset(dataset_id).to_arrays()
     for episode_id in range(6):  # what h5py and plain Minari read
         stored = episode_leaves(local / layout.MAIN_FILE_NAME, episode_id)

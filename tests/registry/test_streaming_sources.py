@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from index_checks import count_entry_checks
+from marl_minari.registry import StreamSettings
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
 from range_servers import RangeHandler, range_handler
 
@@ -137,6 +139,29 @@ def test_only_the_episodes_read_move(larger: int, served: Callable[..., tuple[st
     # the blocks opening needs came together before the index (the manifest's open_blocks)
     after_index = [p for p, _, _ in handler.served[index_at + 1:] if p.endswith(".hdf5")]
     assert len(after_index) <= 4, after_index
+
+
+@pytest.mark.parametrize("memory_blocks", [1024, 6])
+def test_a_full_pass_fetches_its_blocks_together_before_comparing_the_index(
+        larger: int, served: Callable[..., tuple[str, Any]], monkeypatch: pytest.MonkeyPatch,
+        memory_blocks: int) -> None:
+    """Before the index entries of a read are compared with HDF5, the blocks of its leaves
+    come in a few coalesced requests (half the blocks kept in memory at a time), so the
+    comparisons' metadata reads (object headers beside the data) do not fetch block after
+    block, one dependent request each."""
+    expected = mm.load_dataset(DATASET).to_arrays()
+    url, handler = served()
+    compared = count_entry_checks(monkeypatch, forget=True)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True, stream_settings=StreamSettings(
+        memory_bytes=memory_blocks * MIN_BLOCK_SIZE))
+    assert isinstance(source, StreamingSource)
+    opened = len(handler.served)
+    assert_same(source.read(source.episode_indices), expected)
+    assert compared  # every entry is still compared
+    blocks = -(-larger // MIN_BLOCK_SIZE)
+    requests = [p for p, _, _ in handler.served[opened:] if p.endswith(".hdf5")]
+    assert len(requests) <= (blocks // 4 if memory_blocks > blocks else blocks), \
+        (len(requests), blocks)
 
 
 def test_a_tampered_block_names_the_range_and_other_episodes_stay_readable(

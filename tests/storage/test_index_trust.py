@@ -19,7 +19,7 @@ from index_checks import count_entry_checks
 from marl_strategies import assert_episode_equal, random_episode
 
 import marl_minari as mm
-from marl_minari.format import layout, offset_index
+from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import MultiAgentSpec
@@ -65,8 +65,8 @@ def _all_trusted(dataset: Any, episode_ids: list[int]) -> bool:
                 continue
             probe = h5py.h5d.open(file.id, f"episode_{int(having[0])}/{path}".encode())
             rows = index.steps[having] + (probe.shape[0] - index.steps[having[0]])
-            if not offset_index.trusted(index, file, path, having, probe.dtype,
-                                        probe.shape[1:], rows).all():
+            if not index_trust.trusted(index, file, path, having, probe.dtype,
+                                       probe.shape[1:], rows).all():
                 return False
     return True
 
@@ -107,7 +107,7 @@ def test_an_entry_that_no_longer_matches_the_file_is_not_used(
     if remembered:  # the edited file's digest is known: it is not the index's
         after_last_change(main)
         remember_digests(main.parent.parent, [f"data/{layout.MAIN_FILE_NAME}"])
-        monkeypatch.setattr(offset_index, "_BINDINGS", {})
+        monkeypatch.setattr(index_trust, "_BINDINGS", {})
     reloaded = mm.load_dataset("trust/swap-v0")
     assert not _all_trusted(reloaded, [1]) and _all_trusted(reloaded, [0, 3, 5])
     arrays = reloaded.to_arrays()
@@ -198,7 +198,7 @@ def test_a_file_whose_writer_remembered_its_digest_needs_no_entry_checks(
         stat = main.stat()
         os.utime(main, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
     compared = count_entry_checks(monkeypatch)
     before = _bytes_read()
     arrays = mm.load_dataset("trust/remembered-v0").to_arrays([2, 4])
@@ -248,7 +248,7 @@ def test_a_forged_index_header_does_not_make_swapped_episodes_trusted(
     data_path = dataset_dir("trust/forged-v0") / "data"
     swap_episodes_and_forge_index(data_path)
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
     if hashed_before:  # this process knows the file's digest: still not the index's word
         offset_index.fingerprint(data_path / layout.MAIN_FILE_NAME)
     dataset = mm.load_dataset("trust/forged-v0")
@@ -273,7 +273,7 @@ def test_a_rewritten_digests_sidecar_of_a_file_written_since_is_ignored(
     entry["blake3"] = offset_index.fingerprint(main)  # the new digest, the old stat key
     sidecar.write_text(json.dumps(document))
     monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})
-    monkeypatch.setattr(offset_index, "_BINDINGS", {})
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
     dataset = mm.load_dataset("trust/sidecar-v0")
     assert not _all_trusted(dataset, [1, 2])
     assert_episode_equal(dataset.to_arrays([1]).episode(0), episodes[2])
@@ -319,3 +319,22 @@ def test_a_sealed_index_with_a_negative_length_is_not_loaded() -> None:
     with h5py.File(main, "r") as file:
         for sample in (True, False):
             assert offset_index.load(dataset.data_path, file, 5, 25, sample=sample) is None
+
+def test_an_entry_compared_for_one_row_count_is_not_taken_as_compared_for_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is remembered of an entry is keyed by the rows it was compared for: a leaf asked
+    for with the wrong row count disagrees, and that answer is not reused for the right one."""
+    episodes = _episodes(SMALL, [4, 6])
+    write_dataset("trust/rows-v0", episodes, _spec(SMALL))
+    shutil.copytree(dataset_dir("trust/rows-v0"), dataset_dir("trust/rows-copy-v0"))
+    copy = mm.load_dataset("trust/rows-copy-v0")
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    with h5py.File(copy.data_path / layout.MAIN_FILE_NAME, "r") as file:
+        index = offset_index.read(copy.data_path)
+        assert index is not None
+        ids = np.arange(2)
+        path = "observations/p"  # T + 1 rows per episode
+        wrong = index_trust.trusted(index, file, path, ids, np.float32, (3,), index.steps[ids])
+        right = index_trust.trusted(index, file, path, ids, np.float32, (3,),
+                                    index.steps[ids] + 1)
+    assert not wrong.any() and right.all()

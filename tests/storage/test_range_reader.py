@@ -85,6 +85,21 @@ def _read_local(plan: RangePlan, path: Path) -> None:
         os.close(fd)
 
 
+def test_aligned_plans_keep_each_range_inside_one_block_of_the_supplier(
+        data_file: tuple) -> None:
+    """With ``align`` (a supplier verifying fixed blocks), a planned range never spans two
+    of its blocks, except a piece that does by itself, which is then a range of its own."""
+    path, content = data_file
+    pieces = [(10, 20), (40, 30), (1000, 30), (1020, 10), (1040, 10), (2100, 20), (2130, 5)]
+    planner, out = _planned(pieces)
+    plan = planner.plan(max_gap=8192, align=1024)
+    assert plan.blocks == [(10, 60), (1000, 30), (1020, 10), (1040, 10), (2100, 35)]
+    _read_local(plan, path)
+    assert out.tobytes() == _expected(content, pieces)
+    planner, _ = _planned(pieces)
+    assert planner.plan(max_gap=8192).blocks == [(10, 1020), (1020, 1115)]  # overlap only
+
+
 def test_overlapping_pieces_start_a_new_block(data_file: tuple) -> None:
     path, content = data_file
     pieces = [(1000, 500), (1200, 100), (1600, 10)]

@@ -1,0 +1,148 @@
+"""What comparing offset-index entries with HDF5 costs, per entry, ways of doing it side by side.
+
+Records ``--episodes`` episodes of mpe2 ``simple_spread_v3`` (15 indexed leaves each),
+publishes them to a ``file://`` registry, and compares every entry of every episode with HDF5
+(offset, type, shape), CPU time per entry, best and median of ``--repeats``, each way on a
+freshly opened file (HDF5's metadata cache empty), over the local file and over
+``RangesFile`` on the published file (every HDF5 metadata read a Python callback, blocks
+already cached on disk):
+
+* ``full path``: ``h5d.open(file, "episode_<e>/<path>")`` per entry (the comparison before
+  entries were batched);
+* ``per group``: ``compare_entries``, each episode group opened once, its datasets from it;
+* ``per subgroup``: the groups on the way (``infos/marl``) opened once per episode too;
+* ``offset only``: what ``offset_index.mismatches`` compares (no type, no shape), for scale;
+* ``remembered``: a new process's read of every entry's result from the record of a published
+  file's comparisons (``comparison_record.load``), per entry.
+
+::
+
+    python benchmarks/bench_entry_checks.py                 # 500 episodes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+DATASET = "bench/entries-v0"
+
+
+def _record(episodes: int) -> None:
+    import marl_minari as mm
+
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
+    rng = np.random.default_rng(0)
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        while env.agents:
+            env.step({a: int(rng.integers(5)) for a in env.agents})
+    env.create_dataset(DATASET)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    root = Path(tempfile.mkdtemp(prefix="bench-entries-"))
+    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
+    os.environ["MARL_MINARI_CACHE"] = str(root / "cache" / "blocks")
+    try:
+        import marl_minari as mm
+        from marl_minari import registry
+        from marl_minari.format import comparison_record, offset_index
+        from marl_minari.format.entry_checks import EntryCheck, compare_entries
+        from marl_minari.storage.byte_ranges import RangesFile
+
+        _record(args.episodes)
+        registry.publish(DATASET, f"file://{root / 'registry'}")
+        local = root / "registry" / DATASET / "data" / "main_data.hdf5"
+        source = mm.open_source(f"file://{root / 'registry'}/{DATASET}", streaming=True)
+        source.read(source.episode_indices)  # blocks cached, the record written
+        index = offset_index.read(source.local_data_path)
+        assert index is not None
+        checks = []
+        with h5py.File(local, "r") as file:
+            for episode in range(len(index.steps)):
+                for path, offsets in index.offsets.items():
+                    if offsets[episode] >= 0:
+                        found = h5py.h5d.open(file.id, f"episode_{episode}/{path}".encode())
+                        checks.append(EntryCheck(episode, path.encode(), int(offsets[episode]),
+                                                 found.get_type(), found.shape))
+
+        def same(dataset: h5py.h5d.DatasetID, check: EntryCheck) -> bool:
+            return bool(dataset.get_offset() == check.offset
+                        and dataset.get_type().equal(check.expected_type)
+                        and dataset.get_space().get_simple_extent_dims() == check.shape)
+
+        def full_path(file: h5py.File) -> int:
+            return sum(same(h5py.h5d.open(file.id, b"episode_%d/%s" % (c.episode_id, c.path)),
+                            c) for c in checks)
+
+        def per_group(file: h5py.File) -> int:
+            return sum(compare_entries(file, checks))
+
+        def per_subgroup(file: h5py.File) -> int:
+            agreed, current = 0, -1
+            parents: dict[bytes, h5py.h5g.GroupID] = {}
+            for check in checks:
+                if check.episode_id != current:
+                    current = check.episode_id
+                    parents = {b"": h5py.h5g.open(file.id, b"episode_%d" % current)}
+                folder, _, name = check.path.rpartition(b"/")
+                if folder not in parents:
+                    parents[folder] = h5py.h5g.open(parents[b""], folder)
+                agreed += same(h5py.h5d.open(parents[folder], name), check)
+            return agreed
+
+        def offset_only(file: h5py.File) -> int:
+            return len(checks) - len(offset_index.mismatches(index, file,
+                                                             range(len(index.steps))))
+
+        ways: dict[str, Callable[[h5py.File], int]] = {
+            "full path": full_path, "per group": per_group, "per subgroup": per_subgroup,
+            "offset only": offset_only}
+        print(f"{args.episodes} episodes, {len(checks)} entries; CPU us per entry, "
+              f"best / median of {args.repeats}")
+        openers: dict[str, Callable[[], h5py.File]] = {
+            "local file": lambda: h5py.File(local, "r"),
+            "RangesFile": lambda: h5py.File(RangesFile(source.remote_file), "r")}
+        for where, opener in openers.items():
+            spent: dict[str, list[float]] = {name: [] for name in ways}
+            for _ in range(args.repeats):
+                for name, way in ways.items():
+                    with opener() as file:
+                        started = time.process_time()
+                        agreed = way(file)
+                        spent[name].append(time.process_time() - started)
+                    assert agreed == len(checks), (name, agreed)
+            print(f"  {where}: " + ", ".join(
+                f"{name} {min(times) * 1e6 / len(checks):.1f} / "
+                f"{float(np.median(times)) * 1e6 / len(checks):.1f}"
+                for name, times in spent.items()))
+        published = source.published_bytes
+        loads = []
+        for _ in range(args.repeats):
+            started = time.process_time()
+            remembered = comparison_record.load(published, index.content, len(index.steps))
+            loads.append(time.process_time() - started)
+        assert sum(int((v == 1).sum()) for v in remembered.values()) == len(checks)
+        print(f"  remembered (record read by a new process): "
+              f"{min(loads) * 1e6 / len(checks):.2f} us per entry")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
