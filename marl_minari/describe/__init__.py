@@ -33,6 +33,7 @@ from marl_minari.describe.compare import (
     plot_comparison,
 )
 from marl_minari.describe.coverage_plot import draw_coverage, plot_coverage
+from marl_minari.describe.coverage_results import CountFrequencies, Coverage
 from marl_minari.describe.plots import (
     MANY_ACTIONS,
     MANY_AGENTS,
@@ -48,8 +49,6 @@ from marl_minari.describe.results import (
     ActionKind,
     ActionSummary,
     AgentDescription,
-    CountFrequencies,
-    Coverage,
     DatasetDescription,
     Outcome,
     SourceKind,

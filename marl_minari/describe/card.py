@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from marl_minari.describe._format import env_name, num
+from marl_minari.describe.coverage_results import CountFrequencies
 from marl_minari.describe.plots import plot_descriptions
-from marl_minari.describe.results import CountFrequencies, DatasetDescription, Summary
+from marl_minari.describe.results import DatasetDescription, Summary
 from marl_minari.errors import MissingExtraError
 from marl_minari.extras import require
 

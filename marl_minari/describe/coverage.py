@@ -31,6 +31,7 @@ from typing import Final
 
 import numpy as np
 
+from marl_minari.describe.coverage_results import CountFrequencies, Coverage, StateSource
 from marl_minari.describe.distinct import (
     BLOCK_ROWS,
     PENDING_DIGESTS,
@@ -38,7 +39,6 @@ from marl_minari.describe.distinct import (
     canonical_floats,
     row_digests,
 )
-from marl_minari.describe.results import CountFrequencies, Coverage, StateSource
 from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format.spaces import leaves
 from marl_minari.storage.arrays import MultiAgentArrays

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from marl_minari.describe.results import CountFrequencies, Coverage, DatasetDescription
+from marl_minari.describe.coverage_results import CountFrequencies, Coverage
+from marl_minari.describe.results import DatasetDescription
 from marl_minari.errors import InvalidOptionError
 from marl_minari.extras import require
 

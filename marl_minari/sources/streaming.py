@@ -53,7 +53,8 @@ from marl_minari.storage.datafile import (
     hdf5_errors,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.episode_reader import EpisodeReader, IndexCache
+from marl_minari.storage.episode_reader import EpisodeReader
+from marl_minari.storage.reader_state import IndexCache
 
 MAIN_PATH: Final = f"data/{layout.MAIN_FILE_NAME}"
 SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}")

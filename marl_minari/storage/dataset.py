@@ -47,12 +47,8 @@ from marl_minari.storage.datafile import (
     open_data_file,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
-from marl_minari.storage.episode_reader import (
-    EpisodeReader,
-    IndexCache,
-    ReadScratch,
-    cached_steps,
-)
+from marl_minari.storage.episode_reader import EpisodeReader
+from marl_minari.storage.reader_state import IndexCache, ReadScratch, cached_steps
 
 
 class MultiAgentDataset:

@@ -18,7 +18,6 @@ import io
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +28,6 @@ from gymnasium import spaces
 from marl_minari.errors import CorruptedDataError, InvalidOptionError, LayoutError
 from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.comparison_record import PublishedBytes
-from marl_minari.format.digests import stat_key
 from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import (
@@ -55,25 +53,15 @@ from marl_minari.storage.range_reader import (
     read_plan_from_fd,
     read_plan_from_source,
 )
+from marl_minari.storage.reader_state import (
+    IndexCache,
+    Leaf,
+    ReadScratch,
+    files_key,
+)
 from marl_minari.storage.self_contained import check_dataset, check_links
 
 _AGENT_INFOS = f"{MARL_GROUP}/{layout.AGENT_INFOS}"
-
-
-@dataclass(frozen=True)
-class Leaf:
-    path: str
-    dtype: np.dtype
-    row_shape: tuple[int, ...]
-    per_obs: bool
-    jpeg: bool = False
-    text: bool = False
-    drop: Literal["first", "last"] | None = None
-    """The row of every episode the arrays leave out (stored rows are ``T + 1``)."""
-
-    def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
-        """Rows of every episode in the output array."""
-        return lengths if self.drop is not None or not self.per_obs else lengths + 1
 
 
 _DROPPED: dict[str, Literal["first", "last"]] = {
@@ -84,57 +72,6 @@ _DROPPED: dict[str, Literal["first", "last"]] = {
 }
 """Per-agent columns stored with a row per observation whose arrays hold one per step: the
 reset row of rewards and end flags, the final row of ``acted`` (``MultiAgentArrays``)."""
-
-
-@dataclass
-class IndexCache:
-    """The last checked offset index and the identity of the files it was checked on."""
-
-    key: tuple[Any, ...] | None = None
-    index: offset_index.OffsetIndex | None = None
-    leaves: dict[tuple[str, tuple[bytes, ...]], list[Leaf]] = field(default_factory=dict)
-    """The leaves found in a group of the files, by the group's path and names (a read of
-    one episode then opens no dataset to find them)."""
-
-
-class ReadScratch:
-    """Memory a pass in chunks reads every chunk into, in place of new arrays per chunk.
-
-    Each leaf keeps one block, grown when a chunk needs more: its pages are first touched by
-    the first chunk, and later chunks cost only their bytes (new arrays of a few megabytes
-    are mapped, faulted in page by page and unmapped again, chunk after chunk). A chunk's
-    arrays are views of the blocks, so they are valid only until the next chunk is read.
-    """
-
-    def __init__(self) -> None:
-        self._blocks: dict[str, np.ndarray] = {}
-
-    def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        block = self._blocks.get(path)
-        if block is None or block.nbytes < size:
-            # An eighth more than asked for: a later chunk of a few more steps still fits.
-            block = self._blocks[path] = np.empty(size + size // 8, dtype=np.uint8)
-        return block[:size].view(dtype).reshape(shape)
-
-
-def cached_steps(data_path: Path, cache: IndexCache, indices: np.ndarray) -> np.ndarray | None:
-    """Steps of the stored episodes ``indices`` from the index ``cache`` holds, if it was
-    checked on the files ``data_path`` holds now (``None`` otherwise: read them)."""
-    if cache.index is None or cache.key != _files_key(data_path):
-        return None
-    return cache.index.steps[indices]
-
-
-def _files_key(data_path: Path) -> tuple[Any, ...]:
-    key: list[Any] = []
-    for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
-        try:
-            key.append(stat_key((data_path / name).stat()))
-        except FileNotFoundError:
-            key.append(None)
-    return tuple(key)
 
 
 class EpisodeReader:
@@ -174,7 +111,7 @@ class EpisodeReader:
         self._spec = spec
         self._jpeg = jpeg_paths(spec, bool(metadata.get("jpeg_encoding", True)))
         cache = cache or IndexCache()
-        key = _files_key(data_path) if byte_source is None else ("ranges", byte_source.name)
+        key = files_key(data_path) if byte_source is None else ("ranges", byte_source.name)
         if cache.key != key:
             try:
                 with hdf5_errors(self._path):
