@@ -33,20 +33,9 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from bench_remote import record_spread
 
 DATASET = "bench/entries-v0"
-
-
-def _record(episodes: int) -> None:
-    import marl_minari as mm
-
-    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
-    rng = np.random.default_rng(0)
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        while env.agents:
-            env.step({a: int(rng.integers(5)) for a in env.agents})
-    env.create_dataset(DATASET)
 
 
 def main() -> None:
@@ -65,7 +54,7 @@ def main() -> None:
         from marl_minari.format.entry_checks import EntryCheck, compare_entries
         from marl_minari.storage.byte_ranges import RangesFile
 
-        _record(args.episodes)
+        record_spread(DATASET, args.episodes)
         registry.publish(DATASET, f"file://{root / 'registry'}")
         local = root / "registry" / DATASET / "data" / "main_data.hdf5"
         source = mm.open_source(f"file://{root / 'registry'}/{DATASET}", streaming=True)

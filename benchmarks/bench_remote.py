@@ -78,16 +78,30 @@ class CountingRangeHandler(SimpleHTTPRequestHandler):
         return None
 
 
-def _record(episodes: int) -> None:
+def record_spread(dataset_id: str, episodes: int, steps: int | None = None) -> None:
+    """Record ``episodes`` seeded episodes of mpe2 ``simple_spread_v3`` (random actions;
+    ``steps`` per episode, the env's 25 by default) as ``dataset_id``."""
     import marl_minari as mm
 
-    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
+    kwargs = {} if steps is None else {"max_cycles": steps}
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", **kwargs),
+                                   durability="none")
     rng = np.random.default_rng(0)
     for episode in range(episodes):
         env.reset(seed=episode)
         while env.agents:
             env.step({a: int(rng.integers(5)) for a in env.agents})
-    env.create_dataset(DATASET)
+    env.create_dataset(dataset_id)
+
+
+def serve_counting(directory: Path) -> tuple[ThreadingHTTPServer, str]:
+    """A :class:`CountingRangeHandler` server over ``directory`` on a thread, and its base
+    URL (``http://127.0.0.1:<port>``); ``shutdown()`` it when done."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 partial(CountingRangeHandler, directory=str(directory)))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def _moved() -> tuple[int, int]:
@@ -118,18 +132,14 @@ def main() -> None:
         from marl_minari import registry
         from marl_minari.format import index_trust
 
-        _record(args.episodes)
+        record_spread(DATASET, args.episodes)
         registry_dir = root / "registry"
         manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
         total_size = manifest.total_size
         data_size = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
         total_steps = int(mm.load_dataset(DATASET).total_steps)
         shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
-        server = ThreadingHTTPServer(("127.0.0.1", 0),
-                                     partial(CountingRangeHandler, directory=str(registry_dir)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+        server, base = serve_counting(registry_dir)
         url = f"{base}/{DATASET}"
         print(f"{args.episodes} episodes, {total_steps} steps; published {total_size} bytes "
               f"(data file {data_size}, blocks of "

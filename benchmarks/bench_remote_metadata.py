@@ -27,27 +27,11 @@ import argparse
 import os
 import shutil
 import tempfile
-import threading
 import time
 import warnings
-from functools import partial
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
-from bench_remote import DATASET, CountingRangeHandler
-
-
-def record(episodes: int) -> None:
-    import marl_minari as mm
-
-    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3"), durability="none")
-    rng = np.random.default_rng(0)
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        while env.agents:
-            env.step({a: int(rng.integers(5)) for a in env.agents})
-    env.create_dataset(DATASET)
+from bench_remote import DATASET, CountingRangeHandler, record_spread, serve_counting
 
 
 def moved() -> tuple[int, int, int]:
@@ -78,17 +62,14 @@ def main() -> None:
         import marl_minari.ray as R
         from marl_minari import registry
 
-        record(args.episodes)
+        record_spread(DATASET, args.episodes)
         registry_dir = root / "registry"
         manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
         total = manifest.total_size
         data = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
         shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
-        server = ThreadingHTTPServer(("127.0.0.1", 0),
-                                     partial(CountingRangeHandler, directory=str(registry_dir)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/{DATASET}"
+        server, base = serve_counting(registry_dir)
+        url = f"{base}/{DATASET}"
         print(f"{args.episodes} episodes; published {total} bytes (data file {data})")
 
         fresh(root, "metadata")

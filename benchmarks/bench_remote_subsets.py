@@ -27,32 +27,16 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import warnings
-from functools import partial
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_remote import CountingRangeHandler  # noqa: E402
+from bench_remote import CountingRangeHandler, record_spread, serve_counting  # noqa: E402
 
 DATASET = "bench/choose-v0"
 PLAIN = "bench/plain-cartpole-v0"
-
-
-def _record(episodes: int, steps: int) -> None:
-    import marl_minari as mm
-
-    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=steps),
-                                   durability="none")
-    rng = np.random.default_rng(0)
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        while env.agents:
-            env.step({a: int(rng.integers(5)) for a in env.agents})
-    env.create_dataset(DATASET)
 
 
 def _record_plain(episodes: int) -> None:
@@ -98,7 +82,7 @@ def main() -> None:
         from marl_minari import registry
 
         registry_dir = root / "registry"
-        _record(args.episodes, args.steps)
+        record_spread(DATASET, args.episodes, args.steps)
         returns = mm.open_source(DATASET).team_returns()
         manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
         data_size = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
@@ -108,11 +92,7 @@ def main() -> None:
         plain_size = next(e.size for e in plain.manifest.files
                           if e.path.endswith("main_data.hdf5"))
         shutil.rmtree(root / "datasets")
-        server = ThreadingHTTPServer(("127.0.0.1", 0),
-                                     partial(CountingRangeHandler, directory=str(registry_dir)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+        server, base = serve_counting(registry_dir)
         print(f"{args.episodes} episodes x {args.steps} steps; data file {data_size} bytes, "
               f"{data_size / args.episodes / 1024:.0f} KiB per episode")
 

@@ -153,12 +153,7 @@ class EpisodeReader:
             InvalidOptionError: no episode asked for.
             CorruptedDataError: the file is damaged.
         """
-        if len(indices) == 0:
-            raise InvalidOptionError("to_arrays needs at least one episode index")
-        indices = np.asarray(indices, dtype=np.int64)
-        lengths = (self._index.steps[indices] if self._index is not None
-                   else attribute_steps(self._file, self._path, indices))
-        name = str(self._path if self._source is None else self._source.name)
+        indices, lengths, name = self._episodes(indices, "to_arrays")
         self._scratch = scratch
         planner = RangePlanner(self._size, name)
         with hdf5_errors(self._path):
@@ -179,12 +174,7 @@ class EpisodeReader:
             InvalidOptionError: no episode asked for.
             CorruptedDataError: the file is damaged.
         """
-        if len(indices) == 0:
-            raise InvalidOptionError("team_rewards needs at least one episode index")
-        indices = np.asarray(indices, dtype=np.int64)
-        lengths = (self._index.steps[indices] if self._index is not None
-                   else attribute_steps(self._file, self._path, indices))
-        name = str(self._path if self._source is None else self._source.name)
+        indices, lengths, name = self._episodes(indices, "team_rewards")
         planner = RangePlanner(self._size, name)
         self._scratch = None  # the rewards are returned: never in a reused read's memory
         with hdf5_errors(self._path):
@@ -195,6 +185,19 @@ class EpisodeReader:
             # one small piece per episode: gaps are skipped, never fetched to save a request
             self._read_planned(planner, name, remote_gap=0)
         return rewards, lengths
+
+    def _episodes(self, indices: np.ndarray, caller: str) -> tuple[np.ndarray, np.ndarray, str]:
+        """``indices`` as ``int64``, their lengths, and the name errors give the file.
+
+        Raises:
+            InvalidOptionError: no episode asked for (named by ``caller``).
+        """
+        if len(indices) == 0:
+            raise InvalidOptionError(f"{caller} needs at least one episode index")
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = (self._index.steps[indices] if self._index is not None
+                   else attribute_steps(self._file, self._path, indices))
+        return indices, lengths, str(self._path if self._source is None else self._source.name)
 
     def _read_planned(self, planner: RangePlanner, name: str,
                       remote_gap: int = REMOTE_MAX_GAP) -> None:

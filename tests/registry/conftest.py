@@ -38,6 +38,14 @@ from registry_helpers import (  # noqa: E402
 
 
 @pytest.fixture
+def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default block cache of datasets read in place, in the test's folder."""
+    folder = tmp_path / "cache" / "blocks"
+    monkeypatch.setenv("MARL_MINARI_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture
 def minari_kinds() -> Iterator[None]:
     """Minari's own functions know file://, s3:// and http(s):// (as after a user's
     ``registry.register_remote_kinds()``); Minari's table is restored afterwards."""

@@ -30,13 +30,10 @@ DATASET = "mpe2/spread/streamed-v0"
 
 
 @pytest.fixture(autouse=True)
-def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def forget_comparisons(block_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default block cache in the test's folder, and nothing this process remembers of
     earlier tests (which published the same bytes)."""
-    folder = tmp_path / "cache" / "blocks"
-    monkeypatch.setenv("MARL_MINARI_CACHE", str(folder))
     count_entry_checks(monkeypatch, forget=True)
-    return folder
 
 
 def _stream(url: str) -> StreamingSource:

@@ -27,9 +27,7 @@ LOCAL = "mpe2/spread/local-cli-v0"
 MAIN_PATH = f"data/{layout.MAIN_FILE_NAME}"
 
 
-@pytest.fixture(autouse=True)
-def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MARL_MINARI_CACHE", str(tmp_path / "cache" / "blocks"))
+pytestmark = pytest.mark.usefixtures("block_cache")  # the default cache, per test
 
 
 @pytest.fixture

@@ -25,9 +25,7 @@ DATASET = "mpe2/spread/described-v0"
 MAIN_PATH = f"data/{layout.MAIN_FILE_NAME}"
 
 
-@pytest.fixture(autouse=True)
-def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MARL_MINARI_CACHE", str(tmp_path / "cache" / "blocks"))
+pytestmark = pytest.mark.usefixtures("block_cache")  # the default cache, per test
 
 
 def leaf_ranges(h5_path: Path) -> list[tuple[int, int, int]]:

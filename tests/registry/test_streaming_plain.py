@@ -23,12 +23,7 @@ from marl_minari.sources.streaming import StreamingSource
 PLAIN = "single/cartpole-v0"
 
 
-@pytest.fixture(autouse=True)
-def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The default block cache, in the test's folder."""
-    folder = tmp_path / "cache" / "blocks"
-    monkeypatch.setenv("MARL_MINARI_CACHE", str(folder))
-    return folder
+pytestmark = pytest.mark.usefixtures("block_cache")  # the default cache, per test
 
 
 class SplitCartPole:

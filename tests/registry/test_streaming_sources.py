@@ -28,12 +28,7 @@ from marl_minari.storage.arrays import MultiAgentArrays
 DATASET = "mpe2/spread/streamed-v0"
 
 
-@pytest.fixture(autouse=True)
-def block_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The default block cache, in the test's folder."""
-    folder = tmp_path / "cache" / "blocks"
-    monkeypatch.setenv("MARL_MINARI_CACHE", str(folder))
-    return folder
+pytestmark = pytest.mark.usefixtures("block_cache")  # the default cache, per test
 
 
 @pytest.fixture
