@@ -97,34 +97,42 @@ class BlockCache:
         self._checked[path.name] = identity
         return path
 
-    def read(self, block: Block) -> bytes | None:
-        """The bytes of ``block`` from the cache, verified, or ``None``.
+    def read_into(self, block: Block, out: memoryview) -> bool:
+        """Read the cached bytes of ``block`` into ``out`` (``block.length`` bytes), verified;
+        ``False`` (``out`` then holds nothing of use) when they are not cached.
 
         The entry is read once, and its bytes are checked in memory the first time this
         process reads that file (a damaged one is deleted).
         """
         if not self.max_bytes:
-            return None
-        path = self.folder / _entry_name(block)
+            return False
+        path = os.path.join(self.folder, _entry_name(block))
         try:
-            with open(path, "rb", buffering=0) as handle:
-                status = os.fstat(handle.fileno())
-                data = handle.read(block.length + 1)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:  # not cached, or evicted by another process meanwhile
-            return None
-        identity = (status.st_ino, status.st_mtime_ns)
-        if self._checked.get(path.name) != identity and not matches(block, data):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            return None
-        if len(data) != block.length:
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # recently used: evicted last
-            status = path.stat()  # the times just set: what this process checked
+            return False
+        try:
+            status = os.fstat(fd)
+            done = 0
+            while done < block.length and status.st_size == block.length:
+                count = os.readv(fd, [out[done:]])
+                if not count:
+                    break
+                done += count
             identity = (status.st_ino, status.st_mtime_ns)
-        self._checked[path.name] = identity
-        return data
+            if status.st_size != block.length or done != block.length or (
+                    self._checked.get(_entry_name(block)) != identity
+                    and not matches(block, out)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                return False
+            with contextlib.suppress(OSError):
+                os.utime(fd)  # recently used: evicted last
+                status = os.fstat(fd)  # the times just set: what this process checked
+            self._checked[_entry_name(block)] = (status.st_ino, status.st_mtime_ns)
+            return True
+        finally:
+            os.close(fd)
 
     def put(self, block: Block, data: bytes | memoryview) -> None:
         """Keep ``data``, which the caller has verified to be ``block``'s bytes."""

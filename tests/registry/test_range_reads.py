@@ -256,6 +256,20 @@ def test_a_damaged_cache_entry_is_fetched_again(streamable: Path, registry_dir: 
     assert source.counts.bytes == MIN_BLOCK_SIZE
 
 
+def test_a_cache_entry_of_another_length_is_fetched_again(
+        streamable: Path, registry_dir: Path, settings: StreamSettings) -> None:
+    """An entry whose first bytes are the block's but which goes on is not the block."""
+    remote = f"file://{registry_dir}"
+    open_remote_file(remote, DATASET, settings=settings).read_ranges([(0, 10)])
+    (entry,) = settings.cache().folder.iterdir()
+    with open(entry, "ab") as out:
+        out.write(b"more")
+    source = open_remote_file(remote, DATASET, settings=settings)
+    assert bytes(source.read_ranges([(0, 10)])[0]) == streamable.read_bytes()[:10]
+    assert source.counts.bytes == MIN_BLOCK_SIZE
+    assert entry.stat().st_size == MIN_BLOCK_SIZE
+
+
 def test_a_pickled_supplier_fetches_for_itself(streamable: Path, settings: StreamSettings,
                                                range_server: Callable[..., tuple[str, Any]]
                                                ) -> None:

@@ -188,3 +188,42 @@ def test_the_reader_reads_through_a_byte_supplier(recorded: tuple) -> None:
         assert_episode_equal(arrays.episode(position), episodes[index])
     data_bytes = sum(length for _, length in source.asked[-1])
     assert data_bytes >= 3 * (4 + 10 + 7) * 6 * 4  # the observations at least
+
+
+class SharedBufferRanges:
+    """A supplier returning every range as a view of one buffer holding the whole file (as
+    a remote file returns the blocks one request or one cache read filled)."""
+
+    def __init__(self, content: bytes, kind: str) -> None:
+        self.name, self.size = "shared.bin", len(content)
+        self.buffer: Any = {"bytes": content, "bytearray": bytearray(content),
+                            "ndarray": np.frombuffer(content, dtype=np.uint8).copy(),
+                            "array": __import__("array").array("B", content)}[kind]
+
+    def read_ranges(self, ranges: Any) -> list[memoryview]:
+        return [memoryview(self.buffer)[offset:offset + length] for offset, length in ranges]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "ndarray", "array"])
+def test_pieces_from_views_of_one_buffer_land_where_they_belong(
+        data_file: tuple, kind: str) -> None:
+    """Pieces of one length from one buffer into one array are copied together (episodes of
+    one length: most of a pass); others, and views of other exporters, one by one."""
+    _, content = data_file
+    rng = np.random.default_rng(2)
+    rows = np.zeros((300, 3), dtype=np.float32)  # 12-byte pieces, in shuffled file order
+    row_starts = rng.permutation(np.arange(300) * 3000 + 17)
+    mixed = np.zeros(4000, dtype=np.uint8)  # pieces of many lengths, some overlapping
+    mixed_starts = rng.integers(0, SIZE - 100, 40)
+    mixed_lengths = rng.integers(1, 100, 40)
+    mixed_offsets = np.concatenate([[0], np.cumsum(mixed_lengths)[:-1]])
+    planner = RangePlanner(SIZE, "shared.bin")
+    planner.add(rows, np.arange(300) * 12, row_starts, np.full(300, 12))
+    planner.add(mixed, mixed_offsets, mixed_starts, mixed_lengths)
+    plan = planner.plan(max_gap=1 << 17, align=1 << 16)
+    read_plan_from_source(plan, SharedBufferRanges(content, kind))
+    assert rows.tobytes() == b"".join(content[s:s + 12] for s in row_starts.tolist())
+    expected = b"".join(content[s:s + n] for s, n in zip(mixed_starts.tolist(),
+                                                        mixed_lengths.tolist(), strict=True))
+    assert mixed[:len(expected)].tobytes() == expected
+    assert not mixed[len(expected):].any()
