@@ -16,8 +16,11 @@ import contextlib
 import os
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
+
+import numpy as np
 
 from marl_minari.errors import RemoteError
 from marl_minari.format.digests import hash_file, new_hash
@@ -96,6 +99,28 @@ class BlockCache:
             identity = (status.st_ino, status.st_mtime_ns)
         self._checked[path.name] = identity
         return path
+
+    def read_blocks(self, blocks: Sequence[Block],
+                    buffer_bytes: int) -> dict[int, memoryview]:
+        """The verified bytes of those of ``blocks`` the cache holds, by block number: views
+        of buffers of at most ``buffer_bytes`` (or one block), read in order."""
+        found: dict[int, memoryview] = {}
+        begin = 0
+        while self.max_bytes and begin < len(blocks):
+            end, size = begin + 1, blocks[begin].length
+            while end < len(blocks) and size + blocks[end].length <= buffer_bytes:
+                size += blocks[end].length
+                end += 1
+            # np.empty: its pages are first touched by the reads (a bytearray zeroes them)
+            buffer = memoryview(np.empty(size, dtype=np.uint8).data)
+            position = 0
+            for block in blocks[begin:end]:
+                view = buffer[position:position + block.length]
+                if self.read_into(block, view):
+                    found[block.number] = view
+                    position += block.length
+            begin = end
+        return found
 
     def read_into(self, block: Block, out: memoryview) -> bool:
         """Read the cached bytes of ``block`` into ``out`` (``block.length`` bytes), verified;

@@ -312,36 +312,20 @@ class RemoteFile:
 
     def _blocks_bytes(self, numbers: list[int]) -> dict[int, bytes | memoryview]:
         found: dict[int, bytes | memoryview] = {}
-        absent: list[int] = []
         for number in numbers:
             data = self._remembered(number)
-            if data is None:
-                absent.append(number)
-            else:
+            if data is not None:
                 found[number] = data
-        if absent:
-            found.update(self._cached(absent))
+        absent = [number for number in numbers if number not in found]
+        if absent:  # a buffer per fetched run's size: a remembered block keeps it alive
+            cached = self._cache.read_blocks([self._blocks[number] for number in absent],
+                                             self.settings.max_request_bytes)
+            for number, data in cached.items():
+                self._remember(number, data)
+            found.update(cached)
             missing = [number for number in absent if number not in found]
             if missing:
                 found.update(self._fetch(missing))
-        return found
-
-    def _cached(self, numbers: list[int]) -> dict[int, memoryview]:
-        """The blocks ``numbers`` that the disk cache holds, read (and verified) into one
-        buffer: the range reader copies pieces out of one buffer by the thousand at once."""
-        if not self._cache.max_bytes:
-            return {}
-        lengths = [self._blocks[number].length for number in numbers]
-        # np.empty: its pages are first touched by the reads (a bytearray zeroes them first)
-        buffer = memoryview(np.empty(sum(lengths), dtype=np.uint8).data)
-        found: dict[int, memoryview] = {}
-        position = 0
-        for number, length in zip(numbers, lengths, strict=True):
-            view = buffer[position:position + length]
-            if self._cache.read_into(self._blocks[number], view):
-                found[number] = view
-                self._remember(number, view)
-                position += length
         return found
 
     def _remembered(self, number: int) -> bytes | memoryview | None:

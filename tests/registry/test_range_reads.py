@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import blake3
 import h5py
 import numpy as np
 import pytest
@@ -302,3 +303,25 @@ def test_an_answer_for_another_range_is_refused(streamable: Path, settings: Stre
     with pytest.raises(RemoteError, match=r"bytes=0-65535\) answered HTTP 206 with "
                                           r"Content-Range 'bytes 1-65536/"):
         source.read_ranges([(0, 10)])
+
+
+def test_cached_blocks_are_read_into_buffers_of_at_most_the_size_asked(
+        tmp_path: Path) -> None:
+    """A read's cached blocks share a few buffers (copied out of by the thousand), none over
+    the size asked (a block kept in memory keeps its buffer), and a block the cache does not
+    hold leaves no hole in one."""
+    from marl_minari.registry.block_cache import BlockCache
+    from marl_minari.registry.blocks import Block
+
+    contents = [bytes([number]) * 1000 for number in range(5)]
+    blocks = [Block(number, number * 1000, 1000, "blake3",
+                    blake3.blake3(data).hexdigest()) for number, data in enumerate(contents)]
+    cache = BlockCache(tmp_path / "blocks", 1 << 20)
+    for number in (0, 2, 3, 4):  # block 1 is not cached
+        cache.put(blocks[number], contents[number])
+    found = BlockCache(tmp_path / "blocks", 1 << 20).read_blocks(blocks, 3000)
+    assert {number: bytes(view) for number, view in found.items()} == {
+        number: contents[number] for number in (0, 2, 3, 4)}
+    assert found[0].obj is found[2].obj is not found[3].obj is found[4].obj
+    assert all(np.frombuffer(view.obj, dtype=np.uint8).size <= 3000 for view in found.values())
+    assert bytes(found[0].obj)[:2000] == contents[0] + contents[2]
