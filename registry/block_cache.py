@@ -131,33 +131,33 @@ class BlockCache:
         """
         if not self.max_bytes:
             return False
-        path = os.path.join(self.folder, _entry_name(block))
+        name = _entry_name(block)
+        path = os.path.join(self.folder, name)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            handle = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
         except FileNotFoundError:  # not cached, or evicted by another process meanwhile
             return False
-        try:
-            status = os.fstat(fd)
+        with handle:
+            status = os.fstat(handle.fileno())
             done = 0
             while done < block.length and status.st_size == block.length:
-                count = os.readv(fd, [out[done:]])
+                count = handle.readinto(out[done:])
                 if not count:
                     break
                 done += count
             identity = (status.st_ino, status.st_mtime_ns)
-            if status.st_size != block.length or done != block.length or (
-                    self._checked.get(_entry_name(block)) != identity
-                    and not matches(block, out)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                return False
-            with contextlib.suppress(OSError):
-                os.utime(fd)  # recently used: evicted last
-                status = os.fstat(fd)  # the times just set: what this process checked
-            self._checked[_entry_name(block)] = (status.st_ino, status.st_mtime_ns)
-            return True
-        finally:
-            os.close(fd)
+            damaged = status.st_size != block.length or done != block.length or (
+                self._checked.get(name) != identity and not matches(block, out))
+            if not damaged:
+                with contextlib.suppress(OSError):
+                    os.utime(handle.fileno() if os.utime in os.supports_fd else path)
+                    status = os.fstat(handle.fileno())  # the times just set: what was checked
+        if damaged:  # deleted once closed (an open file cannot be deleted everywhere)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return False
+        self._checked[name] = (status.st_ino, status.st_mtime_ns)  # used: evicted last
+        return True
 
     def put(self, block: Block, data: bytes | memoryview) -> None:
         """Keep ``data``, which the caller has verified to be ``block``'s bytes."""
