@@ -4,6 +4,7 @@ checked on), and the memory a pass in chunks reads every chunk into."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,11 @@ class Leaf:
     text: bool = False
     drop: Literal["first", "last"] | None = None
     """The row of every episode the arrays leave out (stored rows are ``T + 1``)."""
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row."""
+        return self.dtype.itemsize * math.prod(self.row_shape)
 
     def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
         """Rows of every episode in the output array."""
