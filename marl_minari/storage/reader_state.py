@@ -63,7 +63,7 @@ class ReadScratch:
 
     def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize
         block = self._blocks.get(path)
         if block is None or block.nbytes < size:
             # An eighth more than asked for: a later chunk of a few more steps still fits.
