@@ -75,9 +75,14 @@ def plan_entries(planner: RangePlanner, entries: IndexEntries, leaves: Sequence[
     skip = np.array([row_bytes if leaves[n].drop == "first" else 0 for n, row_bytes in
                      zip(entries.positions, entries.row_bytes.tolist(), strict=True)],
                     dtype=np.int64)
+    every = bool(found.all())  # the usual case: flattened, not selected (no copy)
+
+    def pieces(values: np.ndarray) -> np.ndarray:
+        return values.reshape(-1) if every else values[found]
+
     firsts = np.cumsum(entries.kept, axis=1) - entries.kept
     owners = np.broadcast_to(np.arange(len(entries.positions))[:, None], found.shape)
     planner.add_many([outs[n].reshape(-1).view(np.uint8) for n in entries.positions],
-                     owners[found], (firsts * entries.row_bytes[:, None])[found],
-                     (entries.starts + skip[:, None])[found],
-                     (entries.kept * entries.row_bytes[:, None])[found])
+                     pieces(owners), pieces(firsts * entries.row_bytes[:, None]),
+                     pieces(entries.starts + skip[:, None]),
+                     pieces(entries.kept * entries.row_bytes[:, None]))
