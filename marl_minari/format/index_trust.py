@@ -103,8 +103,25 @@ def trusted(index: OffsetIndex, file: h5py.File, path: str, episode_ids: np.ndar
     return found
 
 
+def whole_file_trusted(index: OffsetIndex, file: h5py.File, *,
+                       local: bool | None = None) -> bool:
+    """Every entry of ``index`` may be read from ``file``'s bytes: the file is, to the byte,
+    the one a local writer indexed (the module's docstring), decided once per state of the
+    file and process. ``local`` says whether ``file`` is a local file (h5py's own driver)
+    when the caller knows it (its driver is then not asked again); ``None``: ask."""
+    if local is False or (local is None and file.driver == "fileobj"):
+        return False
+    binding = _binding(file, index, None, local=True)
+    with binding.lock:
+        if binding.whole_file is None:
+            binding.whole_file = (index.fingerprint is not None
+                                  and _remembered_by_writer(file) == index.fingerprint)
+        return binding.whole_file
+
+
 def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEntries], *,
-                   published: PublishedBytes | None = None) -> list[np.ndarray]:
+                   published: PublishedBytes | None = None,
+                   local: bool | None = None) -> list[np.ndarray]:
     """For each leaf, ``(len(episode_ids),)`` bool: which of its entries may be read from the
     file's bytes as ``rows[i]`` rows of ``dtype`` and ``row_shape``.
 
@@ -116,11 +133,15 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             keys what this process remembers of a local file).
         published: the digests that pin every byte of ``file`` when it is a published file
             read through a verifying byte supplier; ``None`` otherwise.
+        local: ``file`` is a local file, when the caller knows (see
+            :func:`whole_file_trusted`).
     """
-    binding = _binding(file, index, published)
+    if local is None:
+        local = file.driver != "fileobj"
+    binding = _binding(file, index, published, local=local)
     with binding.lock:
         if binding.whole_file is None:
-            binding.whole_file = (index.fingerprint is not None
+            binding.whole_file = (local and index.fingerprint is not None
                                   and _remembered_by_writer(file) == index.fingerprint)
         if binding.whole_file:
             return [np.ones(len(leaf.episode_ids), dtype=bool) for leaf in leaves]
@@ -176,11 +197,12 @@ def _remembered_by_writer(file: h5py.File) -> str | None:
     return remembered.digests.blake3
 
 
-def _binding(file: h5py.File, index: OffsetIndex, published: PublishedBytes | None) -> _Binding:
+def _binding(file: h5py.File, index: OffsetIndex, published: PublishedBytes | None, *,
+             local: bool) -> _Binding:
     """The process's binding of ``index`` to the bytes of ``file``: to the current state of a
     local file (a write to the file, or another index, starts a new one), to the digests of a
     published one (its record on disk read once), fresh for any other supplier."""
-    if file.driver == "fileobj":
+    if not local:
         if published is None:
             # A supplier that does not pin its bytes by digest: nothing identifies them, so
             # each reader compares its entries again.

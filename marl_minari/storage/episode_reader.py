@@ -15,7 +15,6 @@ code, whose errors are not the file's.
 from __future__ import annotations
 
 import io
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +46,7 @@ from marl_minari.storage.datafile import (
     hdf5_errors,
     open_data_file,
 )
+from marl_minari.storage.index_entries import IndexEntries, index_entries, plan_entries
 from marl_minari.storage.range_reader import (
     REMOTE_MAX_GAP,
     RangePlanner,
@@ -127,6 +127,7 @@ class EpisodeReader:
         self._index = cache.index
         self._visited = cache.leaves
         self._scratch: ReadScratch | None = None
+        self._known_spec_leaves: list[Leaf] | None = None
 
     def __enter__(self) -> EpisodeReader:
         return self
@@ -159,9 +160,7 @@ class EpisodeReader:
         with hdf5_errors(self._path):
             leaves = [leaf for leaf in self._leaves(indices)
                       if observations or not leaf.path.startswith("observations/")]
-            usable = self._trusted(leaves, indices, lengths)
-            by_path = {leaf.path: self._place_leaf(leaf, indices, lengths, planner, found)
-                       for leaf, found in zip(leaves, usable, strict=True)}
+            by_path = self._place_leaves(leaves, indices, lengths, planner)
             self._read_planned(planner, name)
         return self._assemble(by_path, indices, lengths, observations)
 
@@ -180,8 +179,7 @@ class EpisodeReader:
         with hdf5_errors(self._path):
             episode_group(self._file, int(indices[0]), self._path)
             leaf = Leaf("rewards", np.dtype(np.float64), (), False)
-            rewards = self._place_leaf(leaf, indices, lengths, planner,
-                                       self._trusted([leaf], indices, lengths)[0])
+            rewards = self._place_leaves([leaf], indices, lengths, planner)[leaf.path]
             # one small piece per episode: gaps are skipped, never fetched to save a request
             self._read_planned(planner, name, remote_gap=0)
         return rewards, lengths
@@ -213,21 +211,14 @@ class EpisodeReader:
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
         spec = self._spec
-        found: list[Leaf] = []
-        for field_name, by_agent, per_obs in (("observations", spec.observation_spaces, True),
-                                              ("actions", spec.action_spaces, False)):
-            for agent in spec.possible_agents:
-                for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
-                    found.append(Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
-                                       jpeg=path in self._jpeg,
-                                       text=leaf_dtype(space).kind == "O"))
-        for name in ("rewards", "terminations", "truncations"):
-            found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (),
-                               False))
-        episode_group(self._file, first, self._path)  # a deleted episode is named as such
-        group = self._file.get(f"episode_{first}/{MARL_GROUP}")
-        if not isinstance(group, h5py.Group):
-            raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
+        found = list(self._spec_leaves())
+        # A deleted episode is named as such; its group found from there, not from the root.
+        episode = episode_group(self._file, first, self._path)
+        try:
+            group = h5py.Group(h5py.h5g.open(episode, MARL_GROUP.encode()))
+        except (KeyError, ValueError):
+            raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group"
+                              ) from None
 
         def visit(parent: h5py.Group, prefix: str) -> None:
             # The low-level API, and a group's leaves found once per reader for each set of
@@ -266,6 +257,26 @@ class EpisodeReader:
                   f"{_AGENT_INFOS}/{agent}")
         return found
 
+    def _spec_leaves(self) -> list[Leaf]:
+        """The leaves the spec names (observations, actions, the team's columns): found
+        once per reader, not once per chunk."""
+        if self._known_spec_leaves is None:
+            spec = self._spec
+            found: list[Leaf] = []
+            for field_name, by_agent, per_obs in (
+                    ("observations", spec.observation_spaces, True),
+                    ("actions", spec.action_spaces, False)):
+                for agent in spec.possible_agents:
+                    for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
+                        found.append(Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
+                                          jpeg=path in self._jpeg,
+                                          text=leaf_dtype(space).kind == "O"))
+            for name in ("rewards", "terminations", "truncations"):
+                found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool),
+                                  (), False))
+            self._known_spec_leaves = found
+        return self._known_spec_leaves
+
     def _late_info_agents(self, indices: np.ndarray, seen: set[str]) -> dict[str, int]:
         """Agents with info columns in some requested episode but not the first one.
 
@@ -303,13 +314,8 @@ class EpisodeReader:
             return None
         return self._index.offsets.get(leaf.path)
 
-    @staticmethod
-    def _row_bytes(leaf: Leaf) -> int:
-        return leaf.dtype.itemsize * math.prod(leaf.row_shape)
-
-    def _trusted(self, leaves: list[Leaf], indices: np.ndarray,
-                 lengths: np.ndarray) -> list[np.ndarray]:
-        """For each leaf, which episodes' index entries may be read as bytes
+    def _trusted(self, leaves: list[Leaf], indices: np.ndarray, entries: IndexEntries) -> None:
+        """Leave in ``entries.found`` only the index entries that may be read as bytes
         (``docs/format.md``): inside the file, and bound to it by
         :func:`~marl_minari.format.index_trust.trusted_leaves`, all leaves compared together,
         whatever supplies the bytes. A remote supplier verifies every byte against the
@@ -317,35 +323,26 @@ class EpisodeReader:
         entries are compared with HDF5's own offsets like a copy's. A supplier that can
         prefetch (a remote file) is asked for the episodes' leaves first, a memory budget at
         a time, so that the comparisons' metadata reads find their blocks already fetched."""
-        usable: list[np.ndarray] = []
-        candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]] = []
-        for leaf in leaves:
-            offsets = self._indexed(leaf)
-            found = np.zeros(len(indices), dtype=bool)
-            if offsets is not None and int(leaf.kept_rows(lengths).sum()) and (
-                    self._row_bytes(leaf)):
-                stored = lengths + 1 if leaf.per_obs else lengths
-                starts = offsets[indices]
-                found = (starts >= 0) & (starts + stored * self._row_bytes(leaf) <= self._size)
-                if found.any():
-                    candidates.append((len(usable), leaf, starts, stored))
-            usable.append(found)
-        if not candidates:
-            return usable
+        if not entries.found.any():
+            return
         assert self._index is not None
+        local = self._source is None
+        if index_trust.whole_file_trusted(self._index, self._file, local=local):
+            return  # every entry is the writer's own, to the byte (the module's docstring)
+        usable = list(entries.found)  # views: written through
+        candidates = [(row, leaves[n], entries.starts[row], entries.stored[row])
+                      for row, n in enumerate(entries.positions) if usable[row].any()]
         for chunk in self._prefetched_chunks(candidates, usable, len(indices)):
-            asked = [(position, LeafEntries(leaf.path, indices[chunk][usable[position][chunk]],
-                                            leaf.dtype, leaf.row_shape,
-                                            stored[chunk][usable[position][chunk]]))
-                     for position, leaf, _, stored in candidates
-                     if usable[position][chunk].any()]
+            asked = [(row, LeafEntries(leaf.path, indices[chunk][usable[row][chunk]],
+                                       leaf.dtype, leaf.row_shape,
+                                       stored[chunk][usable[row][chunk]]))
+                     for row, leaf, _, stored in candidates if usable[row][chunk].any()]
             answers = index_trust.trusted_leaves(self._index, self._file,
-                                                 [entries for _, entries in asked],
-                                                 published=self._published)
-            for (position, _), agreed in zip(asked, answers, strict=True):
-                part = usable[position][chunk]  # a view: written through
+                                                 [leaf_entries for _, leaf_entries in asked],
+                                                 published=self._published, local=local)
+            for (row, _), agreed in zip(asked, answers, strict=True):
+                part = usable[row][chunk]  # a view: written through
                 part[part] = agreed
-        return usable
 
     def _prefetched_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
                            usable: list[np.ndarray], count: int) -> Iterator[slice]:
@@ -358,7 +355,7 @@ class EpisodeReader:
             return
         sizes = np.zeros(count, dtype=np.int64)
         for position, leaf, _, stored in candidates:
-            sizes += np.where(usable[position], stored * self._row_bytes(leaf), 0)
+            sizes += np.where(usable[position], stored * leaf.row_bytes, 0)
         ends = np.cumsum(sizes)
         first = 0
         while first < count:
@@ -367,29 +364,45 @@ class EpisodeReader:
             chunk = slice(first, last)
             prefetch(np.concatenate([
                 np.stack([starts[chunk][usable[position][chunk]],
-                          stored[chunk][usable[position][chunk]] * self._row_bytes(leaf)],
+                          stored[chunk][usable[position][chunk]] * leaf.row_bytes],
                          axis=1)
                 for position, leaf, starts, stored in candidates]))
             yield chunk
             first = last
 
-    def _place_leaf(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
-                    planner: RangePlanner, usable: np.ndarray) -> np.ndarray:
-        """The leaf's output array: the ``usable`` entries (:meth:`_trusted`) are planned as
-        ranges, the others read through h5py now."""
+    def _place_leaves(self, leaves: list[Leaf], indices: np.ndarray, lengths: np.ndarray,
+                      planner: RangePlanner) -> dict[str, np.ndarray]:
+        """Every leaf's output array, by path: the entries :meth:`_trusted` leaves usable
+        planned as ranges (one planner call for all leaves), the others read through h5py
+        now."""
+        outs = [self._output(leaf, lengths) for leaf in leaves]
+        entries = index_entries(self._index, [
+            leaf if self._indexed(leaf) is not None else None for leaf in leaves],
+            indices, lengths, self._size)
+        self._trusted(leaves, indices, entries)
+        plan_entries(planner, entries, leaves, outs)
+        usable = {n: entries.found[row] for row, n in enumerate(entries.positions)}
+        for n, leaf in enumerate(leaves):
+            read = usable.get(n)
+            if read is None or not read.all():
+                self._read_leaf_h5(leaf, indices, lengths, outs[n],
+                                   np.ones(len(indices), dtype=bool) if read is None else ~read)
+        return {leaf.path: out for leaf, out in zip(leaves, outs, strict=True)}
+
+    def _output(self, leaf: Leaf, lengths: np.ndarray) -> np.ndarray:
+        """The leaf's output array: new, or in the read's reused memory."""
+        shape = (int(leaf.kept_rows(lengths).sum()), *leaf.row_shape)
+        return (np.empty(shape, dtype=leaf.dtype) if self._scratch is None or leaf.text
+                else self._scratch.array(leaf.path, shape, leaf.dtype))
+
+    def _read_leaf_h5(self, leaf: Leaf, indices: np.ndarray, lengths: np.ndarray,
+                      out: np.ndarray, unplanned: np.ndarray) -> None:
+        """The ``unplanned`` episodes of ``leaf`` read through h5py into their rows of
+        ``out``."""
         stored = lengths + 1 if leaf.per_obs else lengths
         kept = leaf.kept_rows(lengths)
-        shape = (int(kept.sum()), *leaf.row_shape)
-        out = (np.empty(shape, dtype=leaf.dtype) if self._scratch is None or leaf.text
-               else self._scratch.array(leaf.path, shape, leaf.dtype))
-        offsets = self._indexed(leaf)
-        row_bytes = self._row_bytes(leaf)
         firsts = np.concatenate([[0], np.cumsum(kept)[:-1]]).astype(np.int64)
-        if offsets is not None and usable.any():
-            skip = row_bytes if leaf.drop == "first" else 0
-            planner.add(out.reshape(-1).view(np.uint8), firsts[usable] * row_bytes,
-                        offsets[indices][usable] + skip, kept[usable] * row_bytes)
-        for position in np.flatnonzero(~usable).tolist():
+        for position in np.flatnonzero(unplanned).tolist():
             index, first, count = (int(indices[position]), int(firsts[position]),
                                    int(kept[position]))
             target = out[first:first + count]
@@ -399,7 +412,6 @@ class EpisodeReader:
                 whole = np.empty((int(stored[position]), *leaf.row_shape), dtype=leaf.dtype)
                 self._read_h5(leaf, index, whole)
                 target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
-        return out
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
         dataset = self._file.get(f"episode_{index}/{leaf.path}")

@@ -110,28 +110,47 @@ class RangePlanner:
             CorruptedDataError: a range reaches outside the file.
             ValueError: a piece lies outside ``destination`` (a bug of the caller).
         """
-        if not destination.flags.c_contiguous:
+        offsets = np.asarray(offsets, dtype=np.int64)
+        self.add_many([destination], np.zeros(len(offsets), dtype=np.intp), offsets, starts,
+                      lengths)
+
+    def add_many(self, destinations: Sequence[np.ndarray], owners: np.ndarray,
+                 offsets: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """:meth:`add` of pieces into several destinations at once (a read's leaves together,
+        checked in one go rather than leaf by leaf): piece ``i`` goes to
+        ``destinations[owners[i]]``.
+
+        Raises:
+            CorruptedDataError: a range reaches outside the file.
+            ValueError: a piece lies outside its destination (a bug of the caller).
+        """
+        if not all(destination.flags.c_contiguous for destination in destinations):
             raise ValueError("range reader destinations must be C-contiguous")
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
         offsets = np.asarray(offsets, dtype=np.int64)
+        owners = np.asarray(owners, dtype=np.intp)
         if not lengths.all():
             some = lengths > 0
-            starts, lengths, offsets = starts[some], lengths[some], offsets[some]
+            starts, lengths, offsets, owners = (starts[some], lengths[some], offsets[some],
+                                                owners[some])
         if not starts.size:
             return
-        if (offsets < 0).any() or (offsets + lengths > destination.nbytes).any():
+        sizes = np.array([destination.nbytes for destination in destinations], dtype=np.int64)
+        if (offsets < 0).any() or (offsets + lengths > sizes[owners]).any():
             raise ValueError("a planned piece lies outside its destination array")
         if (starts < 0).any() or (starts + lengths > self._size).any():
             raise CorruptedDataError(
                 f"{self._name}: a dataset's bytes reach past the file's {self._size} bytes; "
                 "the file is truncated: copy or download it again")
+        addresses = np.array([destination.ctypes.data for destination in destinations],
+                             dtype=np.uint64)
         self._starts.append(starts)
         self._lengths.append(lengths)
-        self._targets.append(offsets.astype(np.uint64) + np.uint64(destination.ctypes.data))
-        self._destinations.append(np.full(len(starts), len(self._keep), dtype=np.int64))
+        self._targets.append(offsets.astype(np.uint64) + addresses[owners])
+        self._destinations.append(owners.astype(np.int64) + len(self._keep))
         self._offsets.append(offsets)
-        self._keep.append(destination)
+        self._keep.extend(destinations)
 
     def plan(self, max_gap: int = LOCAL_MAX_GAP,
              max_block: int = MAX_BLOCK_BYTES, align: int = 0) -> RangePlan:

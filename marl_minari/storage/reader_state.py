@@ -4,6 +4,7 @@ checked on), and the memory a pass in chunks reads every chunk into."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,11 @@ class Leaf:
     text: bool = False
     drop: Literal["first", "last"] | None = None
     """The row of every episode the arrays leave out (stored rows are ``T + 1``)."""
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row."""
+        return self.dtype.itemsize * math.prod(self.row_shape)
 
     def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
         """Rows of every episode in the output array."""
@@ -57,7 +63,7 @@ class ReadScratch:
 
     def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize
         block = self._blocks.get(path)
         if block is None or block.nbytes < size:
             # An eighth more than asked for: a later chunk of a few more steps still fits.

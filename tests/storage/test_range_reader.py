@@ -137,6 +137,27 @@ def test_a_supplier_gets_one_call_for_all_blocks(data_file: tuple) -> None:
     assert out.tobytes() == _expected(content, PIECES)
 
 
+def test_pieces_of_several_destinations_planned_at_once_land_in_their_own(
+        data_file: tuple) -> None:
+    path, content = data_file
+    first, second = np.zeros(300, dtype=np.uint8), np.zeros(200, dtype=np.uint8)
+    planner = RangePlanner(SIZE, "bytes.bin")
+    # Interleaved in the file, owned alternately: each piece goes to its own destination.
+    planner.add_many([first, second], np.array([0, 1, 0, 1]), np.array([0, 0, 100, 100]),
+                     np.array([5000, 1000, 9000, 20_000]), np.array([100, 100, 200, 100]))
+    _read_local(planner.plan(), path)
+    assert first.tobytes() == content[5000:5100] + content[9000:9200]
+    assert second.tobytes() == content[1000:1100] + content[20_000:20_100]
+
+
+def test_a_piece_past_its_own_destination_is_refused(data_file: tuple) -> None:
+    planner = RangePlanner(SIZE, "bytes.bin")
+    with pytest.raises(ValueError, match="outside its destination"):
+        # Inside the larger destination, past the end of the one that owns it.
+        planner.add_many([np.zeros(300, dtype=np.uint8), np.zeros(200, dtype=np.uint8)],
+                         np.array([1]), np.array([150]), np.array([0]), np.array([100]))
+
+
 def test_a_range_past_the_end_of_the_file_is_refused_when_planned(data_file: tuple) -> None:
     with pytest.raises(CorruptedDataError, match="bytes.bin.*past the file's"):
         _planned([(SIZE - 10, 11)])
