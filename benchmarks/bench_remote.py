@@ -104,18 +104,45 @@ def serve_counting(directory: Path) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def _moved() -> tuple[int, int]:
+def data_file_size(manifest: Any) -> int:
+    """Bytes of ``data/main_data.hdf5`` in a published manifest."""
+    return next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
+
+
+def publish_and_serve(root: Path, dataset_id: str) -> tuple[ThreadingHTTPServer, str, Any]:
+    """Publish the recorded ``dataset_id`` to ``root/registry``, remove the local copy (what
+    is read can only come from the server) and serve the registry: ``(server, the dataset's
+    URL, its manifest)``."""
+    from marl_minari import registry
+    from marl_minari.format.ids import dataset_dir
+
+    registry_dir = root / "registry"
+    manifest = registry.publish(dataset_id, f"file://{registry_dir}").manifest
+    shutil.rmtree(dataset_dir(dataset_id))
+    server, base = serve_counting(registry_dir)
+    return server, f"{base}/{dataset_id}", manifest
+
+
+def moved(*, clear: bool = False) -> tuple[int, int, int]:
+    """``(requests, bytes, bytes of main_data.hdf5)`` served since the log was last cleared;
+    ``clear`` starts a new count."""
     with CountingRangeHandler.lock:
-        return len(CountingRangeHandler.log), sum(n for _, n in CountingRangeHandler.log)
+        log = list(CountingRangeHandler.log)
+        if clear:
+            CountingRangeHandler.log.clear()
+    return (len(log), sum(n for _, n in log),
+            sum(n for path, n in log if path.endswith("main_data.hdf5")))
 
 
-def _fresh_cache(root: Path, name: str) -> None:
-    """An empty block cache, and nothing remembered of the offset-index comparisons (on disk:
-    they live beside the cache; in memory: forgotten), as for a first reader."""
+def fresh_cache(root: Path, name: str) -> None:
+    """As for a first reader: an empty block cache, nothing remembered of the offset-index
+    comparisons (on disk they live beside the cache; in memory they are forgotten), and an
+    empty request log."""
     from marl_minari.format import index_trust
 
     os.environ["MARL_MINARI_CACHE"] = str(root / f"cache-{name}" / "blocks")
     index_trust._BINDINGS.clear()
+    moved(clear=True)
 
 
 def main() -> None:
@@ -133,48 +160,44 @@ def main() -> None:
         from marl_minari.format import index_trust
 
         record_spread(DATASET, args.episodes)
-        registry_dir = root / "registry"
-        manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
-        total_size = manifest.total_size
-        data_size = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
         total_steps = int(mm.load_dataset(DATASET).total_steps)
-        shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
-        server, base = serve_counting(registry_dir)
-        url = f"{base}/{DATASET}"
+        server, url, manifest = publish_and_serve(root, DATASET)
+        registry_dir = root / "registry"
+        total_size = manifest.total_size
+        data_size = data_file_size(manifest)
         print(f"{args.episodes} episodes, {total_steps} steps; published {total_size} bytes "
               f"(data file {data_size}, blocks of "
               f"{next(e.block_size for e in manifest.files if e.block_size)} bytes)")
 
         # 1 and 2: open and read one episode
-        _fresh_cache(root, "one")
-        CountingRangeHandler.log.clear()
+        fresh_cache(root, "one")
         source = mm.open_source(url, streaming=True)
         after_index = next(i for i, (p, _) in enumerate(CountingRangeHandler.log)
                            if p.endswith("marl_minari_index.npz")) + 1
         source.read([0])
         first = [p for p, _ in CountingRangeHandler.log[after_index:]]
         source.read([args.episodes // 2])
-        requests, moved = _moved()
-        print(f"open + read 2 episodes: {moved} bytes in {requests} requests = "
-              f"{100 * moved / total_size:.2f}% of the published files (goal <= 5%)")
+        requests, served, _ = moved()
+        print(f"open + read 2 episodes: {served} bytes in {requests} requests = "
+              f"{100 * served / total_size:.2f}% of the published files (goal <= 5%)")
         print(f"open + first episode after the index: {len(first)} requests for the data file "
               f"(goal <= 4 round trips)")
 
         # 4: a full streamed pass against a plain download, same run
         streamed, second, same, plain, verified = [], [], [], [], []
         for repeat in range(args.repeats):
-            _fresh_cache(root, f"full-{repeat}")
+            fresh_cache(root, f"full-{repeat}")
             started = time.perf_counter()
             source = mm.open_source(url, streaming=True)
             source.read(source.episode_indices)
             streamed.append(time.perf_counter() - started)
             index_trust._BINDINGS.clear()  # as another process: the record on disk only
-            CountingRangeHandler.log.clear()
+            moved(clear=True)
             started = time.perf_counter()
             source = mm.open_source(url, streaming=True)
             source.read(source.episode_indices)
             second.append(time.perf_counter() - started)
-            again = _moved()
+            again = moved()
             started = time.perf_counter()
             source.read(source.episode_indices)  # the same source: its blocks in memory
             same.append(time.perf_counter() - started)
@@ -196,12 +219,11 @@ def main() -> None:
               f"{again[1]} bytes in {again[0]} requests moved; the same source's next pass "
               f"{min(same):.3f} s = {min(plain) / min(same):.2f}x")
         # 3: subsample 1%
-        _fresh_cache(root, "subsample")
-        CountingRangeHandler.log.clear()
+        fresh_cache(root, "subsample")
         mm.subsample(mm.open_source(url, streaming=True), "bench/remote-subset-v0",
                      max_steps=max(1, total_steps // 100), seed=0)
-        requests, moved = _moved()
-        print(f"subsample(max_steps=1%): {moved} bytes = {100 * moved / total_size:.1f}% "
+        _, served, _ = moved()
+        print(f"subsample(max_steps=1%): {served} bytes = {100 * served / total_size:.1f}% "
               "(goal <= 10%)")
 
         print("Minari load_dataset(download=True) / OG-MARL's downloader: 100% of the files "

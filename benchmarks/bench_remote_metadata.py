@@ -31,22 +31,14 @@ import time
 import warnings
 from pathlib import Path
 
-from bench_remote import DATASET, CountingRangeHandler, record_spread, serve_counting
-
-
-def moved() -> tuple[int, int, int]:
-    """``(requests, bytes, data-file bytes)`` served since the log was cleared."""
-    with CountingRangeHandler.lock:
-        log = list(CountingRangeHandler.log)
-    return (len(log), sum(n for _, n in log),
-            sum(n for path, n in log if path.endswith("main_data.hdf5")))
-
-
-def fresh(root: Path, name: str) -> None:
-    """An empty block cache, and an empty request log."""
-    os.environ["MARL_MINARI_CACHE"] = str(root / f"cache-{name}" / "blocks")
-    with CountingRangeHandler.lock:
-        CountingRangeHandler.log.clear()
+from bench_remote import (
+    DATASET,
+    data_file_size,
+    fresh_cache,
+    moved,
+    publish_and_serve,
+    record_spread,
+)
 
 
 def main() -> None:
@@ -60,19 +52,14 @@ def main() -> None:
     try:
         import marl_minari as mm
         import marl_minari.ray as R
-        from marl_minari import registry
 
         record_spread(DATASET, args.episodes)
-        registry_dir = root / "registry"
-        manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
+        server, url, manifest = publish_and_serve(root, DATASET)
         total = manifest.total_size
-        data = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
-        shutil.rmtree(root / "datasets" / "bench" / "remote-v0")
-        server, base = serve_counting(registry_dir)
-        url = f"{base}/{DATASET}"
+        data = data_file_size(manifest)
         print(f"{args.episodes} episodes; published {total} bytes (data file {data})")
 
-        fresh(root, "metadata")
+        fresh_cache(root, "metadata")
         started = time.perf_counter()
         source = mm.open_source(url, streaming=True)
         opened = moved()
@@ -85,7 +72,7 @@ def main() -> None:
               f"{of_data - opened[2]}; {seconds:.2f} s; "
               f"{description.total_episodes} episodes, {description.total_steps} steps")
 
-        fresh(root, "ray-driver")
+        fresh_cache(root, "ray-driver")
         started = time.perf_counter()
         R.make_datasource(url, "steps")
         seconds = time.perf_counter() - started
@@ -94,7 +81,7 @@ def main() -> None:
               f"{100 * everything / total:.2f}%; data file {100 * of_data / data:.2f}%; "
               f"{seconds:.2f} s")
 
-        fresh(root, "statistics")
+        fresh_cache(root, "statistics")
         started = time.perf_counter()
         mm.describe(mm.open_source(url, streaming=True))
         seconds = time.perf_counter() - started

@@ -33,7 +33,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_remote import CountingRangeHandler, record_spread, serve_counting  # noqa: E402
+from bench_remote import (  # noqa: E402
+    data_file_size,
+    fresh_cache,
+    moved,
+    record_spread,
+    serve_counting,
+)
 
 DATASET = "bench/choose-v0"
 PLAIN = "bench/plain-cartpole-v0"
@@ -55,18 +61,6 @@ def _record_plain(episodes: int) -> None:
     env.close()
 
 
-def _moved() -> int:
-    with CountingRangeHandler.lock:
-        moved = sum(n for _, n in CountingRangeHandler.log)
-        CountingRangeHandler.log.clear()
-    return moved
-
-
-def _fresh_cache(root: Path, name: str) -> None:
-    os.environ["MARL_MINARI_CACHE"] = str(root / f"cache-{name}" / "blocks")
-    _moved()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=2000)
@@ -85,41 +79,40 @@ def main() -> None:
         record_spread(DATASET, args.episodes, args.steps)
         returns = mm.open_source(DATASET).team_returns()
         manifest = registry.publish(DATASET, f"file://{registry_dir}").manifest
-        data_size = next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
+        data_size = data_file_size(manifest)
         total_steps = int(mm.load_dataset(DATASET).total_steps)
         _record_plain(args.plain_episodes)
         plain = registry.publish(PLAIN, f"file://{registry_dir}", allow_single_agent=True)
-        plain_size = next(e.size for e in plain.manifest.files
-                          if e.path.endswith("main_data.hdf5"))
+        plain_size = data_file_size(plain.manifest)
         shutil.rmtree(root / "datasets")
         server, base = serve_counting(registry_dir)
         print(f"{args.episodes} episodes x {args.steps} steps; data file {data_size} bytes, "
               f"{data_size / args.episodes / 1024:.0f} KiB per episode")
 
-        _fresh_cache(root, "returns")
+        fresh_cache(root, "returns")
         source = mm.open_source(f"{base}/{DATASET}", streaming=True)
-        opened = _moved()
+        opened = moved(clear=True)[1]
         source.team_returns()
-        only_returns = _moved()
+        only_returns = moved(clear=True)[1]
         print(f"open: {opened} bytes = {100 * opened / data_size:.1f}%; the returns alone "
               f"after that: {only_returns} bytes = {100 * only_returns / data_size:.1f}% of "
               "the data file")
 
-        _fresh_cache(root, "profile")
+        fresh_cache(root, "profile")
         cap = max(total_steps // 100, 2 * args.steps)  # 1%, and one episode per bin at least
         edges = [float(returns.min()), float(np.median(returns)), float(returns.max())]
         mm.subsample(mm.open_source(f"{base}/{DATASET}", streaming=True),
                      "bench/choose-subset-v0", profile=(edges, [1.0, 1.0]),
                      max_steps=cap, seed=0)
-        moved = _moved()
-        print(f"subsample(profile=2 bins, max_steps={cap}): {moved} bytes = "
-              f"{100 * moved / data_size:.1f}% of the data file (opening included)")
+        served = moved(clear=True)[1]
+        print(f"subsample(profile=2 bins, max_steps={cap}): {served} bytes = "
+              f"{100 * served / data_size:.1f}% of the data file (opening included)")
 
-        _fresh_cache(root, "plain")
+        fresh_cache(root, "plain")
         plain_source = mm.open_source(f"{base}/{PLAIN}", streaming=True)
-        opened = _moved()
+        opened = moved(clear=True)[1]
         plain_source.read([args.plain_episodes // 2])
-        one = _moved()
+        one = moved(clear=True)[1]
         print(f"plain CartPole, {args.plain_episodes} episodes, data file {plain_size} bytes: "
               f"open {opened} bytes ({100 * opened / plain_size:.2f}%), one episode {one} "
               f"bytes more ({100 * one / plain_size:.2f}%), "
