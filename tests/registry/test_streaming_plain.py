@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from foreign_storage import SECRET, external_link, external_storage
 from range_servers import RangeHandler, range_handler
 
 import marl_minari as mm
@@ -167,28 +168,6 @@ def test_load_dataset_streaming_of_a_plain_dataset_points_to_open_source(
     url, _ = served
     with pytest.raises(LayoutError, match=r"open_source\(url, streaming=True\)"):
         mm.load_dataset(url, streaming=True)
-
-
-SECRET = b"secret bytes of a local file the user never offered. " * 40
-
-
-def external_link(file: Any, name: str, secret: Path) -> None:
-    import h5py
-
-    other = secret.with_suffix(".h5")
-    old = file[name]
-    with h5py.File(other, "w") as handle:
-        handle["x"] = np.frombuffer(SECRET[:old.nbytes], dtype=old.dtype).reshape(old.shape)
-    del file[name]
-    file[name] = h5py.ExternalLink(str(other), "/x")
-
-
-def external_storage(file: Any, name: str, secret: Path) -> None:
-    old = file[name]
-    shape, dtype = old.shape, old.dtype
-    del file[name]
-    file.create_dataset(name, shape=shape, dtype=dtype,
-                        external=[(str(secret), 0, int(np.prod(shape)) * dtype.itemsize)])
 
 
 @pytest.mark.parametrize("tamper", [external_link, external_storage])

@@ -7,50 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-import numpy as np
 import pytest
+from foreign_storage import SECRET, external_link, external_storage, virtual
 from marl_minari.adapters import to_vault
 
 import marl_minari as mm
 from marl_minari.errors import ForeignStorageError
-
-SECRET = b"secret bytes of a local file the user never offered. " * 40
 
 
 def _main(dataset: Any) -> Path:
     return Path(dataset.data_path) / "main_data.hdf5"
 
 
-def _external_storage(file: h5py.File, name: str, secret: Path) -> None:
-    old = file[name]
-    shape, dtype = old.shape, old.dtype
-    del file[name]
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    file.create_dataset(name, shape=shape, dtype=dtype, external=[(str(secret), 0, nbytes)])
-
-
-def _external_link(file: h5py.File, name: str, secret: Path) -> None:
-    other = secret.with_suffix(".h5")
-    old = file[name]
-    with h5py.File(other, "w") as handle:
-        handle["x"] = np.frombuffer(SECRET[:old.nbytes], dtype=old.dtype).reshape(old.shape)
-    del file[name]
-    file[name] = h5py.ExternalLink(str(other), "/x")
-
-
-def _virtual(file: h5py.File, name: str, secret: Path) -> None:
-    other = secret.with_suffix(".vds.h5")
-    old = file[name]
-    with h5py.File(other, "w") as handle:
-        handle["x"] = np.frombuffer(SECRET[:old.nbytes], dtype=old.dtype).reshape(old.shape)
-    shape, dtype = old.shape, old.dtype
-    del file[name]
-    layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
-    layout[...] = h5py.VirtualSource(str(other), "x", shape=shape)
-    file.create_virtual_dataset(name, layout)
-
-
-TAMPERINGS = [_external_storage, _external_link, _virtual]
+TAMPERINGS = [external_storage, external_link, virtual]
 
 
 @pytest.fixture
