@@ -54,7 +54,7 @@ from marl_minari.storage.datafile import (
 )
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.episode_reader import EpisodeReader
-from marl_minari.storage.reader_state import IndexCache
+from marl_minari.storage.reader_state import IndexCache, ReadScratch
 
 MAIN_PATH: Final = f"data/{layout.MAIN_FILE_NAME}"
 SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}")
@@ -252,6 +252,19 @@ class StreamingSource(DatasetSource):
         with self._supplier_errors(), self._reader() as reader:
             return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1),
                                observations=observations)
+
+    def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
+                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+        if not self.multi_agent:
+            yield from super().read_batches(batches, observations=observations)
+            return
+        # One reader for the whole pass, as a local dataset's: the file is opened over the
+        # ranges and the index loaded once, not once per batch.
+        scratch = ReadScratch() if reuse_arrays else None
+        with self._supplier_errors(), self._reader() as reader:
+            for batch in batches:
+                yield reader.read(np.asarray(batch, dtype=np.int64).reshape(-1),
+                                  observations=observations, scratch=scratch)
 
     def team_returns(self, chunk_steps: int | None = None) -> np.ndarray:
         """The team return of each episode from the reward column alone: its ranges (and
