@@ -115,7 +115,8 @@ def describe_command(
     written: list[tuple[str, Path]] = []
     # the card's plot shows its one dataset: when --plot draws exactly that, the card links
     # the --plot file instead of drawing the same figure again
-    card_plot: bool | Path | None = None  # a figure where matplotlib is installed
+    # a figure where matplotlib is installed; none for a metadata-only card (nothing to plot)
+    card_plot: bool | Path | None = None if statistics else False
     if plot is not None:
         if card is not None and len(descriptions) == 1:
             card_plot = plot

@@ -68,3 +68,17 @@ def test_plots_refuse_it_and_its_card_holds_no_statistics(spread: str, tmp_path:
     assert not (tmp_path / "statistics.png").exists()  # no figure by default
     assert "| Episodes | 4 |" in card and "length (steps)" in card
     assert "### Returns" not in card and "were not read" in card
+
+
+def test_the_command_writes_its_card_without_a_figure(spread: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from marl_minari.cli import app
+
+    pytest.importorskip("matplotlib")  # the figure a full card would get
+    card = tmp_path / "README.md"
+    result = CliRunner().invoke(app, ["describe", spread, "--no-statistics", "--card",
+                                      str(card)])
+    assert result.exit_code == 0, result.output
+    assert "were not read" in card.read_text()
+    assert not (tmp_path / "statistics.png").exists()
