@@ -10,6 +10,7 @@ import numpy as np
 
 from marl_minari.errors import InvalidOptionError
 from marl_minari.sources import DatasetSource, open_source
+from marl_minari.sources.streaming import StreamingSource
 from marl_minari.view.compare import comparison
 from marl_minari.view.episode import episode_payload
 from marl_minari.view.page import render_page, to_json
@@ -85,11 +86,19 @@ def write_page(source: Any, out: str | os.PathLike[str], *, compare: Any = None,
             opened.close()
     note = (f"This file holds {len(sample)} of the {summary['counts']['episodes']} episodes "
             "(the best, the worst, the median by team return, then evenly spaced ones); "
-            f"`marl-minari view {summary['name']}` serves every episode.")
+            f"`{_serve_command(opened, summary['name'])}` serves every episode.")
     page = render_page(summary, mode="file", sample=sample, sample_note=note,
                        comparison=compared)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _serve_command(source: DatasetSource, name: str) -> str:
+    """The command that serves every episode of ``source``: a dataset read in place is named
+    by its URL and read in place again (its id alone names no local dataset)."""
+    if isinstance(source, StreamingSource):
+        return f"marl-minari view {source.name} --streaming"
+    return f"marl-minari view {name}"
 
 
 def sample_payloads(source: DatasetSource, summary: dict[str, Any], episodes: int,

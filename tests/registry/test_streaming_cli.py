@@ -90,6 +90,7 @@ def test_subset_compare_and_view_read_a_url_in_place(
     result = run("view", url, "--streaming", "--out", str(page))
     assert result.exit_code == 0, result.output
     assert DATASET in page.read_text()
+    assert f"marl-minari view {url} --streaming" in page.read_text()  # how to see them all
     assert not dataset_dir(DATASET).exists()  # every command read in place
 
 
