@@ -1,22 +1,32 @@
 """A bounded on-disk cache of verified blocks of published files.
 
-Blocks are stored under the name of their digest (``blake3-<hex>``, ``sha256-<hex>`` for a
-whole file of an old manifest), so the cache is content-addressed: two datasets sharing a
-block share its entry, several processes can fill one cache at once (every entry is written
-under a temporary name and renamed into place), and an entry can never be taken for another
-block. Only bytes that matched their digest are ever put here, and an entry is checked again
-the first time a process reads it (a damaged entry is deleted and fetched anew), unless it is
-the very file this process wrote there. When the
-entries pass the cache's byte budget, the least recently used ones are deleted.
+Blocks read by ranges are kept in *packs*: each run of adjacent blocks one request fetched
+(and verified) is one file, ``packs/<file key>/<first block>-<block count>``, holding their
+bytes and nothing else, in a folder per file named by the digest of the manifest digests of
+its bytes (:attr:`RemoteFile.pinned_digest`). A pass over a cached file then opens a handful
+of packs instead of a file per block: each run of wanted blocks is read with one ``preadv``
+into the buffer the caller copies from, and every block is hashed there against the
+manifest's digest, in the reading process, every time (a pack is never mapped nor trusted for
+an earlier check: it could change after it). A pack of the wrong size, not a regular file, or
+holding a block that does not match is deleted, and what it lacked is fetched again.
+
+A whole file (a server ignoring ``Range``, a manifest without range digests) is kept under
+the name of its digest (``blake3-<hex>``, ``sha256-<hex>``), checked the first time a process
+uses it. Every entry is written under a temporary name and renamed into place, so several
+processes can fill one cache at once and a write cut short leaves no entry. Only bytes that
+matched their digest are ever put here. When the entries pass the cache's byte budget, the
+least recently used ones (whole packs) are deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -32,6 +42,10 @@ CACHE_ENV_VAR: Final = "MARL_MINARI_CACHE"
 CACHE_BYTES_ENV_VAR: Final = "MARL_MINARI_CACHE_BYTES"
 """Byte budget of the block cache (default :data:`DEFAULT_CACHE_BYTES`; ``0``: no disk cache)."""
 DEFAULT_CACHE_BYTES: Final = 4 << 30
+PACKS_FOLDER: Final = "packs"
+"""Subfolder of the cache holding, per file, the packs of its verified blocks."""
+PACK_KEY_LENGTH: Final = 32
+"""Hex digits of a file's pinned digest naming its pack folder (128 bits)."""
 
 
 def default_cache_dir() -> Path:
@@ -73,6 +87,8 @@ class BlockCache:
         self.max_bytes = max_bytes
         self._checked: dict[str, tuple[int, int]] = {}
         """Entries this process has verified, with their ``(inode, mtime)`` then."""
+        self._packs: dict[str, dict[int, Pack]] = {}
+        """Per file, the pack to read each cached block from (see :meth:`_holders`)."""
         self._written = 0
         self._lock = threading.Lock()
 
@@ -100,84 +116,124 @@ class BlockCache:
         self._checked[path.name] = identity
         return path
 
-    def read_blocks(self, blocks: Sequence[Block],
+    # ------------------------------------------------------------------ packs
+    def pack_folder(self, key: str) -> Path:
+        """Where the packs of the file pinned by ``key`` (its :attr:`RemoteFile.pinned_digest`:
+        a digest of the manifest's digests of its bytes) live."""
+        return self.folder / PACKS_FOLDER / key[:PACK_KEY_LENGTH]
+
+    def read_blocks(self, key: str, blocks: Sequence[Block], file_blocks: Sequence[Block],
                     buffer_bytes: int) -> dict[int, memoryview]:
-        """The verified bytes of those of ``blocks`` the cache holds, by block number: views
-        of buffers of at most ``buffer_bytes`` (or one block), read in order."""
+        """The verified bytes of those of ``blocks`` (blocks of the file pinned by ``key``,
+        whose blocks are ``file_blocks``) that the cache holds, by block number: views of
+        buffers of at most ``buffer_bytes`` (or one block).
+
+        Each run of wanted blocks one pack holds is read with one ``preadv`` straight into its
+        buffer and every block of it is hashed there, against the manifest's digest, before
+        it is returned: a pack is never trusted for having been checked before, nor mapped
+        (its file could change after the check). A pack of the wrong size, or holding a
+        block that does not match, is deleted (the blocks of it that matched are still
+        returned; the rest are fetched anew).
+        """
         found: dict[int, memoryview] = {}
-        begin = 0
-        while self.max_bytes and begin < len(blocks):
-            end, size = begin + 1, blocks[begin].length
-            while end < len(blocks) and size + blocks[end].length <= buffer_bytes:
-                size += blocks[end].length
-                end += 1
-            # np.empty: its pages are first touched by the reads (a bytearray zeroes them)
-            buffer = memoryview(np.empty(size, dtype=np.uint8).data)
-            position = 0
-            for block in blocks[begin:end]:
-                view = buffer[position:position + block.length]
-                if self.read_into(block, view):
-                    found[block.number] = view
+        if not self.max_bytes or not blocks:
+            return found
+        wanted = sorted(blocks, key=lambda block: block.number)
+        holders = self._holders(key, file_blocks)
+        if any(block.number not in holders for block in wanted):
+            holders = self._holders(key, file_blocks, refresh=True)
+        folder = self.pack_folder(key)
+        opened: dict[str, int | None] = {}
+        damaged: set[str] = set()
+        try:
+            for pack, run in _runs_by_pack(wanted, holders, buffer_bytes):
+                handle = opened.get(pack.name, -1)
+                if handle == -1:
+                    handle = opened[pack.name] = _open_pack(folder / pack.name,
+                                                            pack.size(file_blocks))
+                if handle is None:
+                    damaged.add(pack.name)
+                    continue
+                # np.empty: its pages are first touched by the read (a bytearray zeroes them)
+                size = sum(block.length for block in run)
+                buffer = memoryview(np.empty(size, dtype=np.uint8).data)
+                offset = run[0].offset - file_blocks[pack.first].offset
+                if not _read_exactly(handle, buffer, offset):
+                    damaged.add(pack.name)
+                    continue
+                position = 0
+                for block in run:
+                    view = buffer[position:position + block.length]
                     position += block.length
-            begin = end
+                    if matches(block, view):
+                        found[block.number] = view
+                    else:
+                        damaged.add(pack.name)
+        finally:
+            for name, handle in opened.items():
+                if handle is None:
+                    continue
+                if name not in damaged:
+                    with contextlib.suppress(OSError):
+                        os.utime(handle)  # recently used: evicted last
+                os.close(handle)
+        for name in damaged:  # deleted once closed (an open file cannot be deleted everywhere)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / name)
+        if damaged:
+            self._packs.pop(key, None)
         return found
 
-    def read_into(self, block: Block, out: memoryview) -> bool:
-        """Read the cached bytes of ``block`` into ``out`` (``block.length`` bytes), verified;
-        ``False`` (``out`` then holds nothing of use) when they are not cached.
-
-        The entry is read once, and its bytes are checked in memory the first time this
-        process reads that file (a damaged one is deleted).
-        """
-        if not self.max_bytes:
-            return False
-        name = _entry_name(block)
-        path = os.path.join(self.folder, name)
-        try:
-            handle = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
-        except FileNotFoundError:  # not cached, or evicted by another process meanwhile
-            return False
-        with handle:
-            status = os.fstat(handle.fileno())
-            done = 0
-            while done < block.length and status.st_size == block.length:
-                count = handle.readinto(out[done:])
-                if not count:
-                    break
-                done += count
-            identity = (status.st_ino, status.st_mtime_ns)
-            damaged = status.st_size != block.length or done != block.length or (
-                self._checked.get(name) != identity and not matches(block, out))
-            if not damaged:
-                with contextlib.suppress(OSError):
-                    os.utime(handle.fileno() if os.utime in os.supports_fd else path)
-                    status = os.fstat(handle.fileno())  # the times just set: what was checked
-        if damaged:  # deleted once closed (an open file cannot be deleted everywhere)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return False
-        self._checked[name] = (status.st_ino, status.st_mtime_ns)  # used: evicted last
-        return True
-
-    def put(self, block: Block, data: bytes | memoryview) -> None:
-        """Keep ``data``, which the caller has verified to be ``block``'s bytes."""
-        if not self.max_bytes or block.length > self.max_bytes:
+    def put_run(self, key: str, run: Sequence[Block], data: bytes | memoryview) -> None:
+        """Keep ``data``, which the caller has verified to be the bytes of ``run`` (adjacent
+        blocks of the file pinned by ``key``), as one pack: written under a temporary name
+        and renamed into place, so no reader ever opens a half-written pack."""
+        size = sum(block.length for block in run)
+        if not self.max_bytes or not run or size > self.max_bytes:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        target = self.folder / _entry_name(block)
-        temporary = self.folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        if len(data) != size:
+            raise ValueError(f"{len(data)} bytes given for {size} bytes of blocks")
+        folder = self.pack_folder(key)
+        pack = Pack(run[0].number, len(run))
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{pack.name}.{uuid.uuid4().hex}.tmp"
         try:
             with open(temporary, "wb") as out:
                 out.write(data)
-                out.flush()
-                status = os.fstat(out.fileno())
-            os.replace(temporary, target)
-            # The file this process wrote with verified bytes (a rename keeps its inode and
-            # times): reading it back needs no second check, anything put in its place does.
-            self._checked[target.name] = (status.st_ino, status.st_mtime_ns)
+            os.replace(temporary, folder / pack.name)
         finally:
             temporary.unlink(missing_ok=True)
-        self._grew(block.length)
+        known = self._packs.get(key)
+        if known is not None:
+            _hold(known, pack)
+        self._grew(size)
+
+    def put_verified(self, key: str, verified: Sequence[Block], data: memoryview,
+                     start: int) -> None:
+        """Keep ``verified`` (blocks of the file pinned by ``key``, in order, whose bytes the
+        caller has checked; ``data`` holds the file's bytes from offset ``start`` on) as one
+        pack per run of adjacent ones."""
+        begin = 0
+        for end in range(1, len(verified) + 1):
+            if end == len(verified) or verified[end].number != verified[end - 1].number + 1:
+                run = verified[begin:end]
+                self.put_run(key, run, data[run[0].offset - start:run[-1].end - start])
+                begin = end
+
+    def _holders(self, key: str, file_blocks: Sequence[Block], *,
+                 refresh: bool = False) -> dict[int, Pack]:
+        """Which pack to read each cached block of the file from: the listing of its pack
+        folder, made once per process (and again when a block is not in it)."""
+        known = self._packs.get(key)
+        if known is None or refresh:
+            known = {}
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for entry in os.scandir(self.pack_folder(key)):
+                    pack = Pack.parse(entry.name)
+                    if pack is not None and pack.first + pack.count <= len(file_blocks):
+                        _hold(known, pack)
+            self._packs[key] = known
+        return known
 
     def adopt(self, block: Block, verified_file: Path) -> Path:
         """Move a downloaded, verified file (a whole-file block) into the cache; its entry.
@@ -204,25 +260,123 @@ class BlockCache:
         self.evict(keep)
 
     def evict(self, keep: str | None = None) -> None:
-        """Delete the least recently used entries until the cache fits its budget."""
+        """Delete the least recently used entries (whole files, packs) until the cache fits
+        its budget."""
         entries = []
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.folder):
-                if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                    continue  # another process's write in progress
-                with contextlib.suppress(FileNotFoundError):
-                    status = entry.stat()
-                    entries.append((status.st_mtime_ns, status.st_size, entry.name))
+        for folder in [str(self.folder), *_subfolders(self.folder / PACKS_FOLDER)]:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for entry in os.scandir(folder):
+                    if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                        continue  # another process's write in progress
+                    with contextlib.suppress(FileNotFoundError):
+                        if not entry.is_file(follow_symlinks=False):
+                            continue
+                        status = entry.stat(follow_symlinks=False)
+                        entries.append((status.st_mtime_ns, status.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
-        for _, size, name in sorted(entries):
+        for _, size, path in sorted(entries):
             if total <= self.max_bytes:
                 break
-            if name == keep:
+            if keep is not None and path == os.path.join(self.folder, keep):
                 continue
             with contextlib.suppress(FileNotFoundError):
-                (self.folder / name).unlink()
-            self._checked.pop(name, None)
+                os.unlink(path)
+            self._checked.pop(os.path.basename(path), None)
             total -= size
+        self._packs.clear()  # listed again when next read
+
+
+@dataclass(frozen=True)
+class Pack:
+    """``count`` adjacent verified blocks of one file from block ``first`` on, stored as one
+    file named ``<first>-<count>`` holding their bytes and nothing else."""
+
+    first: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.first}-{self.count}"
+
+    @classmethod
+    def parse(cls, name: str) -> Pack | None:
+        """The pack a file name denotes, or ``None`` (a write in progress, anything else)."""
+        first, dash, count = name.partition("-")
+        if not (dash and first.isdigit() and count.isdigit() and first.isascii()
+                and count.isascii() and int(count) > 0):
+            return None
+        return cls(int(first), int(count))
+
+    def size(self, file_blocks: Sequence[Block]) -> int:
+        """The bytes an intact pack holds."""
+        last = file_blocks[self.first + self.count - 1]
+        return last.end - file_blocks[self.first].offset
+
+
+def _hold(holders: dict[int, Pack], pack: Pack) -> None:
+    """Read blocks from ``pack`` where it holds more of the blocks after them than the pack
+    known so far (fewer, longer reads)."""
+    end = pack.first + pack.count
+    for number in range(pack.first, end):
+        known = holders.get(number)
+        if known is None or known.first + known.count < end:
+            holders[number] = pack
+
+
+def _runs_by_pack(wanted: Sequence[Block], holders: dict[int, Pack],
+                  buffer_bytes: int) -> list[tuple[Pack, list[Block]]]:
+    """``wanted`` (in order) cut into runs of adjacent blocks read from one pack, each at most
+    ``buffer_bytes`` (or one block); blocks no pack holds are left out."""
+    runs: list[tuple[Pack, list[Block]]] = []
+    size = 0
+    for block in wanted:
+        pack = holders.get(block.number)
+        if pack is None:
+            continue
+        if runs:
+            last_pack, last = runs[-1]
+            if (last_pack == pack and last[-1].number == block.number - 1
+                    and size + block.length <= buffer_bytes):
+                last.append(block)
+                size += block.length
+                continue
+        runs.append((pack, [block]))
+        size = block.length
+    return runs
+
+
+def _open_pack(path: Path, size: int) -> int | None:
+    """A descriptor of the pack at ``path`` when it is a regular file of ``size`` bytes;
+    ``None`` when it is not (it is then deleted) or is gone (evicted meanwhile)."""
+    try:
+        # never follows a link, never waits on a FIFO
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # gone, or a link
+        return None
+    status = os.fstat(handle)
+    if not stat.S_ISREG(status.st_mode) or status.st_size != size:
+        os.close(handle)
+        return None
+    return handle
+
+
+def _read_exactly(handle: int, buffer: memoryview, offset: int) -> bool:
+    """Fill ``buffer`` from ``offset`` of ``handle`` (one ``preadv`` unless interrupted);
+    ``False`` when the file ends first (it shrank since it was opened)."""
+    done = 0
+    while done < len(buffer):
+        count = os.preadv(handle, [buffer[done:]], offset + done)
+        if not count:
+            return False
+        done += count
+    return True
+
+
+def _subfolders(folder: Path) -> list[str]:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        return [entry.path for entry in os.scandir(folder)
+                if entry.is_dir(follow_symlinks=False)]
+    return []
 
 
 def matches(block: Block, data: bytes | memoryview) -> bool:

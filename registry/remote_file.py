@@ -318,8 +318,8 @@ class RemoteFile:
                 found[number] = data
         absent = [number for number in numbers if number not in found]
         if absent:  # a buffer per fetched run's size: a remembered block keeps it alive
-            cached = self._cache.read_blocks([self._blocks[number] for number in absent],
-                                             self.settings.max_request_bytes)
+            cached = self._cache.read_blocks(self.pinned_digest, [self._blocks[n] for n in absent],
+                                             self._blocks, self.settings.max_request_bytes)
             for number, data in cached.items():
                 self._remember(number, data)
             found.update(cached)
@@ -396,8 +396,9 @@ class RemoteFile:
                 bad = bad or block
                 continue
             found[block.number] = piece  # a view of the run's buffer: no copy
-            self._cache.put(block, piece)
             self._remember(block.number, piece)
+        self._cache.put_verified(self.pinned_digest, [b for b in run if b.number in found],
+                                 view, start)
         if bad is not None:
             received = max(0, min(len(data) - (bad.offset - start), bad.length))
             what = (f"only {received} of its {bad.length} bytes arrived"

@@ -244,3 +244,18 @@ def drop_range_digests(registry_dir: Path, dataset_id: str) -> None:
         entry.pop("block_blake3", None)
         entry.pop("open_blocks", None)
     (registry_dir / dataset_id / "manifest.json").write_text(json.dumps(document))
+
+
+def cached_block_numbers(cache: Path) -> set[int]:
+    """The block numbers the packs in block cache folder ``cache`` hold (of any file)."""
+    held: set[int] = set()
+    for pack in cache.glob("packs/*/*"):
+        first, _, count = pack.name.partition("-")
+        if first.isdigit() and count.isdigit():
+            held.update(range(int(first), int(first) + int(count)))
+    return held
+
+
+def pack_files(cache: Path) -> list[Path]:
+    """The pack files in block cache folder ``cache`` (no write in progress)."""
+    return sorted(p for p in cache.glob("packs/*/*") if not p.name.startswith("."))

@@ -31,7 +31,7 @@ from range_servers import (
     TruncatingHandler,
     range_handler,
 )
-from registry_helpers import drop_range_digests
+from registry_helpers import cached_block_numbers, drop_range_digests, pack_files
 
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError, RemoteError
@@ -146,10 +146,7 @@ def test_a_lying_mirror_is_named_and_nothing_unverified_is_kept(
     assert f"{url}/{DATASET}/{MAIN}" in message
     assert f"bytes {2 * MIN_BLOCK_SIZE}-{3 * MIN_BLOCK_SIZE - 1} (block 2)" in message
     assert f"mirror {url}" in message
-    cached = {p.name for p in settings.cache().folder.iterdir()}
-    digests = source.entry.block_blake3
-    assert digests is not None
-    assert f"blake3-{digests[1]}" in cached and f"blake3-{digests[2]}" not in cached
+    assert cached_block_numbers(settings.cache().folder) == {1}
     # the rest of the file stays readable, block 1 from the cache
     before = source.counts.bytes
     got = source.read_ranges([(0, 100), (MIN_BLOCK_SIZE, 10), (3 * MIN_BLOCK_SIZE, 50)])
@@ -167,7 +164,8 @@ def test_a_truncated_mirror_is_corrupted_data(streamable: Path, settings: Stream
     source = open_remote_file(url, DATASET, settings=settings)
     with pytest.raises(CorruptedDataError, match=r"block 3\) from mirror .*only 7 of its"):
         source.read_ranges([(0, streamable.stat().st_size)])
-    assert len(list(settings.cache().folder.iterdir())) == 3  # blocks 0-2, verified
+    assert cached_block_numbers(settings.cache().folder) == {0, 1, 2}  # verified
+    assert [p.name for p in pack_files(settings.cache().folder)] == ["0-3"]  # one pack
 
 
 def test_a_slow_mirror_ends_at_the_deadline(streamable: Path, tmp_path: Path,
@@ -179,7 +177,7 @@ def test_a_slow_mirror_ends_at_the_deadline(streamable: Path, tmp_path: Path,
         remote=RemoteSettings(http_timeout=1.0, min_download_rate=1_000_000)))
     with pytest.raises(RemoteError, match="deadline"):
         source.read_ranges([(0, 10)])
-    assert not any((tmp_path / "cache").glob("blake3-*"))
+    assert not cached_block_numbers(tmp_path / "cache")
 
 
 def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
@@ -243,14 +241,15 @@ def test_the_cache_keeps_to_its_budget(streamable: Path, registry_dir: Path,
     settings = StreamSettings(cache_dir=tmp_path / "small", cache_bytes=budget)
     source = open_remote_file(f"file://{registry_dir}", DATASET, settings=settings)
     assert bytes(source.read_ranges([(0, source.size)])[0]) == streamable.read_bytes()
-    assert sum(p.stat().st_size for p in (tmp_path / "small").iterdir()) <= budget
+    assert sum(p.stat().st_size for p in (tmp_path / "small").rglob("*")
+               if p.is_file()) <= budget
 
 
 def test_a_damaged_cache_entry_is_fetched_again(streamable: Path, registry_dir: Path,
                                                 settings: StreamSettings) -> None:
     remote = f"file://{registry_dir}"
     open_remote_file(remote, DATASET, settings=settings).read_ranges([(0, 10)])
-    (entry,) = settings.cache().folder.iterdir()
+    (entry,) = pack_files(settings.cache().folder)
     entry.write_bytes(b"\x00" * entry.stat().st_size)
     source = open_remote_file(remote, DATASET, settings=settings)
     assert bytes(source.read_ranges([(0, 10)])[0]) == streamable.read_bytes()[:10]
@@ -262,7 +261,7 @@ def test_a_cache_entry_of_another_length_is_fetched_again(
     """An entry whose first bytes are the block's but which goes on is not the block."""
     remote = f"file://{registry_dir}"
     open_remote_file(remote, DATASET, settings=settings).read_ranges([(0, 10)])
-    (entry,) = settings.cache().folder.iterdir()
+    (entry,) = pack_files(settings.cache().folder)
     with open(entry, "ab") as out:
         out.write(b"more")
     source = open_remote_file(remote, DATASET, settings=settings)
@@ -307,9 +306,9 @@ def test_an_answer_for_another_range_is_refused(streamable: Path, settings: Stre
 
 def test_cached_blocks_are_read_into_buffers_of_at_most_the_size_asked(
         tmp_path: Path) -> None:
-    """A read's cached blocks share a few buffers (copied out of by the thousand), none over
-    the size asked (a block kept in memory keeps its buffer), and a block the cache does not
-    hold leaves no hole in one."""
+    """A read's cached blocks are read run by run from their packs into a few shared buffers
+    (copied out of by the thousand), none over the size asked (a block kept in memory keeps
+    its buffer), and a block the cache does not hold leaves no hole in one."""
     from marl_minari.registry.block_cache import BlockCache
     from marl_minari.registry.blocks import Block
 
@@ -317,11 +316,12 @@ def test_cached_blocks_are_read_into_buffers_of_at_most_the_size_asked(
     blocks = [Block(number, number * 1000, 1000, "blake3",
                     blake3.blake3(data).hexdigest()) for number, data in enumerate(contents)]
     cache = BlockCache(tmp_path / "blocks", 1 << 20)
-    for number in (0, 2, 3, 4):  # block 1 is not cached
-        cache.put(blocks[number], contents[number])
-    found = BlockCache(tmp_path / "blocks", 1 << 20).read_blocks(blocks, 3000)
+    cache.put_run("k" * 64, blocks[:1], contents[0])  # block 1 is not cached
+    cache.put_run("k" * 64, blocks[2:], b"".join(contents[2:]))
+    found = BlockCache(tmp_path / "blocks", 1 << 20).read_blocks("k" * 64, blocks, blocks, 2000)
     assert {number: bytes(view) for number, view in found.items()} == {
         number: contents[number] for number in (0, 2, 3, 4)}
-    assert found[0].obj is found[2].obj is not found[3].obj is found[4].obj
-    assert all(np.frombuffer(view.obj, dtype=np.uint8).size <= 3000 for view in found.values())
-    assert bytes(found[0].obj)[:2000] == contents[0] + contents[2]
+    assert found[2].obj is found[3].obj is not found[4].obj
+    assert found[0].obj is not found[2].obj
+    assert all(np.frombuffer(view.obj, dtype=np.uint8).size <= 2000 for view in found.values())
+    assert bytes(found[2].obj) == contents[2] + contents[3]
