@@ -246,10 +246,12 @@ def drop_range_digests(registry_dir: Path, dataset_id: str) -> None:
     (registry_dir / dataset_id / "manifest.json").write_text(json.dumps(document))
 
 
-def cached_block_numbers(cache: Path) -> set[int]:
-    """The block numbers the packs in block cache folder ``cache`` hold (of any file)."""
+def cached_block_numbers(cache: Path, pinned_digest: str | None = None) -> set[int]:
+    """The block numbers the packs in block cache folder ``cache`` hold: of the file whose
+    ``RemoteFile.pinned_digest`` is ``pinned_digest``, else of any file."""
     held: set[int] = set()
-    for pack in cache.glob("packs/*/*"):
+    folder = pinned_digest[:32] if pinned_digest else "*"
+    for pack in cache.glob(f"packs/{folder}/*"):
         first, _, count = pack.name.partition("-")
         if first.isdigit() and count.isdigit():
             held.update(range(int(first), int(first) + int(count)))

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from marl_minari.registry.remote_file import StreamSettings, open_remote_file
 from range_servers import range_handler
-from registry_helpers import entry_of, manifest_document
+from registry_helpers import cached_block_numbers, entry_of, manifest_document
 
 import marl_minari as mm
 from marl_minari import registry
@@ -59,14 +60,15 @@ def test_read_tasks_on_another_node_fetch_their_own_ranges(
     assert result["task_node"] == result["worker_node"] != result["driver_node"]
     assert list(empty_root.iterdir()) == []  # nothing was downloaded as a dataset
     data_entry = entry_of(manifest_document(registry_dir, DATASET), MAIN_PATH)
-    block_of = {f"blake3-{digest}": number
-                for number, digest in enumerate(data_entry["block_blake3"])}
-    driver_blocks = {block_of[p.name] for p in driver_cache.iterdir() if p.name in block_of}
-    worker_blocks = {block_of[p.name] for p in worker_cache.iterdir() if p.name in block_of}
+    pinned = open_remote_file(f"file://{registry_dir}", DATASET,
+                              settings=StreamSettings(cache_bytes=0)).pinned_digest
+    driver_blocks = cached_block_numbers(driver_cache, pinned)
+    worker_blocks = cached_block_numbers(worker_cache, pinned)
     # the driver fetched only the blocks that open the file, never an episode's data
     assert driver_blocks <= set(data_entry["open_blocks"]), sorted(driver_blocks)
     assert len(driver_blocks) * data_entry["block_size"] < size / 4
-    assert worker_blocks == set(range(len(block_of)))  # the worker node read every episode
+    # the worker node read every episode
+    assert worker_blocks == set(range(len(data_entry["block_blake3"])))
     served = sum(length for path, _, length in handler.served if path.endswith("hdf5"))
     assert served >= size  # and fetched it itself, not from the driver
 
