@@ -5,7 +5,8 @@ be wrong on disk ends with the pack deleted and its blocks fetched again, never 
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import blake3
@@ -199,35 +200,38 @@ def test_pack_names_are_parsed_strictly() -> None:
         assert Pack.parse(name) is None, name
 
 
+_WRITER = """
+import sys
+import blake3
+from marl_minari.registry.block_cache import BlockCache
+from marl_minari.registry.blocks import Block
+folder = sys.argv[1]
+contents = [bytes([n]) * 4096 for n in range(64)]
+blocks = [Block(n, n * 4096, 4096, "blake3", blake3.blake3(c).hexdigest())
+          for n, c in enumerate(contents)]
+from pathlib import Path
+cache = BlockCache(Path(folder), 1 << 30)
+for _ in range(30):
+    for begin in range(0, 64, 4):
+        run = blocks[begin:begin + 12]
+        cache.put_run("k" * 64, run, b"".join(contents[b.number] for b in run))
+"""
+
+
 def test_two_writers_and_a_reader_at_once_leave_only_whole_verified_packs(
         tmp_path: Path) -> None:
-    """Two caches (as two processes) write overlapping runs of one file while a third reads:
-    every block read is the block's bytes, and afterwards no temporary is left and every
-    block is read from the packs."""
+    """Two processes write the same overlapping runs of one file into one cache (the same
+    packs, at once) while this one reads: every block read is the block's bytes, neither
+    writer fails, and afterwards no temporary is left and every block is read from the
+    packs."""
     blocks, contents = _blocks(64, 4096)
-    start = threading.Barrier(3)
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)])
+               for _ in range(2)]
     wrong: list[int] = []
-
-    def write(first: int) -> None:
-        cache = BlockCache(tmp_path, 1 << 30)
-        start.wait()
-        for _ in range(20):
-            for begin in range(first, 64, 8):
-                run = blocks[begin:begin + 12]
-                cache.put_run("k" * 64, run, b"".join(contents[b.number] for b in run))
-
-    def read() -> None:
-        start.wait()
-        for _ in range(40):
-            found = BlockCache(tmp_path, 1 << 30).read_blocks("k" * 64, blocks, blocks, 1 << 20)
-            wrong.extend(n for n, view in found.items() if bytes(view) != contents[n])
-
-    threads = [threading.Thread(target=write, args=(first,)) for first in (0, 4)]
-    threads.append(threading.Thread(target=read))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    while any(writer.poll() is None for writer in writers):
+        found = BlockCache(tmp_path, 1 << 30).read_blocks("k" * 64, blocks, blocks, 1 << 20)
+        wrong.extend(n for n, view in found.items() if bytes(view) != contents[n])
+    assert [writer.wait() for writer in writers] == [0, 0]
     assert wrong == []
     assert not list(tmp_path.rglob(".*.tmp"))
     found = BlockCache(tmp_path, 1 << 30).read_blocks("k" * 64, blocks, blocks, 1 << 20)
