@@ -24,6 +24,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ CACHE_BYTES_ENV_VAR: Final = "MARL_MINARI_CACHE_BYTES"
 DEFAULT_CACHE_BYTES: Final = 4 << 30
 PACKS_FOLDER: Final = "packs"
 """Subfolder of the cache holding, per file, the packs of its verified blocks."""
+ABANDONED_WRITE_SECONDS: Final = 24 * 3600
+"""A temporary file of the cache unchanged this long is a killed writer's, deleted on
+eviction (a live write, even a slow download, changes its file far more often)."""
 PACK_KEY_LENGTH: Final = 32
 """Hex digits of a file's pinned digest naming its pack folder (128 bits)."""
 
@@ -267,7 +271,8 @@ class BlockCache:
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 for entry in os.scandir(folder):
                     if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                        continue  # another process's write in progress
+                        _drop_if_abandoned(entry)  # else another process's write in progress
+                        continue
                     with contextlib.suppress(FileNotFoundError):
                         if not entry.is_file(follow_symlinks=False):
                             continue
@@ -370,6 +375,14 @@ def _read_exactly(handle: int, buffer: memoryview, offset: int) -> bool:
             return False
         done += count
     return True
+
+
+def _drop_if_abandoned(entry: os.DirEntry[str]) -> None:
+    """Delete a temporary file no write has touched for :data:`ABANDONED_WRITE_SECONDS`: left
+    by a writer that was killed (it is never read, but would hold its disk space forever)."""
+    with contextlib.suppress(OSError):
+        if time.time() - entry.stat(follow_symlinks=False).st_mtime > ABANDONED_WRITE_SECONDS:
+            os.unlink(entry.path)
 
 
 def _subfolders(folder: Path) -> list[str]:

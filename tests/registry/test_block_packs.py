@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import blake3
@@ -250,3 +251,18 @@ def test_eviction_deletes_whole_least_recently_used_packs(tmp_path: Path) -> Non
     assert sorted(cache.read_blocks("k" * 64, blocks[:1], blocks, 1 << 20)) == [0]  # used now
     cache.evict()
     assert [p.name for p in pack_files(tmp_path)] == ["0-4"]
+
+
+def test_eviction_deletes_the_temporaries_of_killed_writers_only(tmp_path: Path) -> None:
+    blocks, contents = _blocks(2)
+    cache = BlockCache(tmp_path, 1 << 20)
+    cache.put_run("k" * 64, blocks, b"".join(contents))
+    folder = cache.pack_folder("k" * 64)
+    abandoned, live = folder / ".0-2.dead.tmp", folder / ".0-2.live.tmp"
+    for temporary in (abandoned, live):
+        temporary.write_bytes(b"partial")
+    old = time.time() - block_cache_module.ABANDONED_WRITE_SECONDS - 60
+    os.utime(abandoned, (old, old))
+    cache.evict()
+    assert not abandoned.exists() and live.exists()
+    assert [p.name for p in pack_files(tmp_path)] == ["0-2"]
