@@ -73,7 +73,7 @@ STAGES = (
     ("marl_minari.storage.episode_reader", None, "plan_entries", "  plan ranges"),
     ("marl_minari.storage.range_reader", "RangePlanner", "plan", "  plan ranges"),
     ("marl_minari.storage.episode_reader", None, "read_plan_from_fd", "  preadv"),
-    ("marl_minari.adapters.buffer", None, "_device_ready_zeros", "allocate the buffer"),
+    ("marl_minari.adapters.buffer", None, "_device_ready_empty", "allocate the buffer"),
     ("marl_minari.adapters.buffer", None, "view_rows", "view rows into the buffer"),
     ("marl_minari.adapters.buffer", None, "_start_table", "start table"),
 )

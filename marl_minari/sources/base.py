@@ -23,6 +23,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.reader_state import ReadScratch
 
 DEFAULT_CHUNK_BYTES: Final = 32 * 2**20
 """Bytes of step data per chunk when no ``chunk_steps`` is given (:func:`steps_per_chunk`).
@@ -166,22 +167,27 @@ class DatasetSource(ABC):
             start, done = stop, int(ends[stop - 1])
 
     def chunks(self, chunk_steps: int | None = None, *, observations: bool = True,
-               reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+               reuse_arrays: bool = False,
+               scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
         for the default, :meth:`read` for ``observations``, :meth:`read_batches` for
-        ``reuse_arrays``)."""
+        ``reuse_arrays`` and ``scratch``)."""
         yield from self.read_batches(self.batches(chunk_steps), observations=observations,
-                                     reuse_arrays=reuse_arrays)
+                                     reuse_arrays=reuse_arrays, scratch=scratch)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
-                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                     reuse_arrays: bool = False,
+                     scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         """:meth:`read` of every batch of stored ids, in order: the one way a pass reads
         (a source that can keeps its files open between batches).
 
         ``reuse_arrays`` lets a source read every batch into the memory of the one before
         (allocated and first touched once per pass): for a caller that is done with each
-        batch's arrays before it asks for the next. A source may ignore it."""
-        del reuse_arrays  # new arrays per batch: always valid
+        batch's arrays before it asks for the next. ``scratch`` is that memory, given by the
+        caller (it implies ``reuse_arrays``), with the caller's own arrays for leaves it keeps
+        as stored (:class:`~marl_minari.storage.reader_state.ReadScratch`: its ``written``
+        says, after each batch, which leaves went there). A source may ignore both."""
+        del reuse_arrays, scratch  # new arrays per batch: always valid
         for batch in batches:
             yield self.read(batch, observations=observations)
 

@@ -29,6 +29,7 @@ from marl_minari.storage.datafile import (
     open_data_file,
 )
 from marl_minari.storage.dataset import MultiAgentDataset, minari_dataset_at
+from marl_minari.storage.reader_state import ReadScratch
 
 
 class FolderSource(DatasetSource):
@@ -106,11 +107,13 @@ class FolderSource(DatasetSource):
         return episode_attributes(self.data_path / layout.MAIN_FILE_NAME, ids)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
-                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                     reuse_arrays: bool = False,
+                     scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
             yield from self.dataset.arrays_in_batches(batches, observations=observations,
-                                                      reuse_arrays=reuse_arrays)
+                                                      reuse_arrays=reuse_arrays,
+                                                      scratch=scratch)
             return
         yield from super().read_batches(batches, observations=observations)
 

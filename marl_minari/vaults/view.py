@@ -380,7 +380,8 @@ def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: StepRo
 
 
 def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
-              out: dict[tuple[str, ...], np.ndarray] | None = None
+              out: dict[tuple[str, ...], np.ndarray] | None = None, *,
+              written: frozenset[tuple[str, ...]] = frozenset()
               ) -> dict[tuple[str, ...], np.ndarray]:
     """The view rows (``S`` of them, one per step) of a chunk of episodes.
 
@@ -390,6 +391,8 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         out: ``{key: (S, ...) array}`` (C-contiguous, every key of ``plan.keys()``) to write
             the rows into, in place of new arrays: a buffer's windows, each written by one
             vectorised copy per leaf (no rows made in between). Returned.
+        written: keys of ``out`` whose rows are there already (read straight from the file
+            into a buffer): left as they are.
 
     Raises:
         StepDataError: a discrete action does not fit int32.
@@ -432,7 +435,7 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         np.copyto(target(TRUNCATIONS), truncs, casting="unsafe")
     if plan.legals is not None:
         _legals(plan.legals, plan.agents, arrays, obs_leaves, step_rows, target(LEGALS))
-    if plan.state == "env":
+    if plan.state == "env" and STATE not in written:
         if arrays.state is None:
             raise LayoutError("the plan needs the recorded global state, the data has none")
         step_rows.copy(arrays.state, _rows_view(target(STATE), (steps, -1)))
