@@ -7,8 +7,7 @@ each is computed from a :class:`marl_minari.MultiAgentArrays` chunk. Functions h
 numpy: they are shared by :func:`to_vault` and :func:`make_buffer`.
 
 Row ``t`` of every view array belongs to step ``t``: the observation the action was taken
-from, the action, and the reward and done flags that came back. Final observations are not
-part of the view (OG-MARL has none).
+from, the action, the reward and done flags that came back; no final observation (OG-MARL).
 """
 
 from __future__ import annotations
@@ -391,8 +390,7 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         out: ``{key: (S, ...) array}`` (C-contiguous, every key of ``plan.keys()``) to write
             the rows into, in place of new arrays: a buffer's windows, each written by one
             vectorised copy per leaf (no rows made in between). Returned.
-        written: keys of ``out`` whose rows are there already (read straight from the file
-            into a buffer): left as they are.
+        written: keys of ``out`` already holding their rows (read into a buffer): kept.
 
     Raises:
         StepDataError: a discrete action does not fit int32.
@@ -456,8 +454,7 @@ def _rows_view(target: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
          values: np.ndarray, dtype: str) -> None:
-    """``values`` as ``rows[key]``: copied (and cast) into it when it is there already,
-    else cast to the view's ``dtype``."""
+    """``values`` as ``rows[key]``: copied (cast) into it if there, else cast to ``dtype``."""
     target = rows.get(key)
     if target is None:
         rows[key] = values.astype(dtype, copy=False)
@@ -498,13 +495,16 @@ def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
     # OG-MARL's convention for an agent that does not act (gone, or not its turn): only
     # action 0 is legal, so the logged action 0 is legal too.
     idle = ~step_rows.take(arrays.active) | ~arrays.acted
+    unmasked = all(source is None for source in plan.sources) and min(plan.counts) == plan.width
+    if unmasked:
+        out.fill(1.0)  # every action legal: one contiguous write, not a strided one per agent
     for i, agent in enumerate(agents):
-        source = plan.sources[i]
-        count = plan.counts[i]
-        out[:, i, count:] = 0.0
-        if source is None:
+        source, count = plan.sources[i], plan.counts[i]
+        if not unmasked:
+            out[:, i, count:] = 0.0
+        if source is None and not unmasked:
             out[:, i, :count] = 1.0
-        else:
+        elif source is not None:
             kind, path = source
             tree = (obs_leaves[agent] if kind == "observations" else dict(
                 leaves((arrays.agent_infos or {}).get(agent, {}))))
