@@ -54,3 +54,13 @@ def test_step_rows_copy_the_rows_each_action_was_taken_from(lengths: list[int]) 
     rows.copy(values, contiguous)
     np.testing.assert_array_equal(contiguous.reshape(len(obs_rows), 6), expected)
     np.testing.assert_array_equal(rows.take(values), values[obs_rows])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_step_rows_copied_into_strided_columns(dtype: type) -> None:
+    # Two 2-step episodes: observation rows 0, 1 (2 is the final one) and 3, 4 (5 final).
+    values = np.arange(18, dtype=np.float32).reshape(6, 3)
+    wide = np.zeros((4, 6), dtype=dtype)
+    StepRows(np.array([2, 2]), np.array([0, 1, 3, 4])).copy(values, wide[:, ::2])
+    np.testing.assert_array_equal(wide[:, ::2], values[[0, 1, 3, 4]])
+    assert not wide[:, 1::2].any()
