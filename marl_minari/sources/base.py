@@ -272,9 +272,10 @@ def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
     sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
     dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
     A dataset's chunks read into one reused memory and turned into rows in the arrays
-    (``reused``: ``make_buffer``) hold that memory alone, and are an eighth: 1.09x on that
-    dataset (1.04x at a sixteenth, at twice the chunks' fixed costs; a quarter would come
-    near 1.2x).
+    (``reused``: ``make_buffer``) hold that memory alone, and are an eighth of it (counted
+    in the bytes that go through that memory: leaves read straight into the arrays are
+    not): 1.09x on that dataset (1.04x at a sixteenth, at twice the chunks' fixed costs;
+    1.12x at a sixth, 1.21x at a quarter).
     All stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """
