@@ -202,7 +202,7 @@ def make_buffer(
     paths = list(experience_np)
     placed = jax.device_put([*(experience_np.pop(path) for path in paths), source_ids,
                              starts, offsets, probabilities, np.int32(total), np.bool_(True)])
-    experience: dict[str, Any] = nest(dict(zip(paths, placed, strict=False)))
+    experience: dict[str, Any] = nest(dict(zip(paths, placed[:len(paths)], strict=True)))
     experience[SOURCE_KEY], starts_on, offsets_on, weights_on, index, full = placed[len(paths):]
     state = TrajectoryBufferState(experience=experience, current_index=index, is_full=full)
     table = SamplingTable(starts=starts_on, source_offsets=offsets_on, source_weights=weights_on)
