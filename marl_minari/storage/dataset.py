@@ -161,6 +161,13 @@ class MultiAgentDataset:
         return read_metadata(self._data_path)
 
     @property
+    def checked_metadata(self) -> dict[str, Any]:
+        """The ``metadata.json`` this object read and cross-checked with the data file when it
+        was opened (or when it last took in appended episodes): the one its reads go by.
+        Not to be modified."""
+        return self._metadata
+
+    @property
     def total_episodes(self) -> int:
         """Number of episodes."""
         return int(self._minari.total_episodes)
