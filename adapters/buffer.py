@@ -139,7 +139,7 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit an eighth of the buffer's bytes for a dataset (its chunks are read into
+            as fit a sixth of the buffer's bytes for a dataset (its chunks are read into
             one reused memory and turned into rows in the buffer's windows; a recorded
             ``Box`` state is read straight into the buffer, not counted) and a sixteenth
             for a vault (its windows are read straight into the buffer), 1 to 32 MiB
