@@ -77,3 +77,14 @@ def _as_rows(target: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.nda
         return target, source
     row = np.dtype((np.void, width))
     return target.view(row), source.view(row)
+
+
+def integers_fit(values: np.ndarray, dtype: np.dtype) -> bool | None:
+    """Whether integer ``values`` all fit the integer ``dtype`` (two reductions, no compare of
+    a cast copy); ``None`` where either is not of integers (compare after the cast)."""
+    if values.dtype.kind not in "iu" or dtype.kind not in "iu":
+        return None
+    if not values.size or np.can_cast(values.dtype, dtype):
+        return True
+    limits = np.iinfo(dtype)
+    return bool(values.min() >= limits.min and values.max() <= limits.max)

@@ -25,7 +25,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leave
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
-from .step_rows import StepRows
+from .step_rows import StepRows, integers_fit
 from .structure import parse_shape
 
 PAD_VALUE: Final = 0.0
@@ -465,18 +465,18 @@ def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
 def _actions(plan: ViewPlan, arrays: MultiAgentArrays, out: np.ndarray) -> None:
     """Write the view's actions into ``out`` (``(S, *action_shape)``)."""
     if plan.actions is None:
+        idle = None if arrays.acted.all() else ~arrays.acted
         for i, agent in enumerate(plan.agents):
             values = np.asarray(arrays.actions[agent])
             out[:, i] = values
-            if not np.array_equal(out[:, i], values):
+            if not (integers_fit(values, out.dtype) or np.array_equal(out[:, i], values)):
                 raise StepDataError(
                     f"actions of {agent!r} do not fit the vault's {plan.action_dtype} actions "
                     f"(values from {values.min()} to {values.max()})")
-            idle = ~arrays.acted[:, i]
-            if values[idle].any():
+            if idle is not None and values[idle[:, i]].any():
                 # The view gives an agent that did not act action 0 (legal under its mask)
                 # and restores actions from the view: anything else would be lost.
-                step = int(np.flatnonzero(idle & (values != 0))[0])
+                step = int(np.flatnonzero(idle[:, i] & (values != 0))[0])
                 raise StepDataError(
                     f"agent {agent!r} did not act at step row {step} but its action there is "
                     f"{values[step]}, not the fill value 0 (docs/format.md, *Agents that leave "
