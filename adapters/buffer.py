@@ -27,8 +27,14 @@ from flashbax.buffers.trajectory_buffer import (
 )
 from gymnasium import spaces
 
-from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError, ReadOnlyBufferError
+from marl_minari.errors import (
+    IncompatibleSourcesError,
+    InvalidOptionError,
+    ReadOnlyBufferError,
+)
+from marl_minari.format import layout
 from marl_minari.format.spaces import leaves, nest
+from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources import (
     DatasetSource,
     check_chunk_steps,
@@ -39,13 +45,17 @@ from marl_minari.sources import (
     spec_of,
     steps_per_chunk,
 )
+from marl_minari.storage.datafile import MARL_GROUP
+from marl_minari.storage.reader_state import ReadScratch
 from marl_minari.vaults.episodes import StreamCutter, done_steps
 from marl_minari.vaults.keys import resolve_keys
 from marl_minari.vaults.restore import checked_plan
 from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader
 from marl_minari.vaults.structure import leaf_name
 from marl_minari.vaults.view import (
+    STATE,
     VAULT_SOURCE_KEY,
+    ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
     view_rows,
@@ -129,8 +139,9 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit an eighth of the buffer's bytes for a dataset (its chunks are read into
-            one reused memory and turned into rows in the buffer's windows) and a sixteenth
+            as fit a sixth of the buffer's bytes for a dataset (its chunks are read into
+            one reused memory and turned into rows in the buffer's windows; a recorded
+            ``Box`` state is read straight into the buffer, not counted) and a sixteenth
             for a vault (its windows are read straight into the buffer), 1 to 32 MiB
             (:func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
             the buffer's own bytes (docs/benchmarks.md).
@@ -170,7 +181,7 @@ def make_buffer(
              for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
-    experience_np = {path: _device_ready_zeros((1, total, *shape), dtype)
+    experience_np = {path: _device_ready_empty((1, total, *shape), dtype)
                      for path, (shape, dtype) in views[0].keys.items()}
     source_ids = np.zeros((1, total), dtype=np.int32)
     segments: list[tuple[int, list[np.ndarray]]] = []
@@ -178,7 +189,7 @@ def make_buffer(
     for index, view in enumerate(views):
         window = {path: array[0, offset:offset + view.length]
                   for path, array in experience_np.items()}
-        episode_lengths = view.fill(window, offset)
+        episode_lengths = _filled(view, view.fill(window, offset))
         source_ids[0, offset:offset + view.length] = index
         segments.append((offset, episode_lengths))
         offset += view.length
@@ -187,18 +198,14 @@ def make_buffer(
     counts = np.diff(offsets)
     probabilities = _source_probabilities(counts, weights, views, sample_sequence_length)
     # On a CPU device the arrays are adopted as they are (no copy); on an accelerator they
-    # are copied, popped one by one so that each host array is freed once it is there.
-    experience: dict[str, Any] = nest({path: jax.device_put(experience_np.pop(path))
-                                       for path in list(experience_np)})
-    experience[SOURCE_KEY] = jax.device_put(source_ids)
-    state = TrajectoryBufferState(
-        experience=experience,
-        current_index=jnp.asarray(total, dtype=jnp.int32),
-        is_full=jnp.asarray(True),
-    )
-    table = SamplingTable(starts=jax.device_put(starts),
-                          source_offsets=jax.device_put(offsets),
-                          source_weights=jax.device_put(probabilities))
+    # are copied. One call for them all: each call has a fixed cost (about 0.3 ms here).
+    paths = list(experience_np)
+    placed = jax.device_put([*(experience_np.pop(path) for path in paths), source_ids,
+                             starts, offsets, probabilities, np.int32(total), np.bool_(True)])
+    experience: dict[str, Any] = nest(dict(zip(paths, placed[:len(paths)], strict=True)))
+    experience[SOURCE_KEY], starts_on, offsets_on, weights_on, index, full = placed[len(paths):]
+    state = TrajectoryBufferState(experience=experience, current_index=index, is_full=full)
+    table = SamplingTable(starts=starts_on, source_offsets=offsets_on, source_weights=weights_on)
     buffer = TrajectoryBuffer(
         init=_read_only("init"),
         add=_read_only("add"),
@@ -215,14 +222,17 @@ without copying it (it needs 64; a page leaves room), and copies a misaligned on
 held the buffer twice at its peak."""
 
 
-def _device_ready_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A zero-filled, C-contiguous numpy array that ``jax.device_put`` can adopt on a CPU
+def _device_ready_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised, C-contiguous numpy array that ``jax.device_put`` can adopt on a CPU
     device without a copy: its data is aligned to :data:`HOST_ALIGNMENT` bytes and its dtype
     is the one JAX would convert it to (``int64`` becomes ``int32`` unless x64 is enabled,
-    here by the fill rather than by a second full array at ``device_put``)."""
+    here by the fill rather than by a second full array at ``device_put``). Every value is
+    written by the sources' fills (a fill covers every row and column of its window,
+    :func:`_filled`): zeroing first would write the buffer twice, and the first write of
+    its pages is then the read's own (or the rows' copy)."""
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.zeros(size + HOST_ALIGNMENT, dtype=np.uint8)
+    raw = np.empty(size + HOST_ALIGNMENT, dtype=np.uint8)
     skip = -raw.ctypes.data % HOST_ALIGNMENT
     return raw[skip:skip + size].view(dtype).reshape(shape)
 
@@ -284,39 +294,59 @@ def _source_bytes(source: DatasetSource | VaultReader) -> int:
 
 def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
-    # Every chunk is read into the memory of the one before: it is done with (turned into
-    # the buffer's rows) before the next is read.
-    chunks = dataset.chunks(steps_per_chunk(chunk_steps, dataset.step_bytes, budget=budget),
-                            reuse_arrays=True)
-    first: list[Any] = [next(chunks)]  # handed over to the fill, which lets it go
-    if record is not None:
-        plan = plan_from_vault_record(dataset.spec, record)
-    else:
-        infos = first[0].agent_infos or {}
-        plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)} for a, t in
-                                             infos.items()})
-    length = dataset.total_steps
+    # The buffer's arrays are laid out from the spec alone, before anything is read: the
+    # sources of the legal-action masks (found in the first chunk's infos) change no shape.
+    layout_plan = (plan_from_vault_record(dataset.spec, record) if record is not None
+                   else plan_from_spec(dataset.spec, {}))
+    direct = _direct_keys(layout_plan, dataset.spec)
+    # The budget holds what a chunk reads into the reused memory: not the direct leaves.
+    direct_bytes = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
+                       for key, (shape, dtype) in layout_plan.keys().items() if key in direct)
+    steps = steps_per_chunk(chunk_steps, max(1, dataset.step_bytes - direct_bytes),
+                            budget=budget)
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
+        # Leaves the buffer keeps as stored are read straight into it; the rest of every
+        # chunk is read into the memory of the one before: it is done with (turned into the
+        # buffer's rows) before the next is read.
+        scratch = ReadScratch({leaf: out[key].reshape(len(out[key]), -1)
+                               for key, leaf in direct.items()})
+        plan = layout_plan if record is not None else None
         lengths = []
         cursor = 0
-        arrays = first.pop()
-        while arrays is not None:
+        for arrays in dataset.chunks(steps, scratch=scratch):
+            if plan is None:
+                infos = arrays.agent_infos or {}
+                plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)}
+                                                     for a, t in infos.items()})
             count = int(arrays.episode_lengths.sum())
             # Rows are built straight into the buffer's windows (no copy in between).
             view_rows(plan, arrays, {path: array[cursor:cursor + count]
-                                     for path, array in out.items()})
+                                     for path, array in out.items()},
+                      written=frozenset(key for key, leaf in direct.items()
+                                        if leaf in scratch.written))
             lengths.append(arrays.episode_lengths)
             cursor += count
-            # Let this chunk go before the next is read: peak memory holds one chunk.
-            del arrays
-            arrays = next(chunks, None)
-        return [np.concatenate(lengths)]
+        return [np.concatenate(lengths)] if lengths else [np.zeros(0, dtype=np.int64)]
 
-    return _Source(name=f"dataset {dataset.name!r}", keys=plan.keys(),
+    return _Source(name=f"dataset {dataset.name!r}", keys=layout_plan.keys(),
                    agents=dataset.spec.possible_agents,
                    spaces=(dataset.spec.observation_spaces, dataset.spec.action_spaces),
-                   length=length, fill=fill)
+                   length=dataset.total_steps, fill=fill)
+
+
+def _direct_keys(plan: ViewPlan, spec: MultiAgentSpec) -> dict[tuple[str, ...], str]:
+    """The buffer's leaves that hold a dataset leaf's stored values as they are, with the
+    leaf's path in an episode group: the recorded global state of a plain ``Box`` state
+    space of the view's dtype. A read writes their rows straight from the file into the
+    buffer where the stored leaf is as the spec says
+    (:class:`~marl_minari.storage.reader_state.ReadScratch`), and :func:`view_rows` leaves
+    them be."""
+    state_space = spec.state_space
+    if (plan.state != "env" or not isinstance(state_space, spaces.Box)
+            or np.dtype(state_space.dtype) != np.dtype(plan.state_dtype)):
+        return {}
+    return {STATE: f"{MARL_GROUP}/{layout.STATE}"}
 
 
 def _vault_source(reader: VaultReader, chunk_steps: int | None, budget: int) -> _Source:
@@ -361,6 +391,18 @@ def _vault_source(reader: VaultReader, chunk_steps: int | None, budget: int) -> 
     flags = [key_layout.paths[role] for role in key_layout.flag_roles]
     return _Source(name=f"vault {str(reader.path)!r}", keys=keys, agents=agents,
                    spaces=spaces_, length=streams * length, fill=fill)
+
+
+def _filled(view: _Source, episode_lengths: list[np.ndarray]) -> list[np.ndarray]:
+    """``episode_lengths``, the episodes a fill wrote, checked to cover its whole window
+    (the buffer's arrays are not zeroed first: a row left unwritten would hold whatever the
+    memory held). A fill's steps are its source's own count of steps, so this holds by
+    construction; a bug that broke it must not pass silently."""
+    written = sum(int(lengths.sum()) for lengths in episode_lengths)
+    if written != view.length:
+        raise RuntimeError(f"{view.name}: its fill wrote {written} steps of its "
+                           f"{view.length}")
+    return episode_lengths
 
 
 def _check_compatible(views: list[_Source]) -> None:

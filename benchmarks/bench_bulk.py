@@ -14,11 +14,17 @@ Ratios are ``floor / ours`` (1.0 is the floor), of the best times; the calls are
 interleaved rounds, and the median of each round's ratio is printed too. ``--cold`` drops
 the page cache before each timed call (``sync; echo 3 > /proc/sys/vm/drop_caches``: root
 only), so the floor is the disk.
+``--fresh-memory`` fixes glibc's mmap threshold at 4 MiB (``mallopt``) so that every large array
+of every call is a fresh mapping whose pages the call faults in, as in a process that builds
+one buffer; by default glibc raises the threshold after the first free and later calls reuse
+the freed heap blocks, their pages already faulted in (the floor, larger than 32 MiB, is a
+fresh mapping either way).
 ``--profile NAME`` prints a cProfile of one call (``to_arrays`` or ``make_buffer``) instead;
 ``--stages`` prints where the fastest of ``--repeats`` ``make_buffer`` calls spent its wall
 time (each stage timed around the library's functions: no profiler's per-call cost).
 
-    python benchmarks/bench_bulk.py [--root DIR] [--repeats 5] [--cold] [--profile to_arrays]
+    python benchmarks/bench_bulk.py [--root DIR] [--repeats 5] [--cold] [--fresh-memory]
+    python benchmarks/bench_bulk.py [--profile to_arrays]
     python benchmarks/bench_bulk.py --stages [--only long]
 """
 
@@ -50,6 +56,16 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+def fresh_memory() -> None:
+    """Every allocation of 4 MiB or more a fresh mapping, returned to the system when freed
+    (glibc's ``M_MMAP_THRESHOLD``, fixed: no longer raised after a free)."""
+    import ctypes
+
+    m_mmap_threshold = -3
+    if not ctypes.CDLL(None).mallopt(m_mmap_threshold, 4 * 2**20):
+        raise SystemExit("--fresh-memory needs glibc's mallopt")
+
+
 def read_file(path: Path) -> None:
     """The floor: the file read once into fresh memory (``np.empty``: its pages are first
     touched by the read, as the reader's arrays are; a ``bytearray`` would zero them first)."""
@@ -73,7 +89,7 @@ STAGES = (
     ("marl_minari.storage.episode_reader", None, "plan_entries", "  plan ranges"),
     ("marl_minari.storage.range_reader", "RangePlanner", "plan", "  plan ranges"),
     ("marl_minari.storage.episode_reader", None, "read_plan_from_fd", "  preadv"),
-    ("marl_minari.adapters.buffer", None, "_device_ready_zeros", "allocate the buffer"),
+    ("marl_minari.adapters.buffer", None, "_device_ready_empty", "allocate the buffer"),
     ("marl_minari.adapters.buffer", None, "view_rows", "view rows into the buffer"),
     ("marl_minari.adapters.buffer", None, "_start_table", "start table"),
 )
@@ -135,12 +151,16 @@ def main() -> None:
     parser.add_argument("--root", default=None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold", action="store_true")
+    parser.add_argument("--fresh-memory", action="store_true",
+                        help="every large array a fresh mapping (pages faulted in per call)")
     parser.add_argument("--profile", choices=("to_arrays", "make_buffer", "episode"))
     parser.add_argument("--only", choices=("short", "long"))
     parser.add_argument("--sort", default="tottime", help="cProfile order (--profile)")
     parser.add_argument("--stages", action="store_true",
                         help="where make_buffer's wall time goes, stage by stage")
     args = parser.parse_args()
+    if args.fresh_memory:
+        fresh_memory()
     root = args.root or tempfile.mkdtemp(prefix="bench-bulk-")
     os.environ["MINARI_DATASETS_PATH"] = root
     warnings.simplefilter("ignore")
@@ -164,7 +184,8 @@ def main() -> None:
     warm = mm.load_dataset(dataset_id(*SHAPES[1]))
     make_buffer([warm.subset(np.arange(4))], sample_batch_size=2, sample_sequence_length=2)
 
-    print(f"root {root}, {'cold' if args.cold else 'warm'} page cache, best of {args.repeats}")
+    print(f"root {root}, {'cold' if args.cold else 'warm'} page cache, best of {args.repeats}"
+          f"{', fresh memory' if args.fresh_memory else ''}")
     print(f"{'dataset':>14} {'file MB':>8} {'read file':>10} {'to_arrays':>16} "
           f"{'make_buffer':>16} {'one episode':>12}")
     for episodes, steps in SHAPES:

@@ -23,6 +23,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.reader_state import ReadScratch
 
 DEFAULT_CHUNK_BYTES: Final = 32 * 2**20
 """Bytes of step data per chunk when no ``chunk_steps`` is given (:func:`steps_per_chunk`).
@@ -166,22 +167,27 @@ class DatasetSource(ABC):
             start, done = stop, int(ends[stop - 1])
 
     def chunks(self, chunk_steps: int | None = None, *, observations: bool = True,
-               reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+               reuse_arrays: bool = False,
+               scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         """The episodes' arrays, at most ``chunk_steps`` steps at a time (see :meth:`batches`
         for the default, :meth:`read` for ``observations``, :meth:`read_batches` for
-        ``reuse_arrays``)."""
+        ``reuse_arrays`` and ``scratch``)."""
         yield from self.read_batches(self.batches(chunk_steps), observations=observations,
-                                     reuse_arrays=reuse_arrays)
+                                     reuse_arrays=reuse_arrays, scratch=scratch)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
-                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                     reuse_arrays: bool = False,
+                     scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         """:meth:`read` of every batch of stored ids, in order: the one way a pass reads
         (a source that can keeps its files open between batches).
 
         ``reuse_arrays`` lets a source read every batch into the memory of the one before
         (allocated and first touched once per pass): for a caller that is done with each
-        batch's arrays before it asks for the next. A source may ignore it."""
-        del reuse_arrays  # new arrays per batch: always valid
+        batch's arrays before it asks for the next. ``scratch`` is that memory, given by the
+        caller (it implies ``reuse_arrays``), with the caller's own arrays for leaves it keeps
+        as stored (:class:`~marl_minari.storage.reader_state.ReadScratch`: its ``written``
+        says, after each batch, which leaves went there). A source may ignore both."""
+        del reuse_arrays, scratch  # new arrays per batch: always valid
         for batch in batches:
             yield self.read(batch, observations=observations)
 
@@ -266,13 +272,15 @@ def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
     sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
     dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
     A dataset's chunks read into one reused memory and turned into rows in the arrays
-    (``reused``: ``make_buffer``) hold that memory alone, and are an eighth: 1.09x on that
-    dataset (1.04x at a sixteenth, at twice the chunks' fixed costs; a quarter would come
-    near 1.2x).
+    (``reused``: ``make_buffer``) hold that memory alone, and are a sixth of it (counted
+    in the bytes that go through that memory: leaves read straight into the arrays are
+    not): 1.16x on that dataset (1.12x at an eighth, at a fifth more of the chunks' fixed
+    costs: 1.5-2 ms of a 250-step buffer of 54 MB; 1.04x at a sixteenth, 1.21x at a
+    quarter).
     All stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """
-    share = 8 if reused else 16 if in_place else 32
+    share = 6 if reused else 16 if in_place else 32
     return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // share))
 
 

@@ -29,6 +29,7 @@ from marl_minari.storage.datafile import (
     open_data_file,
 )
 from marl_minari.storage.dataset import MultiAgentDataset, minari_dataset_at
+from marl_minari.storage.reader_state import ReadScratch
 
 
 class FolderSource(DatasetSource):
@@ -50,6 +51,9 @@ class FolderSource(DatasetSource):
     def __init__(self, name: str | None, data_path: Path,
                  episode_indices: np.ndarray | None = None, *, opened: Any = None) -> None:
         data_path = Path(data_path).resolve()
+        if isinstance(opened, MultiAgentDataset):
+            self._adopt(name, data_path, episode_indices, opened)
+            return
         metadata = read_metadata(data_path)
         total_episodes = metadata_count(metadata, "total_episodes", data_path)
         metadata_count(metadata, "total_steps", data_path)
@@ -68,6 +72,21 @@ class FolderSource(DatasetSource):
             name or str(metadata.get("dataset_id")), "multi_agent" if multi_agent
             else "single_agent", spec, metadata,
             np.arange(total_episodes) if episode_indices is None else episode_indices)
+        self.data_path = data_path
+        self._opened = opened
+
+    def _adopt(self, name: str | None, data_path: Path, episode_indices: np.ndarray | None,
+               opened: MultiAgentDataset) -> None:
+        """The source of a ``MultiAgentDataset`` as that object opened it: its metadata, spec
+        and spaces, which it read, parsed and cross-checked with the data file when it was
+        opened and which its reads go by; not read, parsed and checked a second time (about
+        2 ms of every ``make_buffer`` call on it)."""
+        metadata = opened.checked_metadata
+        self.joint_spaces = (opened.observation_space, opened.action_space)
+        super().__init__(
+            name or str(metadata.get("dataset_id")), "multi_agent", opened.spec, metadata,
+            np.arange(metadata_count(metadata, "total_episodes", data_path))
+            if episode_indices is None else episode_indices)
         self.data_path = data_path
         self._opened = opened
 
@@ -106,11 +125,13 @@ class FolderSource(DatasetSource):
         return episode_attributes(self.data_path / layout.MAIN_FILE_NAME, ids)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
-                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                     reuse_arrays: bool = False,
+                     scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         if self._reads_data_file():
             # One open reader for the whole pass (every bulk consumer's common path).
             yield from self.dataset.arrays_in_batches(batches, observations=observations,
-                                                      reuse_arrays=reuse_arrays)
+                                                      reuse_arrays=reuse_arrays,
+                                                      scratch=scratch)
             return
         yield from super().read_batches(batches, observations=observations)
 

@@ -254,13 +254,15 @@ class StreamingSource(DatasetSource):
                                observations=observations)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
-                     reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                     reuse_arrays: bool = False,
+                     scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         if not self.multi_agent:
             yield from super().read_batches(batches, observations=observations)
             return
         # One reader for the whole pass, as a local dataset's: the file is opened over the
         # ranges and the index loaded once, not once per batch.
-        scratch = ReadScratch() if reuse_arrays else None
+        if scratch is None and reuse_arrays:
+            scratch = ReadScratch()
         with self._supplier_errors(), self._reader() as reader:
             for batch in batches:
                 yield reader.read(np.asarray(batch, dtype=np.int64).reshape(-1),

@@ -161,6 +161,13 @@ class MultiAgentDataset:
         return read_metadata(self._data_path)
 
     @property
+    def checked_metadata(self) -> dict[str, Any]:
+        """The ``metadata.json`` this object read and cross-checked with the data file when it
+        was opened (or when it last took in appended episodes): the one its reads go by.
+        Not to be modified."""
+        return self._metadata
+
+    @property
     def total_episodes(self) -> int:
         """Number of episodes."""
         return int(self._minari.total_episodes)
@@ -252,20 +259,23 @@ class MultiAgentDataset:
                                                            indices)
 
     def arrays_in_batches(self, batches: Iterable[Sequence[int] | np.ndarray], *,
-                          observations: bool = True,
-                          reuse_arrays: bool = False) -> Iterator[MultiAgentArrays]:
+                          observations: bool = True, reuse_arrays: bool = False,
+                          scratch: ReadScratch | None = None) -> Iterator[MultiAgentArrays]:
         """``to_arrays(batch)`` for every batch of stored ids, in order, with the data file
         opened once for all of them (what a pass in chunks reads: a chunk then costs its
         bytes, not a file open and its leaves found again). ``observations=False`` leaves
         the observations unread (every agent's tree is ``{}``). ``reuse_arrays`` reads every
         batch into the memory of the one before (:class:`~marl_minari.storage.episode_reader.
         ReadScratch`): each batch's arrays are valid only until the next one is asked for.
+        ``scratch`` is that memory, given by the caller (with its own arrays for leaves it
+        keeps as stored); it implies ``reuse_arrays``.
 
         Raises:
             EpisodeIndexError: an id outside the stored episodes.
         """
         reader: EpisodeReader | None = None
-        scratch = ReadScratch() if reuse_arrays else None
+        if scratch is None and reuse_arrays:
+            scratch = ReadScratch()
         try:
             for batch in batches:
                 if reader is None:

@@ -58,6 +58,7 @@ from marl_minari.storage.reader_state import (
     Leaf,
     ReadScratch,
     files_key,
+    rows_into,
 )
 from marl_minari.storage.self_contained import check_dataset, check_links
 
@@ -160,8 +161,11 @@ class EpisodeReader:
         with hdf5_errors(self._path):
             leaves = [leaf for leaf in self._leaves(indices)
                       if observations or not leaf.path.startswith("observations/")]
-            by_path = self._place_leaves(leaves, indices, lengths, planner)
+            leaves, direct = rows_into(scratch, leaves, int(lengths.sum()))
+            by_path = self._place_leaves(leaves, indices, lengths, planner, direct)
             self._read_planned(planner, name)
+        if scratch is not None:
+            scratch.advance(int(lengths.sum()), frozenset(leaves[n].path for n in direct))
         return self._assemble(by_path, indices, lengths, observations)
 
     def team_rewards(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -371,11 +375,14 @@ class EpisodeReader:
             first = last
 
     def _place_leaves(self, leaves: list[Leaf], indices: np.ndarray, lengths: np.ndarray,
-                      planner: RangePlanner) -> dict[str, np.ndarray]:
-        """Every leaf's output array, by path: the entries :meth:`_trusted` leaves usable
-        planned as ranges (one planner call for all leaves), the others read through h5py
-        now."""
-        outs = [self._output(leaf, lengths) for leaf in leaves]
+                      planner: RangePlanner, direct: dict[int, np.ndarray] | None = None
+                      ) -> dict[str, np.ndarray]:
+        """Every leaf's output array, by path (the caller's, ``direct`` by position, where
+        given): the entries :meth:`_trusted` leaves usable planned as ranges (one planner
+        call for all leaves), the others read through h5py now."""
+        direct = direct or {}
+        outs = [direct[n] if n in direct else self._output(leaf, lengths)
+                for n, leaf in enumerate(leaves)]
         entries = index_entries(self._index, [
             leaf if self._indexed(leaf) is not None else None for leaf in leaves],
             indices, lengths, self._size)

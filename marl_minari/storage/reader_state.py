@@ -5,7 +5,7 @@ checked on), and the memory a pass in chunks reads every chunk into."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,10 +56,23 @@ class ReadScratch:
     the first chunk, and later chunks cost only their bytes (new arrays of a few megabytes
     are mapped, faulted in page by page and unmapped again, chunk after chunk). A chunk's
     arrays are views of the blocks, so they are valid only until the next chunk is read.
+
+    Args:
+        rows_into: ``{leaf path: (steps of the pass, ...) array}``, the caller's own
+            destination of leaves it keeps as they are stored (a buffer's ``infos.state``):
+            each read writes its episodes' step rows (a leaf stored with a row per
+            observation loses each episode's final one) into the next rows of the array,
+            straight from the file, where the leaf's stored dtype and values per row are the
+            array's; :attr:`written` then names it, and the read's arrays hold those step
+            rows for it (no observation rows).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rows_into: dict[str, np.ndarray] | None = None) -> None:
         self._blocks: dict[str, np.ndarray] = {}
+        self._rows_into = dict(rows_into or {})
+        self._cursor = 0
+        self.written: frozenset[str] = frozenset()
+        """The leaves the last read wrote into their ``rows_into`` arrays."""
 
     def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
@@ -69,6 +82,50 @@ class ReadScratch:
             # An eighth more than asked for: a later chunk of a few more steps still fits.
             block = self._blocks[path] = np.empty(size + size // 8, dtype=np.uint8)
         return block[:size].view(dtype).reshape(shape)
+
+    def rows_into(self, leaf: Leaf, steps: int) -> np.ndarray | None:
+        """The next ``steps`` rows of the caller's array for ``leaf``, as ``(steps,
+        *leaf.row_shape)``, when it has one that holds the leaf's stored values as they are
+        (no JPEG or text, the same dtype and values per row); ``None`` otherwise.
+
+        Raises:
+            ValueError: the pass reads more steps than the array has rows (a caller's bug).
+        """
+        target = self._rows_into.get(leaf.path)
+        if (target is None or leaf.jpeg or leaf.text or target.dtype != leaf.dtype
+                or not target.flags.c_contiguous
+                or math.prod(target.shape[1:]) != math.prod(leaf.row_shape)):
+            return None
+        if self._cursor + steps > len(target):
+            raise ValueError(f"the pass reads more steps than the {len(target)} rows given "
+                             f"for {leaf.path}")
+        return target[self._cursor:self._cursor + steps].reshape(steps, *leaf.row_shape)
+
+    def advance(self, steps: int, written: frozenset[str]) -> None:
+        """A read of ``steps`` steps is done and wrote ``written`` into their arrays."""
+        if self._rows_into:
+            self._cursor += steps
+        self.written = written
+
+
+def rows_into(scratch: ReadScratch | None, leaves: list[Leaf], steps: int
+              ) -> tuple[list[Leaf], dict[int, np.ndarray]]:
+    """The leaves of a read of ``steps`` steps that go straight into the caller's arrays
+    (:meth:`ReadScratch.rows_into`), their arrays by position in ``leaves``; and ``leaves``
+    with each episode's final observation row of those left out of the read (the arrays hold
+    step rows)."""
+    if scratch is None:
+        return leaves, {}
+    direct: dict[int, np.ndarray] = {}
+    placed = list(leaves)
+    for n, leaf in enumerate(leaves):
+        target = scratch.rows_into(leaf, steps)
+        if target is None:
+            continue
+        direct[n] = target
+        if leaf.per_obs and leaf.drop is None:
+            placed[n] = replace(leaf, drop="last")
+    return placed, direct
 
 
 def cached_steps(data_path: Path, cache: IndexCache, indices: np.ndarray) -> np.ndarray | None:

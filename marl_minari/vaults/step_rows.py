@@ -46,7 +46,7 @@ class StepRows:
             self._uniform and self._length) else None
         if split is not None:
             source = values.reshape(self._episodes, self._length + 1, -1)[:, :self._length]
-            np.copyto(split, source, casting="unsafe")
+            np.copyto(*_as_rows(split, source), casting="unsafe")
         elif target.flags.c_contiguous and target.dtype == values.dtype:
             # "clip": the rows are valid by construction, and numpy buffers a take that
             # checks bounds.
@@ -64,3 +64,27 @@ def _split_rows(target: np.ndarray, episodes: int, length: int) -> np.ndarray | 
         return inner.reshape(episodes, length, inner.shape[1], copy=False)
     except ValueError:
         return None
+
+
+def _as_rows(target: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``target`` and ``source`` (``(E, T, values per row)``) seen with one opaque item per row
+    where the copy is of plain bytes (one dtype, each row's values contiguous in both): numpy
+    copies an item with one ``memcpy``, about 1.5x faster than its strided loop over a short
+    row's values (18 floats of an agent's observation); as they are otherwise."""
+    width = target.shape[-1] * target.itemsize
+    if (target.dtype != source.dtype or not width or target.strides[-1] != target.itemsize
+            or source.strides[-1] != source.itemsize):
+        return target, source
+    row = np.dtype((np.void, width))
+    return target.view(row), source.view(row)
+
+
+def integers_fit(values: np.ndarray, dtype: np.dtype) -> bool | None:
+    """Whether integer ``values`` all fit the integer ``dtype`` (two reductions, no compare of
+    a cast copy); ``None`` where either is not of integers (compare after the cast)."""
+    if values.dtype.kind not in "iu" or dtype.kind not in "iu":
+        return None
+    if not values.size or np.can_cast(values.dtype, dtype):
+        return True
+    limits = np.iinfo(dtype)
+    return bool(values.min() >= limits.min and values.max() <= limits.max)

@@ -7,8 +7,7 @@ each is computed from a :class:`marl_minari.MultiAgentArrays` chunk. Functions h
 numpy: they are shared by :func:`to_vault` and :func:`make_buffer`.
 
 Row ``t`` of every view array belongs to step ``t``: the observation the action was taken
-from, the action, and the reward and done flags that came back. Final observations are not
-part of the view (OG-MARL has none).
+from, the action, the reward and done flags that came back; no final observation (OG-MARL).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces, leave
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
-from .step_rows import StepRows
+from .step_rows import StepRows, integers_fit
 from .structure import parse_shape
 
 PAD_VALUE: Final = 0.0
@@ -380,7 +379,8 @@ def _flat_rows(plan: AgentFlat, tree_leaves: dict[str, np.ndarray], rows: StepRo
 
 
 def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
-              out: dict[tuple[str, ...], np.ndarray] | None = None
+              out: dict[tuple[str, ...], np.ndarray] | None = None, *,
+              written: frozenset[tuple[str, ...]] = frozenset()
               ) -> dict[tuple[str, ...], np.ndarray]:
     """The view rows (``S`` of them, one per step) of a chunk of episodes.
 
@@ -390,6 +390,7 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         out: ``{key: (S, ...) array}`` (C-contiguous, every key of ``plan.keys()``) to write
             the rows into, in place of new arrays: a buffer's windows, each written by one
             vectorised copy per leaf (no rows made in between). Returned.
+        written: keys of ``out`` already holding their rows (read into a buffer): kept.
 
     Raises:
         StepDataError: a discrete action does not fit int32.
@@ -432,7 +433,7 @@ def view_rows(plan: ViewPlan, arrays: MultiAgentArrays,
         np.copyto(target(TRUNCATIONS), truncs, casting="unsafe")
     if plan.legals is not None:
         _legals(plan.legals, plan.agents, arrays, obs_leaves, step_rows, target(LEGALS))
-    if plan.state == "env":
+    if plan.state == "env" and STATE not in written:
         if arrays.state is None:
             raise LayoutError("the plan needs the recorded global state, the data has none")
         step_rows.copy(arrays.state, _rows_view(target(STATE), (steps, -1)))
@@ -453,8 +454,7 @@ def _rows_view(target: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
          values: np.ndarray, dtype: str) -> None:
-    """``values`` as ``rows[key]``: copied (and cast) into it when it is there already,
-    else cast to the view's ``dtype``."""
+    """``values`` as ``rows[key]``: copied (cast) into it if there, else cast to ``dtype``."""
     target = rows.get(key)
     if target is None:
         rows[key] = values.astype(dtype, copy=False)
@@ -465,18 +465,18 @@ def _put(rows: dict[tuple[str, ...], np.ndarray], key: tuple[str, ...],
 def _actions(plan: ViewPlan, arrays: MultiAgentArrays, out: np.ndarray) -> None:
     """Write the view's actions into ``out`` (``(S, *action_shape)``)."""
     if plan.actions is None:
+        idle = None if arrays.acted.all() else ~arrays.acted
         for i, agent in enumerate(plan.agents):
             values = np.asarray(arrays.actions[agent])
             out[:, i] = values
-            if not np.array_equal(out[:, i], values):
+            if not (integers_fit(values, out.dtype) or np.array_equal(out[:, i], values)):
                 raise StepDataError(
                     f"actions of {agent!r} do not fit the vault's {plan.action_dtype} actions "
                     f"(values from {values.min()} to {values.max()})")
-            idle = ~arrays.acted[:, i]
-            if values[idle].any():
+            if idle is not None and values[idle[:, i]].any():
                 # The view gives an agent that did not act action 0 (legal under its mask)
                 # and restores actions from the view: anything else would be lost.
-                step = int(np.flatnonzero(idle & (values != 0))[0])
+                step = int(np.flatnonzero(idle[:, i] & (values != 0))[0])
                 raise StepDataError(
                     f"agent {agent!r} did not act at step row {step} but its action there is "
                     f"{values[step]}, not the fill value 0 (docs/format.md, *Agents that leave "
@@ -495,13 +495,16 @@ def _legals(plan: LegalsPlan, agents: tuple[str, ...], arrays: MultiAgentArrays,
     # OG-MARL's convention for an agent that does not act (gone, or not its turn): only
     # action 0 is legal, so the logged action 0 is legal too.
     idle = ~step_rows.take(arrays.active) | ~arrays.acted
+    unmasked = all(source is None for source in plan.sources) and min(plan.counts) == plan.width
+    if unmasked:
+        out.fill(1.0)  # every action legal: one contiguous write, not a strided one per agent
     for i, agent in enumerate(agents):
-        source = plan.sources[i]
-        count = plan.counts[i]
-        out[:, i, count:] = 0.0
-        if source is None:
+        source, count = plan.sources[i], plan.counts[i]
+        if not unmasked:
+            out[:, i, count:] = 0.0
+        if source is None and not unmasked:
             out[:, i, :count] = 1.0
-        else:
+        elif source is not None:
             kind, path = source
             tree = (obs_leaves[agent] if kind == "observations" else dict(
                 leaves((arrays.agent_infos or {}).get(agent, {}))))

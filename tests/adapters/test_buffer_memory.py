@@ -19,7 +19,7 @@ from peak_memory import measure_in_child, require_peak_reset
 EPISODES, STEPS = 100, 250  # 25,000 steps: about 64 MB of buffer arrays
 LIMITS = {"default": 1.2, "1000": 1.25}
 """Peak growth over the bytes of the buffer's arrays (a second full copy makes it >= 2), by
-chunking. Measured on a 2-core Linux VM (docs/benchmarks.md): by default 1.09x (dataset) and
+chunking. Measured on a 2-core Linux VM (docs/benchmarks.md): by default 1.16x (dataset) and
 1.14x (vault), the goal; with 1,000-step chunks 1.03x and 1.20x (a vault's windows then cut
 across its 1,747-step zarr chunks, each decoded twice)."""
 CASES = [(kind, chunk) for kind in ("dataset", "vault") for chunk in ("default", "1000")]

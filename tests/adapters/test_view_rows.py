@@ -54,3 +54,41 @@ def test_step_rows_copy_the_rows_each_action_was_taken_from(lengths: list[int]) 
     rows.copy(values, contiguous)
     np.testing.assert_array_equal(contiguous.reshape(len(obs_rows), 6), expected)
     np.testing.assert_array_equal(rows.take(values), values[obs_rows])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_step_rows_copied_into_strided_columns(dtype: type) -> None:
+    # Two 2-step episodes: observation rows 0, 1 (2 is the final one) and 3, 4 (5 final).
+    values = np.arange(18, dtype=np.float32).reshape(6, 3)
+    wide = np.zeros((4, 6), dtype=dtype)
+    StepRows(np.array([2, 2]), np.array([0, 1, 3, 4])).copy(values, wide[:, ::2])
+    np.testing.assert_array_equal(wide[:, ::2], values[[0, 1, 3, 4]])
+    assert not wide[:, 1::2].any()
+
+
+@pytest.mark.parametrize("action_dtype", [np.int64, np.uint64, np.float64])
+def test_actions_that_do_not_fit_or_belong_to_an_idle_agent_are_refused(
+        record_parallel: Callable[..., Any], action_dtype: type) -> None:
+    import dataclasses
+
+    from marl_minari.errors import StepDataError
+
+    dataset, _ = record_parallel("mpe2/simple_spread_v3", 2, max_cycles=5,
+                                 dataset_id="tests/view-actions-v0")
+    arrays = dataset.to_arrays()
+    plan = plan_from_spec(dataset.spec, {})
+    agent = arrays.possible_agents[1]
+    actions = {a: np.asarray(v).astype(action_dtype) for a, v in arrays.actions.items()}
+    rows = view_rows(plan, dataclasses.replace(arrays, actions=actions))  # they fit: kept
+    np.testing.assert_array_equal(rows[("actions",)][:, 1], arrays.actions[agent])
+    too_large = dict(actions, **{agent: actions[agent].copy()})
+    too_large[agent][3] = 2**40 if action_dtype != np.float64 else 0.5
+    with pytest.raises(StepDataError, match=f"actions of '{agent}' do not fit"):
+        view_rows(plan, dataclasses.replace(arrays, actions=too_large))
+    # An agent that did not act keeps action 0 in the view: any other action is refused.
+    acted = arrays.acted.copy()
+    acted[2, 1] = False
+    with pytest.raises(StepDataError, match=f"agent '{agent}' did not act at step row 2"):
+        view_rows(plan, dataclasses.replace(arrays, actions=dict(
+            actions, **{agent: np.where(np.arange(len(acted)) == 2, 1, actions[agent])}),
+            acted=acted))

@@ -236,6 +236,26 @@ def test_describe_and_make_buffer_mix_remote_and_local(
     assert buffer is not None and state is not None
 
 
+def test_make_buffer_reads_a_streamed_state_straight_into_the_buffer(
+        local_copy: tuple[MultiAgentArrays, list[Any]],
+        served: Callable[..., tuple[str, Any]]) -> None:
+    # The recorded state goes from the fetched blocks into the buffer's rows, each episode's
+    # final row left out, as from a local file.
+    pytest.importorskip("flashbax")
+    from marl_minari.adapters import make_buffer
+
+    from marl_minari.vaults.step_rows import StepRows
+
+    expected, _ = local_copy
+    assert expected.state is not None
+    url, _ = served()
+    _, state = make_buffer([mm.open_source(f"{url}/{DATASET}", streaming=True)],
+                           sample_batch_size=2, sample_sequence_length=2, chunk_steps=40)
+    rows = StepRows(expected.episode_lengths, expected.obs_rows)
+    np.testing.assert_array_equal(np.asarray(state.experience["infos"]["state"])[0],
+                                  rows.take(expected.state))
+
+
 def test_streaming_a_missing_dataset_says_so(registry_dir: Path, streamable: Path,
                                              served: Callable[..., tuple[str, Any]]) -> None:
     url, _ = served()

@@ -381,3 +381,27 @@ def test_episode_steps_come_from_the_kept_index_only_while_its_files_are_unchang
     data_file = dataset.data_path / "main_data.hdf5"
     os.utime(data_file, ns=(data_file.stat().st_atime_ns, data_file.stat().st_mtime_ns + 10**9))
     assert dataset.episode_steps().tolist() == stored  # the files changed: read anew
+
+
+def test_the_source_of_an_opened_dataset_takes_its_checked_metadata_and_spec(
+        record_parallel: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The object read, parsed and cross-checked its metadata with the data file when it was
+    # opened, and its reads go by them: the source takes them as they are, opening no file.
+    import marl_minari.sources.folders as folders
+
+    dataset = _record_spread(record_parallel, "tests/spread-v0", episodes=3)
+    opened: list[Any] = []
+    monkeypatch.setattr(folders, "open_data_file", lambda path: opened.append(path))
+    monkeypatch.setattr(folders, "read_metadata", lambda path: opened.append(path))
+    subset = dataset.subset([0, 2])
+    source = open_source(subset)
+    assert opened == []
+    assert source.metadata is subset.checked_metadata
+    assert source.spec is subset.spec
+    assert source.joint_spaces == (subset.observation_space, subset.action_space)
+    assert source.kind == "multi_agent" and source.dataset_id == "tests/spread-v0"
+    assert source.episode_indices.tolist() == [0, 2]
+    _same_arrays(source.read(source.episode_indices), dataset.to_arrays([0, 2]))
+    # A plain Minari dataset object is still read and checked as a folder.
+    monkeypatch.undo()
+    assert open_source(dataset.minari).metadata == dataset.checked_metadata
