@@ -165,6 +165,7 @@ def main() -> None:
     os.environ["MINARI_DATASETS_PATH"] = root
     warnings.simplefilter("ignore")
 
+    import jax
     from marl_minari.adapters import make_buffer
     from marl_minari.collectors.collect import collect
 
@@ -184,7 +185,8 @@ def main() -> None:
     warm = mm.load_dataset(dataset_id(*SHAPES[1]))
     make_buffer([warm.subset(np.arange(4))], sample_batch_size=2, sample_sequence_length=2)
 
-    print(f"root {root}, {'cold' if args.cold else 'warm'} page cache, best of {args.repeats}"
+    print(f"device {jax.devices()[0]}; root {root}, {'cold' if args.cold else 'warm'} page "
+          f"cache, best of {args.repeats}"
           f"{', fresh memory' if args.fresh_memory else ''}")
     print(f"{'dataset':>14} {'file MB':>8} {'read file':>10} {'to_arrays':>16} "
           f"{'make_buffer':>16} {'one episode':>12}")
@@ -197,8 +199,9 @@ def main() -> None:
         middle = [episodes // 2]
         calls: dict[str, Callable[[], Any]] = {
             "to_arrays": dataset.to_arrays,
-            "make_buffer": lambda dataset=dataset: make_buffer(
-                [dataset], sample_batch_size=256, sample_sequence_length=10),
+            # Until the buffer is on its device (an accelerator's copy is asynchronous).
+            "make_buffer": lambda dataset=dataset: jax.block_until_ready(make_buffer(
+                [dataset], sample_batch_size=256, sample_sequence_length=10)[1]),
             "episode": lambda dataset=dataset, middle=middle: dataset.to_arrays(middle),
         }
         if args.stages:
