@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -47,7 +46,6 @@ from marl_minari.sources import (
     steps_per_chunk,
 )
 from marl_minari.storage.datafile import MARL_GROUP
-from marl_minari.storage.read_ahead import read_ahead
 from marl_minari.storage.reader_state import ReadScratch
 from marl_minari.vaults.episodes import StreamCutter, done_steps
 from marl_minari.vaults.keys import resolve_keys
@@ -141,9 +139,8 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a twelfth of the buffer's bytes for a dataset (its chunks are read into
-            two reused memories in turn, the next while the rows of the one before are
-            built in the buffer's windows on the caller's thread; a recorded
+            as fit a sixth of the buffer's bytes for a dataset (its chunks are read into
+            one reused memory and turned into rows in the buffer's windows; a recorded
             ``Box`` state is read straight into the buffer, not counted) and a sixteenth
             for a vault (its windows are read straight into the buffer), 1 to 32 MiB
             (:func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
@@ -310,29 +307,26 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
         # Leaves the buffer keeps as stored are read straight into it; the rest of every
-        # chunk is read into one of two reused memories, taken in turn: chunk k + 1 is read
-        # on a background thread while the rows of chunk k are built (read_ahead).
+        # chunk is read into the memory of the one before: it is done with (turned into the
+        # buffer's rows) before the next is read.
         scratch = ReadScratch({leaf: out[key].reshape(len(out[key]), -1)
-                               for key, leaf in direct.items()}, slots=2)
+                               for key, leaf in direct.items()})
         plan = layout_plan if record is not None else None
         lengths = []
         cursor = 0
-        # What a read wrote into the buffer is taken with its chunk, on the reading thread.
-        read = ((arrays, scratch.written) for arrays in dataset.chunks(steps, scratch=scratch))
-        with closing(read_ahead(read)) as ahead:  # nothing left running if a row fails
-            for arrays, written in ahead:
-                if plan is None:
-                    infos = arrays.agent_infos or {}
-                    plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)}
-                                                         for a, t in infos.items()})
-                count = int(arrays.episode_lengths.sum())
-                # Rows are built straight into the buffer's windows (no copy in between).
-                view_rows(plan, arrays, {path: array[cursor:cursor + count]
-                                         for path, array in out.items()},
-                          written=frozenset(key for key, leaf in direct.items()
-                                            if leaf in written))
-                lengths.append(arrays.episode_lengths)
-                cursor += count
+        for arrays in dataset.chunks(steps, scratch=scratch):
+            if plan is None:
+                infos = arrays.agent_infos or {}
+                plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)}
+                                                     for a, t in infos.items()})
+            count = int(arrays.episode_lengths.sum())
+            # Rows are built straight into the buffer's windows (no copy in between).
+            view_rows(plan, arrays, {path: array[cursor:cursor + count]
+                                     for path, array in out.items()},
+                      written=frozenset(key for key, leaf in direct.items()
+                                        if leaf in scratch.written))
+            lengths.append(arrays.episode_lengths)
+            cursor += count
         return [np.concatenate(lengths)] if lengths else [np.zeros(0, dtype=np.int64)]
 
     return _Source(name=f"dataset {dataset.name!r}", keys=layout_plan.keys(),

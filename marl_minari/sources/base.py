@@ -272,15 +272,15 @@ def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
     sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
     dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
     A dataset's chunks read into one reused memory and turned into rows in the arrays
-    (``reused``: ``make_buffer``) hold that memory alone, twice over as the next chunk is
-    read while the one before is turned into rows, and are a twelfth of it (counted in
-    the bytes that go through that memory: leaves read straight into the arrays are not):
-    1.17x on that dataset (one memory at a sixth: 1.16x; 1.12x at an eighth, 1.04x at a
-    sixteenth, 1.21x at a quarter).
+    (``reused``: ``make_buffer``) hold that memory alone, and are a sixth of it (counted
+    in the bytes that go through that memory: leaves read straight into the arrays are
+    not): 1.16x on that dataset (1.12x at an eighth, at a fifth more of the chunks' fixed
+    costs: 1.5-2 ms of a 250-step buffer of 54 MB; 1.04x at a sixteenth, 1.21x at a
+    quarter).
     All stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """
-    share = 12 if reused else 16 if in_place else 32
+    share = 6 if reused else 16 if in_place else 32
     return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // share))
 
 
