@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -46,6 +47,7 @@ from marl_minari.sources import (
     steps_per_chunk,
 )
 from marl_minari.storage.datafile import MARL_GROUP
+from marl_minari.storage.read_ahead import read_ahead
 from marl_minari.storage.reader_state import ReadScratch
 from marl_minari.vaults.episodes import StreamCutter, done_steps
 from marl_minari.vaults.keys import resolve_keys
@@ -120,6 +122,7 @@ def make_buffer(
     weights: Sequence[float] | None = None,
     respect_episode_boundaries: bool = True,
     chunk_steps: int | None = None,
+    read_ahead: bool | None = None,
 ) -> tuple[TrajectoryBuffer, TrajectoryBufferState]:
     """Build a Flashbax trajectory buffer and its state on the default JAX device.
 
@@ -139,12 +142,18 @@ def make_buffer(
         respect_episode_boundaries: only sample sequences inside one episode. Sequences never
             cross from one source or vault stream into the next either way.
         chunk_steps: steps read and converted at a time while loading; by default as many
-            as fit a sixth of the buffer's bytes for a dataset (its chunks are read into
-            one reused memory and turned into rows in the buffer's windows; a recorded
-            ``Box`` state is read straight into the buffer, not counted) and a sixteenth
-            for a vault (its windows are read straight into the buffer), 1 to 32 MiB
+            as fit a sixth of the buffer's bytes for a dataset (a twelfth with
+            ``read_ahead``; its chunks are read into a reused memory and turned into rows
+            in the buffer's windows; a recorded ``Box`` state is read straight into the
+            buffer, not counted) and a sixteenth for a vault (its windows are read straight
+            into the buffer), 1 to 32 MiB
             (:func:`~marl_minari.sources.holding_chunk_bytes`): this keeps peak memory near
             the buffer's own bytes (docs/benchmarks.md).
+        read_ahead: read a dataset's next chunk on one background thread while the rows
+            of the one before are built (two reused memories taken in turn, chunks half
+            the size). By default on where this process may run on at least
+            :data:`READ_AHEAD_MIN_CPUS` CPUs: with a core to spare it is 10-20% faster,
+            on two busy cores slower (docs/benchmarks.md).
 
     Returns:
         ``(buffer, state)``: ``jax.jit(buffer.sample)(state, key).experience`` is a dict of
@@ -174,10 +183,12 @@ def make_buffer(
     opened = [_open_source(s) for s in sources]
     # The buffer holds every step anyway: chunks sized to it keep the peak near its bytes.
     total_bytes = sum(_source_bytes(o) for o in opened)
+    slots = 2 if _reads_ahead(read_ahead) else 1
     views = [_vault_source(o, chunk_steps, holding_chunk_bytes(total_bytes, in_place=True))
              if isinstance(o, VaultReader)
              else _dataset_source(o, chunk_steps,
-                                  holding_chunk_bytes(total_bytes, reused=True))
+                                  holding_chunk_bytes(total_bytes, reused=True, slots=slots),
+                                  slots)
              for o in opened]
     _check_compatible(views)
     total = sum(v.length for v in views)
@@ -292,7 +303,20 @@ def _source_bytes(source: DatasetSource | VaultReader) -> int:
     return source.total_steps * source.step_bytes
 
 
-def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int) -> _Source:
+READ_AHEAD_MIN_CPUS = 4
+"""``make_buffer`` reads ahead by default where the process may run on this many CPUs: on a
+2-core machine shared with other work the background read only takes turns with the rows'
+building (docs/benchmarks.md, *Bulk reads at the file's speed*, sixth round)."""
+
+
+def _reads_ahead(read_ahead: bool | None) -> bool:
+    if read_ahead is not None:
+        return read_ahead
+    return len(os.sched_getaffinity(0)) >= READ_AHEAD_MIN_CPUS
+
+
+def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int,
+                    slots: int = 1) -> _Source:
     record = dataset.spec.extra.get(VAULT_SOURCE_KEY)
     # The buffer's arrays are laid out from the spec alone, before anything is read: the
     # sources of the legal-action masks (found in the first chunk's infos) change no shape.
@@ -307,26 +331,29 @@ def _dataset_source(dataset: DatasetSource, chunk_steps: int | None, budget: int
 
     def fill(out: dict[tuple[str, ...], np.ndarray], _: int) -> list[np.ndarray]:
         # Leaves the buffer keeps as stored are read straight into it; the rest of every
-        # chunk is read into the memory of the one before: it is done with (turned into the
-        # buffer's rows) before the next is read.
+        # chunk is read into a reused memory (with two, taken in turn, chunk k + 1 is read
+        # on a background thread while the rows of chunk k are built: read_ahead).
         scratch = ReadScratch({leaf: out[key].reshape(len(out[key]), -1)
-                               for key, leaf in direct.items()})
+                               for key, leaf in direct.items()}, slots=slots)
         plan = layout_plan if record is not None else None
         lengths = []
         cursor = 0
-        for arrays in dataset.chunks(steps, scratch=scratch):
-            if plan is None:
-                infos = arrays.agent_infos or {}
-                plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)}
-                                                     for a, t in infos.items()})
-            count = int(arrays.episode_lengths.sum())
-            # Rows are built straight into the buffer's windows (no copy in between).
-            view_rows(plan, arrays, {path: array[cursor:cursor + count]
-                                     for path, array in out.items()},
-                      written=frozenset(key for key, leaf in direct.items()
-                                        if leaf in scratch.written))
-            lengths.append(arrays.episode_lengths)
-            cursor += count
+        # What a read wrote into the buffer is taken with its chunk, on the reading thread.
+        read = ((arrays, scratch.written) for arrays in dataset.chunks(steps, scratch=scratch))
+        with closing(read_ahead(read) if slots > 1 else read) as ahead:  # nothing left running
+            for arrays, written in ahead:
+                if plan is None:
+                    infos = arrays.agent_infos or {}
+                    plan = plan_from_spec(dataset.spec, {a: {p for p, _ in leaves(t)}
+                                                         for a, t in infos.items()})
+                count = int(arrays.episode_lengths.sum())
+                # Rows are built straight into the buffer's windows (no copy in between).
+                view_rows(plan, arrays, {path: array[cursor:cursor + count]
+                                         for path, array in out.items()},
+                          written=frozenset(key for key, leaf in direct.items()
+                                            if leaf in written))
+                lengths.append(arrays.episode_lengths)
+                cursor += count
         return [np.concatenate(lengths)] if lengths else [np.zeros(0, dtype=np.int64)]
 
     return _Source(name=f"dataset {dataset.name!r}", keys=layout_plan.keys(),

@@ -260,7 +260,7 @@ def steps_per_chunk(chunk_steps: int | None, step_bytes: int, *,
 
 
 def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
-                        reused: bool = False) -> int:
+                        reused: bool = False, slots: int = 1) -> int:
     """The chunk budget of a reader that fills arrays of ``total_bytes`` (``make_buffer``).
 
     A chunk converted on the host into new rows, then copied into the arrays, adds up to
@@ -271,16 +271,16 @@ def holding_chunk_bytes(total_bytes: int, *, in_place: bool = False,
     made in the buffer's windows by ``make_buffer``) holds only the chunk as read, so it is a
     sixteenth: 1.14x on a 64 MB vault buffer, 1.43x with 32 MiB windows; 1.06x on the
     dataset of the memory test (1.04x at a thirty-second); smaller chunks only cost time.
-    A dataset's chunks read into one reused memory and turned into rows in the arrays
-    (``reused``: ``make_buffer``) hold that memory alone, and are a sixth of it (counted
-    in the bytes that go through that memory: leaves read straight into the arrays are
-    not): 1.16x on that dataset (1.12x at an eighth, at a fifth more of the chunks' fixed
-    costs: 1.5-2 ms of a 250-step buffer of 54 MB; 1.04x at a sixteenth, 1.21x at a
-    quarter).
+    A dataset's chunks read into a reused memory and turned into rows in the arrays
+    (``reused``: ``make_buffer``) hold that memory alone, ``slots`` times over where the
+    next chunk is read while the one before is turned into rows, and are a sixth of it per
+    slot (counted in the bytes that go through that memory: leaves read straight into the
+    arrays are not): 1.16x on that dataset with one slot, 1.17x with two at a twelfth
+    (1.12x at an eighth, 1.04x at a sixteenth, 1.21x at a quarter, one slot).
     All stay between :data:`MIN_CHUNK_BYTES` and :data:`DEFAULT_CHUNK_BYTES`
     (docs/benchmarks.md).
     """
-    share = 6 if reused else 16 if in_place else 32
+    share = 6 * max(1, slots) if reused else 16 if in_place else 32
     return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_BYTES, total_bytes // share))
 
 

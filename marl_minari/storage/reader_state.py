@@ -55,7 +55,8 @@ class ReadScratch:
     Each leaf keeps one block, grown when a chunk needs more: its pages are first touched by
     the first chunk, and later chunks cost only their bytes (new arrays of a few megabytes
     are mapped, faulted in page by page and unmapped again, chunk after chunk). A chunk's
-    arrays are views of the blocks, so they are valid only until the next chunk is read.
+    arrays are views of the blocks, so they are valid only until the next chunk is read
+    (with ``slots=2``, until the read after it).
 
     Args:
         rows_into: ``{leaf path: (steps of the pass, ...) array}``, the caller's own
@@ -65,10 +66,17 @@ class ReadScratch:
             straight from the file, where the leaf's stored dtype and values per row are the
             array's; :attr:`written` then names it, and the read's arrays hold those step
             rows for it (no observation rows).
+        slots: sets of blocks the reads take in turn: with 2, a chunk's arrays stay valid
+            while the next chunk is read (a pass that reads one chunk ahead of its caller,
+            :func:`~marl_minari.storage.read_ahead.read_ahead`), at twice the memory.
     """
 
-    def __init__(self, rows_into: dict[str, np.ndarray] | None = None) -> None:
-        self._blocks: dict[str, np.ndarray] = {}
+    def __init__(self, rows_into: dict[str, np.ndarray] | None = None, *,
+                 slots: int = 1) -> None:
+        if slots < 1:
+            raise ValueError(f"a ReadScratch needs at least one slot (got {slots})")
+        self._slots: list[dict[str, np.ndarray]] = [{} for _ in range(slots)]
+        self._slot = 0
         self._rows_into = dict(rows_into or {})
         self._cursor = 0
         self.written: frozenset[str] = frozenset()
@@ -77,10 +85,11 @@ class ReadScratch:
     def array(self, path: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous ``shape`` array of ``dtype`` for the leaf ``path``."""
         size = math.prod(shape) * dtype.itemsize
-        block = self._blocks.get(path)
+        blocks = self._slots[self._slot]
+        block = blocks.get(path)
         if block is None or block.nbytes < size:
             # An eighth more than asked for: a later chunk of a few more steps still fits.
-            block = self._blocks[path] = np.empty(size + size // 8, dtype=np.uint8)
+            block = blocks[path] = np.empty(size + size // 8, dtype=np.uint8)
         return block[:size].view(dtype).reshape(shape)
 
     def rows_into(self, leaf: Leaf, steps: int) -> np.ndarray | None:
@@ -102,10 +111,12 @@ class ReadScratch:
         return target[self._cursor:self._cursor + steps].reshape(steps, *leaf.row_shape)
 
     def advance(self, steps: int, written: frozenset[str]) -> None:
-        """A read of ``steps`` steps is done and wrote ``written`` into their arrays."""
+        """A read of ``steps`` steps is done and wrote ``written`` into their arrays; the
+        next read takes the next slot's blocks."""
         if self._rows_into:
             self._cursor += steps
         self.written = written
+        self._slot = (self._slot + 1) % len(self._slots)
 
 
 def rows_into(scratch: ReadScratch | None, leaves: list[Leaf], steps: int
