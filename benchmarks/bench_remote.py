@@ -36,6 +36,8 @@ import threading
 import time
 import urllib.request
 import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -97,14 +99,30 @@ def record_spread(dataset_id: str, episodes: int, steps: int | None = None) -> N
     env.create_dataset(dataset_id)
 
 
-def serve_counting(directory: Path) -> tuple[ThreadingHTTPServer, str]:
-    """A :class:`CountingRangeHandler` server over ``directory`` on a thread, and its base
-    URL (``http://127.0.0.1:<port>``); ``shutdown()`` it when done."""
+@contextmanager
+def scratch_root(prefix: str) -> Iterator[Path]:
+    """A new folder for a benchmark's datasets (``MINARI_DATASETS_PATH``), registry and
+    caches, removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def serve_counting(directory: Path) -> Iterator[str]:
+    """A :class:`CountingRangeHandler` server over ``directory`` on a thread, shut down at the
+    end: its base URL (``http://127.0.0.1:<port>``)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0),
                                  partial(CountingRangeHandler, directory=str(directory)))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
 
 
 def data_file_size(manifest: Any) -> int:
@@ -112,18 +130,19 @@ def data_file_size(manifest: Any) -> int:
     return next(e.size for e in manifest.files if e.path.endswith("main_data.hdf5"))
 
 
-def publish_and_serve(root: Path, dataset_id: str) -> tuple[ThreadingHTTPServer, str, Any]:
+@contextmanager
+def publish_and_serve(root: Path, dataset_id: str) -> Iterator[tuple[str, Any]]:
     """Publish the recorded ``dataset_id`` to ``root/registry``, remove the local copy (what
-    is read can only come from the server) and serve the registry: ``(server, the dataset's
-    URL, its manifest)``."""
+    is read can only come from the server) and serve the registry until the end: ``(the
+    dataset's URL, its manifest)``."""
     from marl_minari import registry
     from marl_minari.format.ids import dataset_dir
 
     registry_dir = root / "registry"
     manifest = registry.publish(dataset_id, f"file://{registry_dir}").manifest
     shutil.rmtree(dataset_dir(dataset_id))
-    server, base = serve_counting(registry_dir)
-    return server, f"{base}/{dataset_id}", manifest
+    with serve_counting(registry_dir) as base:
+        yield f"{base}/{dataset_id}", manifest
 
 
 def moved(*, clear: bool = False) -> tuple[int, int, int]:
@@ -181,16 +200,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    root = Path(tempfile.mkdtemp(prefix="bench-remote-"))
-    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
-    server = None
-    try:
+    with scratch_root("bench-remote-") as root, ExitStack() as served:
         import marl_minari as mm
         from marl_minari import registry
 
         record_spread(DATASET, args.episodes)
         total_steps = int(mm.load_dataset(DATASET).total_steps)
-        server, url, manifest = publish_and_serve(root, DATASET)
+        url, manifest = served.enter_context(publish_and_serve(root, DATASET))
         registry_dir = root / "registry"
         total_size = manifest.total_size
         data_size = data_file_size(manifest)
@@ -253,10 +269,6 @@ def main() -> None:
 
         print("Minari load_dataset(download=True) / OG-MARL's downloader: 100% of the files "
               "before the first episode")
-    finally:
-        if server is not None:
-            server.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

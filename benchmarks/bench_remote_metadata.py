@@ -24,12 +24,9 @@ Minari's ``load_dataset(download=True)`` and ``describe --no-statistics`` withou
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
 import warnings
-from pathlib import Path
+from contextlib import ExitStack
 
 from bench_remote import (
     DATASET,
@@ -38,6 +35,7 @@ from bench_remote import (
     moved,
     publish_and_serve,
     record_spread,
+    scratch_root,
 )
 
 
@@ -46,15 +44,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2000)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    root = Path(tempfile.mkdtemp(prefix="bench-remote-metadata-"))
-    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
-    server = None
-    try:
+    with scratch_root("bench-remote-metadata-") as root, ExitStack() as served:
         import marl_minari as mm
         import marl_minari.ray as R
 
         record_spread(DATASET, args.episodes)
-        server, url, manifest = publish_and_serve(root, DATASET)
+        url, manifest = served.enter_context(publish_and_serve(root, DATASET))
         total = manifest.total_size
         data = data_file_size(manifest)
         print(f"{args.episodes} episodes; published {total} bytes (data file {data})")
@@ -88,10 +83,6 @@ def main() -> None:
         requests, everything, of_data = moved()
         print(f"describe() (statistics): {everything} bytes = {100 * everything / total:.1f}%; "
               f"{seconds:.2f} s")
-    finally:
-        if server is not None:
-            server.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,10 @@ All against the published data file's size::
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
-import tempfile
 import warnings
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +37,7 @@ from bench_remote import (  # noqa: E402
     fresh_cache,
     moved,
     record_spread,
+    scratch_root,
     serve_counting,
 )
 
@@ -68,10 +68,7 @@ def main() -> None:
     parser.add_argument("--plain-episodes", type=int, default=2000)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    root = Path(tempfile.mkdtemp(prefix="bench-choose-"))
-    os.environ["MINARI_DATASETS_PATH"] = str(root / "datasets")
-    server = None
-    try:
+    with scratch_root("bench-choose-") as root, ExitStack() as served:
         import marl_minari as mm
         from marl_minari import registry
 
@@ -85,7 +82,7 @@ def main() -> None:
         plain = registry.publish(PLAIN, f"file://{registry_dir}", allow_single_agent=True)
         plain_size = data_file_size(plain.manifest)
         shutil.rmtree(root / "datasets")
-        server, base = serve_counting(registry_dir)
+        base = served.enter_context(serve_counting(registry_dir))
         print(f"{args.episodes} episodes x {args.steps} steps; data file {data_size} bytes, "
               f"{data_size / args.episodes / 1024:.0f} KiB per episode")
 
@@ -117,10 +114,6 @@ def main() -> None:
               f"open {opened} bytes ({100 * opened / plain_size:.2f}%), one episode {one} "
               f"bytes more ({100 * one / plain_size:.2f}%), "
               f"{100 * (opened + one) / plain_size:.2f}% in all")
-    finally:
-        if server is not None:
-            server.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
