@@ -19,6 +19,8 @@ _SUPPORT = str(Path(__file__).resolve().parent / "support")
 if _SUPPORT not in sys.path:
     sys.path.insert(0, _SUPPORT)
 
+from random_play import play_random_episodes  # noqa: E402
+
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -214,13 +216,7 @@ def record_cartpole() -> Callable[..., Any]:
 
         env = minari.DataCollector(gym.make("CartPole-v1", max_episode_steps=max_episode_steps),
                                    record_infos=record_infos)
-        for episode in range(episodes):
-            env.reset(seed=episode)
-            env.action_space.seed(episode)
-            done = False
-            while not done:
-                _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-                done = terminated or truncated
+        play_random_episodes(env, episodes)
         dataset = env.create_dataset(dataset_id, description="random CartPole", **TEST_METADATA)
         env.close()
         return dataset

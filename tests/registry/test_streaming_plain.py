@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from foreign_storage import SECRET, external_link, external_storage
+from random_play import play_random_episodes
 from range_servers import RangeHandler, range_handler
 from registry_helpers import cached_block_numbers
 
@@ -71,13 +72,7 @@ def published(registry_dir: Path) -> int:
     import minari
 
     collector = minari.DataCollector(SplitCartPole.make(), record_infos=True)
-    for episode in range(40):
-        collector.reset(seed=episode)
-        collector.action_space.seed(episode)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = collector.step(collector.action_space.sample())
-            done = terminated or truncated
+    play_random_episodes(collector, 40)
     collector.create_dataset(PLAIN, algorithm_name="random", description="split CartPole")
     collector.close()
     registry.publish(PLAIN, allow_single_agent=True)
@@ -204,12 +199,7 @@ def test_a_streamed_plain_episode_unlike_its_spaces_names_the_episode(
     from marl_minari.storage import check
 
     collector = minari.DataCollector(SplitCartPole.make())
-    for episode in range(3):
-        collector.reset(seed=episode)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = collector.step(collector.action_space.sample())
-            done = terminated or truncated
+    play_random_episodes(collector, 3)
     collector.create_dataset("trust/split-v0", algorithm_name="random")
     collector.close()
     with h5py.File(dataset_dir("trust/split-v0") / "data" / layout.MAIN_FILE_NAME,
