@@ -158,11 +158,9 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
                  "rel_dir=..., vault_uid=...)", "experience = vault.read().experience"]
     body += ["```", "", "## Agents and spaces", "",
              "| agent | observation space | action space |", "|---|---|---|"]
-    obs_spaces = meta.get("observation_spaces") or {}
-    act_spaces = meta.get("action_spaces") or {}
-    for name in d.possible_agents:
-        body.append(f"| `{name}` | {_cell(obs_spaces.get(name, '-'), code=True)} | "
-                    f"{_cell(act_spaces.get(name, '-'), code=True)} |")
+    for name, observation_space, action_space in d.agent_spaces():
+        body.append(f"| `{name}` | {_cell(observation_space, code=True)} | "
+                    f"{_cell(action_space, code=True)} |")
     if meta.get("state_space"):
         body += ["", f"Global state: {_cell(meta['state_space'], code=True)}"]
     if env is not None:

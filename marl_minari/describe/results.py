@@ -290,6 +290,14 @@ class DatasetDescription:
         """Whether the agents carry win/draw/loss counts (turn-based games)."""
         return any(agent.outcome is not None for agent in self.agents)
 
+    def agent_spaces(self) -> list[tuple[str, str, str]]:
+        """``(agent, observation space, action space)`` of every possible agent, the spaces
+        as the metadata writes them (``-`` where it has none)."""
+        observation_spaces = self.metadata.get("observation_spaces") or {}
+        action_spaces = self.metadata.get("action_spaces") or {}
+        return [(agent, observation_spaces.get(agent, "-"), action_spaces.get(agent, "-"))
+                for agent in self.possible_agents]
+
     def agent(self, name: str) -> AgentDescription:
         """The statistics of agent ``name``."""
         for agent in self.agents:
@@ -392,11 +400,9 @@ class DatasetDescription:
         ]
         if meta.get("dataset_size") is not None:
             lines.append(f"size           {meta['dataset_size']} MB")
-        observation_spaces = meta.get("observation_spaces") or {}
-        action_spaces = meta.get("action_spaces") or {}
-        for agent in self.possible_agents:
-            lines.append(f"spaces {agent}: observation {observation_spaces.get(agent, '-')}; "
-                         f"action {action_spaces.get(agent, '-')}")
+        for agent, observation_space, action_space in self.agent_spaces():
+            lines.append(f"spaces {agent}: observation {observation_space}; "
+                         f"action {action_space}")
         if meta.get("state_space"):
             lines.append(f"state          {meta['state_space']}")
         lines.append("statistics     not read (metadata only): returns, actions and agents "
