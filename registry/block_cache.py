@@ -36,7 +36,7 @@ import numpy as np
 from marl_minari.errors import RemoteError
 from marl_minari.format.digests import hash_file, new_hash
 
-from .blocks import Block
+from .blocks import Block, adjacent_runs
 
 CACHE_ENV_VAR: Final = "MARL_MINARI_CACHE"
 """Folder of the block cache (default ``~/.cache/marl-minari/blocks``)."""
@@ -217,12 +217,8 @@ class BlockCache:
         """Keep ``verified`` (blocks of the file pinned by ``key``, in order, whose bytes the
         caller has checked; ``data`` holds the file's bytes from offset ``start`` on) as one
         pack per run of adjacent ones."""
-        begin = 0
-        for end in range(1, len(verified) + 1):
-            if end == len(verified) or verified[end].number != verified[end - 1].number + 1:
-                run = verified[begin:end]
-                self.put_run(key, run, data[run[0].offset - start:run[-1].end - start])
-                begin = end
+        for run in adjacent_runs(verified):
+            self.put_run(key, run, data[run[0].offset - start:run[-1].end - start])
 
     def _holders(self, key: str, file_blocks: Sequence[Block], *,
                  refresh: bool = False) -> dict[int, Pack]:
@@ -332,22 +328,9 @@ def _runs_by_pack(wanted: Sequence[Block], holders: dict[int, Pack],
                   buffer_bytes: int) -> list[tuple[Pack, list[Block]]]:
     """``wanted`` (in order) cut into runs of adjacent blocks read from one pack, each at most
     ``buffer_bytes`` (or one block); blocks no pack holds are left out."""
-    runs: list[tuple[Pack, list[Block]]] = []
-    size = 0
-    for block in wanted:
-        pack = holders.get(block.number)
-        if pack is None:
-            continue
-        if runs:
-            last_pack, last = runs[-1]
-            if (last_pack == pack and last[-1].number == block.number - 1
-                    and size + block.length <= buffer_bytes):
-                last.append(block)
-                size += block.length
-                continue
-        runs.append((pack, [block]))
-        size = block.length
-    return runs
+    held = [block for block in wanted if block.number in holders]
+    return [(holders[run[0].number], run)
+            for run in adjacent_runs(held, buffer_bytes, lambda block: holders[block.number])]
 
 
 def _open_pack(path: Path, size: int) -> int | None:

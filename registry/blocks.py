@@ -10,7 +10,7 @@ block are verified as one block, by their whole digest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -91,3 +91,20 @@ def blocks_of(size: int, block_size: int | None, digests: Sequence[str] | None,
     return tuple(Block(number, number * block_size,
                        min(block_size, size - number * block_size), BLAKE3, digest)
                  for number, digest in enumerate(digests))
+
+
+def adjacent_runs(blocks: Iterable[Block], max_bytes: int | None = None,
+                  same: Callable[[Block], object] | None = None) -> list[list[Block]]:
+    """``blocks`` (in order) cut into runs of adjacent ones: a run ends where the next block
+    does not follow the last, where it would pass ``max_bytes`` (a run holds one block at
+    least), or where ``same`` gives it another value than the run's first block."""
+    runs: list[list[Block]] = []
+    for block in blocks:
+        last = runs[-1] if runs else None
+        if (last is not None and last[-1].number == block.number - 1
+                and (max_bytes is None or block.end - last[0].offset <= max_bytes)
+                and (same is None or same(block) == same(last[0]))):
+            last.append(block)
+        else:
+            runs.append([block])
+    return runs

@@ -38,7 +38,7 @@ from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
 from .block_cache import BlockCache, default_cache_bytes, default_cache_dir, matches
-from .blocks import MIN_BLOCK_SIZE, Block, block_digests
+from .blocks import MIN_BLOCK_SIZE, Block, adjacent_runs, block_digests
 from .deadline import Deadline
 from .kinds import open_backend
 from .manifest import FileEntry, Manifest
@@ -345,22 +345,11 @@ class RemoteFile:
                 _, dropped = self._memory.popitem(last=False)
                 self._memory_bytes -= len(dropped)
 
-    def _runs(self, missing: list[int]) -> list[list[Block]]:
-        """``missing`` blocks in runs of adjacent ones, each at most one request long."""
-        runs: list[list[Block]] = []
-        for number in missing:
-            block = self._blocks[number]
-            last = runs[-1] if runs else None
-            if (last is not None and last[-1].number == number - 1
-                    and block.end - last[0].offset <= self.settings.max_request_bytes):
-                last.append(block)
-            else:
-                runs.append([block])
-        return runs
-
     def _fetch(self, missing: list[int]) -> dict[int, bytes | memoryview]:
         backend = self._backend()
-        runs = self._runs(missing)
+        # Adjacent blocks in one request each, up to its size.
+        runs = adjacent_runs((self._blocks[n] for n in missing),
+                             self.settings.max_request_bytes)
         try:
             if len(runs) == 1:
                 results = [self._fetch_run(backend, runs[0])]
