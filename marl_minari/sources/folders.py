@@ -52,41 +52,30 @@ class FolderSource(DatasetSource):
                  episode_indices: np.ndarray | None = None, *, opened: Any = None) -> None:
         data_path = Path(data_path).resolve()
         if isinstance(opened, MultiAgentDataset):
-            self._adopt(name, data_path, episode_indices, opened)
-            return
-        metadata = read_metadata(data_path)
-        total_episodes = metadata_count(metadata, "total_episodes", data_path)
-        metadata_count(metadata, "total_steps", data_path)
-        multi_agent = layout.METADATA_KEY in metadata
-        # Parsed once for the spec and the Minari dataset: an image env's spaces are
-        # megabytes of JSON.
-        self.joint_spaces: tuple[spaces.Space, spaces.Space] = (
-            metadata_space(metadata, "observation_space", data_path),
-            metadata_space(metadata, "action_space", data_path))
-        spec = spec_of(metadata, multi_agent, self.joint_spaces)
-        if metadata.get("data_format", "hdf5") == "hdf5":
-            h5_path = data_path / layout.MAIN_FILE_NAME
-            with open_data_file(h5_path) as file, hdf5_errors(h5_path):
-                cross_check(file, metadata, spec if multi_agent else None, h5_path)
+            # As that object opened it: the metadata, spec and spaces it read, parsed and
+            # cross-checked with the data file, which its reads go by; not read, parsed and
+            # checked a second time (about 2 ms of every make_buffer call on it).
+            metadata, spec, multi_agent = opened.checked_metadata, opened.spec, True
+            total_episodes = metadata_count(metadata, "total_episodes", data_path)
+            self.joint_spaces = (opened.observation_space, opened.action_space)
+        else:
+            metadata = read_metadata(data_path)
+            total_episodes = metadata_count(metadata, "total_episodes", data_path)
+            metadata_count(metadata, "total_steps", data_path)
+            multi_agent = layout.METADATA_KEY in metadata
+            # Parsed once for the spec and the Minari dataset: an image env's spaces are
+            # megabytes of JSON.
+            self.joint_spaces = (metadata_space(metadata, "observation_space", data_path),
+                                 metadata_space(metadata, "action_space", data_path))
+            spec = spec_of(metadata, multi_agent, self.joint_spaces)
+            if metadata.get("data_format", "hdf5") == "hdf5":
+                h5_path = data_path / layout.MAIN_FILE_NAME
+                with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+                    cross_check(file, metadata, spec if multi_agent else None, h5_path)
         super().__init__(
             name or str(metadata.get("dataset_id")), "multi_agent" if multi_agent
             else "single_agent", spec, metadata,
             np.arange(total_episodes) if episode_indices is None else episode_indices)
-        self.data_path = data_path
-        self._opened = opened
-
-    def _adopt(self, name: str | None, data_path: Path, episode_indices: np.ndarray | None,
-               opened: MultiAgentDataset) -> None:
-        """The source of a ``MultiAgentDataset`` as that object opened it: its metadata, spec
-        and spaces, which it read, parsed and cross-checked with the data file when it was
-        opened and which its reads go by; not read, parsed and checked a second time (about
-        2 ms of every ``make_buffer`` call on it)."""
-        metadata = opened.checked_metadata
-        self.joint_spaces = (opened.observation_space, opened.action_space)
-        super().__init__(
-            name or str(metadata.get("dataset_id")), "multi_agent", opened.spec, metadata,
-            np.arange(metadata_count(metadata, "total_episodes", data_path))
-            if episode_indices is None else episode_indices)
         self.data_path = data_path
         self._opened = opened
 
