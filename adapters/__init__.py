@@ -22,7 +22,7 @@ from marl_minari.extras import lazy_exports
 if TYPE_CHECKING:
     from marl_minari.sources import DEFAULT_CHUNK_STEPS, SINGLE_AGENT, is_vault, vault_path_parts
     from marl_minari.vaults.layout import EXTRA_PREFIX
-    from marl_minari.vaults.view import PAD_VALUE
+    from marl_minari.vaults.view_plan import PAD_VALUE
 
     from .buffer import SOURCE_KEY, SamplingTable, make_buffer, sampling_table
     from .minari_to_vault import to_vault
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "DEFAULT_CHUNK_STEPS": "marl_minari.sources",
     "EXTRA_PREFIX": "marl_minari.vaults.layout",
-    "PAD_VALUE": "marl_minari.vaults.view",
+    "PAD_VALUE": "marl_minari.vaults.view_plan",
     "SINGLE_AGENT": "marl_minari.sources",
     "SOURCE_KEY": f"{__name__}.buffer",
     "SamplingTable": f"{__name__}.buffer",

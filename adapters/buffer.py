@@ -54,13 +54,13 @@ from marl_minari.vaults.keys import resolve_keys
 from marl_minari.vaults.restore import checked_plan
 from marl_minari.vaults.store import VAULT_METADATA_KEY, VaultReader
 from marl_minari.vaults.structure import leaf_name
-from marl_minari.vaults.view import (
+from marl_minari.vaults.view import view_rows
+from marl_minari.vaults.view_plan import (
     STATE,
     VAULT_SOURCE_KEY,
     ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
-    view_rows,
 )
 
 from .sources import require_layout

@@ -27,7 +27,8 @@ from marl_minari.vaults.store import (
     vault_dir,
     wait,
 )
-from marl_minari.vaults.view import (
+from marl_minari.vaults.view import view_rows
+from marl_minari.vaults.view_plan import (
     VAULT_SOURCE_KEY,
     Dones,
     StateMode,
@@ -35,7 +36,6 @@ from marl_minari.vaults.view import (
     ViewPlan,
     plan_from_spec,
     plan_from_vault_record,
-    view_rows,
 )
 from marl_minari.version import __version__
 

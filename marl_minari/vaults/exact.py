@@ -36,7 +36,7 @@ from .store import (
     VaultWriter,
     time_chunk,
 )
-from .view import ACTIONS, OBSERVATIONS, STATE, ViewPlan
+from .view_plan import ACTIONS, OBSERVATIONS, STATE, ViewPlan
 
 RowKind = Literal["obs", "step", "episode"]
 PREFIX: Final = "marl_minari"

@@ -23,7 +23,7 @@ from .layout import ImportLayout, ImportOptions, import_layout
 from .rows import arrays_from_rows
 from .store import VAULT_METADATA_KEY, VaultReader, time_chunk
 from .structure import flatten_structure, leaf_name
-from .view import (
+from .view_plan import (
     ACTIONS,
     LEGALS,
     OBSERVATIONS,

@@ -22,7 +22,7 @@ from marl_minari.format.spec import MultiAgentSpec
 from .episodes import CutOn
 from .keys import KeyLayout, leaf_text
 from .structure import LeafInfo
-from .view import AgentFlat, flatten_plan
+from .view_plan import AgentFlat, flatten_plan
 
 Trailing = Literal["drop", "truncate", "error"]
 FinalObservation = Literal["zeros", "repeat"]

@@ -15,7 +15,7 @@ from .exact import ExactField, ExactSource, decode_json, restore_arrays
 from .rows import check_actions
 from .store import METADATA_FILE, VaultReader
 from .structure import leaf_name
-from .view import ViewPlan
+from .view_plan import ViewPlan
 
 
 class RestoredVault:

@@ -25,7 +25,7 @@ from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
 from .layout import ImportLayout, ImportOptions
-from .view import AgentFlat
+from .view_plan import AgentFlat
 
 Rows = dict[tuple[str, ...], np.ndarray]
 

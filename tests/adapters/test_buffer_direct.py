@@ -22,7 +22,8 @@ from marl_minari.sources import open_source
 from marl_minari.storage.reader_state import ReadScratch
 from marl_minari.vaults.step_rows import StepRows
 from marl_minari.vaults.structure import leaf_name
-from marl_minari.vaults.view import plan_from_spec, view_rows
+from marl_minari.vaults.view import view_rows
+from marl_minari.vaults.view_plan import plan_from_spec
 
 STATE_LEAF = "infos/marl/state"
 EPISODES, STEPS, STATE_SIZE = 6, 7, 12

@@ -10,7 +10,8 @@ import pytest
 
 from marl_minari.format.spaces import leaves
 from marl_minari.vaults.step_rows import StepRows
-from marl_minari.vaults.view import OBSERVATIONS, plan_from_spec, view_rows
+from marl_minari.vaults.view import view_rows
+from marl_minari.vaults.view_plan import OBSERVATIONS, plan_from_spec
 
 
 @pytest.mark.parametrize("state", ["auto", "observations"])

@@ -14,7 +14,8 @@ from marl_minari.format.legal_actions import mask_source
 from marl_minari.rows import patterns as P
 from marl_minari.rows.turns import agent_transitions
 from marl_minari.storage.arrays import recorded_mask
-from marl_minari.vaults.view import LEGALS, plan_from_spec, view_rows
+from marl_minari.vaults.view import view_rows
+from marl_minari.vaults.view_plan import LEGALS, plan_from_spec
 
 
 def _three_views(arrays: Any, spec: Any, agent: str) -> dict[str, np.ndarray]:
