@@ -158,14 +158,15 @@ class EpisodeReader:
         indices, lengths, name = self._episodes(indices, "to_arrays")
         self._scratch = scratch
         planner = RangePlanner(self._size, name)
+        steps = int(lengths.sum())
         with hdf5_errors(self._path):
             leaves = [leaf for leaf in self._leaves(indices)
                       if observations or not leaf.path.startswith("observations/")]
-            leaves, direct = rows_into(scratch, leaves, int(lengths.sum()))
+            leaves, direct = rows_into(scratch, leaves, steps)
             by_path = self._place_leaves(leaves, indices, lengths, planner, direct)
             self._read_planned(planner, name)
         if scratch is not None:
-            scratch.advance(int(lengths.sum()), frozenset(leaves[n].path for n in direct))
+            scratch.advance(steps, frozenset(leaves[n].path for n in direct))
         return self._assemble(by_path, indices, lengths, observations)
 
     def team_rewards(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
