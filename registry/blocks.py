@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final
 
 import blake3
+import numpy as np
 
 from marl_minari.format.digests import BLAKE3, new_hash
 
@@ -108,3 +109,42 @@ def adjacent_runs(blocks: Iterable[Block], max_bytes: int | None = None,
         else:
             runs.append([block])
     return runs
+
+
+def covering_blocks(ranges: Sequence[tuple[int, int]] | np.ndarray, block_size: int) -> list[int]:
+    """The numbers, in order and once each, of the blocks of ``block_size`` bytes that the
+    non-empty ``(offset, length)`` ranges touch (sorted without :func:`numpy.unique`, whose
+    first call imports :mod:`numpy.ma`)."""
+    asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    asked = asked[asked[:, 1] > 0]
+    first = asked[:, 0] // block_size
+    last = (asked[:, 0] + asked[:, 1] - 1) // block_size
+    wide = np.flatnonzero(last - first > 1)  # ranges over three blocks or more: rare
+    numbers = np.sort(np.concatenate(
+        [first, last, *(np.arange(first[i], last[i] + 1) for i in wide.tolist())]))
+    return numbers[np.concatenate([numbers[:1] == numbers[:1], numbers[1:] != numbers[:-1]])
+                   ].tolist()
+
+
+
+def run_matches(run: Sequence[Block], data: bytes | memoryview) -> list[bool]:
+    """Whether each block of ``run`` (adjacent blocks) matches its bytes in ``data`` (the
+    run's bytes, from its first block's offset on): its length and its digest. Range digests
+    (BLAKE3) are hashed one block after the other in a loop that does nothing else, and the
+    digests compared as one list."""
+    base = run[0].offset
+    if len(data) == run[-1].end - base and all(block.algorithm == BLAKE3 for block in run):
+        view = memoryview(data)
+        found = [blake3.blake3(view[block.offset - base:block.end - base]).hexdigest()
+                 for block in run]
+        if found == [block.digest for block in run]:
+            return [True] * len(run)
+        return [digest == block.digest for digest, block in zip(found, run, strict=True)]
+    return [len(data) >= block.end - base and _matches_one(
+        block, memoryview(data)[block.offset - base:block.end - base]) for block in run]
+
+
+def _matches_one(block: Block, data: bytes | memoryview) -> bool:
+    digest = new_hash(block.algorithm)
+    digest.update(data)
+    return len(data) == block.length and digest.hexdigest() == block.digest
