@@ -10,7 +10,7 @@ block are verified as one block, by their whole digest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -148,3 +148,33 @@ def _matches_one(block: Block, data: bytes | memoryview) -> bool:
     digest = new_hash(block.algorithm)
     digest.update(data)
     return len(data) == block.length and digest.hexdigest() == block.digest
+
+
+def joined_windows(pieces: Iterable[tuple[int, memoryview]]) -> Iterator[tuple[int, memoryview]]:
+    """``(file offset, bytes)`` pieces in file order, with those that follow each other in
+    the file and in one buffer (the blocks of one fetched or cached run) joined into one
+    window: a pass over blocks kept in memory is a few windows, not one per block."""
+    owner: object = None
+    base = first = start = end = 0
+    for offset, view in pieces:
+        address = np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else -1
+        if view.obj is owner and owner is not None and offset == first + end - start \
+                and address == base + end:
+            end += len(view)
+            continue
+        if owner is not None:
+            yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
+        owner = view.obj if _flat_bytes(view.obj) else None
+        if owner is None:
+            yield offset, view
+            continue
+        base = np.frombuffer(owner, dtype=np.uint8).ctypes.data  # type: ignore[call-overload]
+        first, start, end = offset, address - base, address - base + len(view)
+    if owner is not None:
+        yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
+
+
+def _flat_bytes(owner: object) -> bool:
+    """Whether every view of ``owner`` is a slice of its bytes read as one flat buffer."""
+    return isinstance(owner, (bytes, bytearray)) or (
+        isinstance(owner, np.ndarray) and owner.flags.c_contiguous and owner.dtype == np.uint8)

@@ -42,6 +42,7 @@ from .blocks import (
     adjacent_runs,
     block_digests,
     covering_blocks,
+    joined_windows,
     run_matches,
 )
 from .deadline import Deadline
@@ -197,12 +198,14 @@ class RemoteFile:
                            strict=True)
             return
         absent: list[int] = []
+        remembered: list[tuple[int, memoryview]] = []
         for number in covering_blocks(ranges, self.entry.block_size or max(1, self.size)):
             data = self._remembered(number)
             if data is None:
                 absent.append(number)
             else:
-                yield self._blocks[number].offset, memoryview(data)
+                remembered.append((self._blocks[number].offset, memoryview(data)))
+        yield from joined_windows(remembered)
         done: set[int] = set()
         for run, data in self._cache.verified_runs(
                 self.pinned_digest, [self._blocks[n] for n in absent], self._blocks,
@@ -211,8 +214,9 @@ class RemoteFile:
             yield run[0].offset, data
         missing = [number for number in absent if number not in done]
         if missing:
-            for number, data in self._fetch(missing).items():
-                yield self._blocks[number].offset, memoryview(data)
+            fetched = self._fetch(missing)
+            yield from joined_windows((self._blocks[number].offset, memoryview(fetched[number]))
+                                      for number in sorted(fetched))
 
     def _whole_copy_needed(self, ranges: Sequence[tuple[int, int]]) -> bool:
         """Refuse ranges outside the file; ``True`` when they are read from the verified
