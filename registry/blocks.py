@@ -178,3 +178,15 @@ def _flat_bytes(owner: object) -> bool:
     """Whether every view of ``owner`` is a slice of its bytes read as one flat buffer."""
     return isinstance(owner, (bytes, bytearray)) or (
         isinstance(owner, np.ndarray) and owner.flags.c_contiguous and owner.dtype == np.uint8)
+
+
+def merged_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The non-empty ``(offset, length)`` ranges sorted, with those that overlap or touch
+    merged: the same bytes, each once."""
+    merged: list[list[int]] = []
+    for offset, length in sorted(r for r in ranges if r[1] > 0):
+        if merged and offset <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], offset + length)
+        else:
+            merged.append([offset, offset + length])
+    return [(start, end - start) for start, end in merged]

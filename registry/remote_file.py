@@ -43,6 +43,7 @@ from .blocks import (
     block_digests,
     covering_blocks,
     joined_windows,
+    merged_ranges,
     run_matches,
 )
 from .deadline import Deadline
@@ -194,8 +195,8 @@ class RemoteFile:
             CorruptedDataError, RemoteError: as :meth:`read_ranges`.
         """
         if self._whole_copy_needed(ranges):
-            yield from zip((offset for offset, _ in ranges), self.read_ranges(ranges),
-                           strict=True)
+            spans = merged_ranges(ranges)  # windows never overlap, though ranges may
+            yield from zip((offset for offset, _ in spans), self.read_ranges(spans), strict=True)
             return
         absent: list[int] = []
         remembered: list[tuple[int, memoryview]] = []
