@@ -179,8 +179,19 @@ def timed_pass_in_new_process(url: str) -> float:
 
 
 def timed_pass(url: str) -> None:
-    """``--timed-pass``: the child of :func:`timed_pass_in_new_process`; imports untimed."""
+    """``--timed-pass``: the child of :func:`timed_pass_in_new_process`; imports untimed.
+
+    Outside the clock, as the download is timed with its client imported and its first
+    connection made: what any process reading in place imports once, and nothing else
+    (docs/benchmarks.md lists it): the registry, its HTTP backend (``http.client``,
+    ``urllib.request``), the codec of a first connection's host name (``encodings.idna``)
+    and the one ``zipfile`` reads the offset index's names with (``encodings.cp437``).
+    """
+    import encodings.cp437  # noqa: F401
+    import encodings.idna  # noqa: F401
+
     import marl_minari.registry  # noqa: F401  (imported by the first streaming open)
+    import marl_minari.registry.http  # noqa: F401
 
     import marl_minari as mm
 

@@ -26,7 +26,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -36,7 +36,7 @@ import numpy as np
 from marl_minari.errors import RemoteError
 from marl_minari.format.digests import hash_file, new_hash
 
-from .blocks import Block, adjacent_runs
+from .blocks import Block, adjacent_runs, run_matches
 
 CACHE_ENV_VAR: Final = "MARL_MINARI_CACHE"
 """Folder of the block cache (default ``~/.cache/marl-minari/blocks``)."""
@@ -121,6 +121,16 @@ class BlockCache:
         return path
 
     # ------------------------------------------------------------------ packs
+    def holds(self, key: str, blocks: Sequence[Block], file_blocks: Sequence[Block]) -> set[int]:
+        """The numbers of those of ``blocks`` a pack of the file pinned by ``key`` holds, by
+        the pack folder's listing alone (their bytes are checked when read)."""
+        if not self.max_bytes:
+            return set()
+        holders = self._holders(key, file_blocks)
+        if any(block.number not in holders for block in blocks):
+            holders = self._holders(key, file_blocks, refresh=True)
+        return {block.number for block in blocks if block.number in holders}
+
     def pack_folder(self, key: str) -> Path:
         """Where the packs of the file pinned by ``key`` (its :attr:`RemoteFile.pinned_digest`:
         a digest of the manifest's digests of its bytes) live."""
@@ -130,18 +140,34 @@ class BlockCache:
                     buffer_bytes: int) -> dict[int, memoryview]:
         """The verified bytes of those of ``blocks`` (blocks of the file pinned by ``key``,
         whose blocks are ``file_blocks``) that the cache holds, by block number: views of
-        buffers of at most ``buffer_bytes`` (or one block).
-
-        Each run of wanted blocks one pack holds is read with one ``preadv`` straight into its
-        buffer and every block of it is hashed there, against the manifest's digest, before
-        it is returned: a pack is never trusted for having been checked before, nor mapped
-        (its file could change after the check). A pack of the wrong size, or holding a
-        block that does not match, is deleted (the blocks of it that matched are still
-        returned; the rest are fetched anew).
-        """
+        buffers of at most ``buffer_bytes`` (or one block) each, kept by the caller
+        (:meth:`verified_runs` without ``reuse``)."""
         found: dict[int, memoryview] = {}
+        for run, data in self.verified_runs(key, blocks, file_blocks, buffer_bytes):
+            base = run[0].offset
+            for block in run:
+                found[block.number] = data[block.offset - base:block.end - base]
+        return found
+
+    def verified_runs(self, key: str, blocks: Sequence[Block], file_blocks: Sequence[Block],
+                      buffer_bytes: int, *, reuse: bool = False
+                      ) -> Iterator[tuple[list[Block], memoryview]]:
+        """Those of ``blocks`` (of the file pinned by ``key``, whose blocks are
+        ``file_blocks``) that the cache holds, as runs of adjacent verified blocks in file
+        order, each with its bytes: at most ``buffer_bytes`` (or one block) at a time.
+
+        Each run of wanted blocks one pack holds is read with one ``preadv`` straight into a
+        buffer and every block of it is hashed there, against the manifest's digest, before
+        it is yielded: a pack is never trusted for having been checked before, nor mapped
+        (its file could change after the check). With ``reuse``, every run is read into one
+        window, so a run's bytes are valid only until the next run is asked for (a pass
+        touches a window's memory instead of new memory as large as the file); without it,
+        each run has a buffer of its own. A pack of the wrong size, or holding a block that
+        does not match, is deleted once the runs are read (the blocks of it that matched are
+        still yielded; the caller fetches the rest anew).
+        """
         if not self.max_bytes or not blocks:
-            return found
+            return
         wanted = sorted(blocks, key=lambda block: block.number)
         holders = self._holders(key, file_blocks)
         if any(block.number not in holders for block in wanted):
@@ -149,6 +175,7 @@ class BlockCache:
         folder = self.pack_folder(key)
         opened: dict[str, int | None] = {}
         damaged: set[str] = set()
+        window: memoryview | None = None
         try:
             for pack, run in _runs_by_pack(wanted, holders, buffer_bytes):
                 handle = opened.get(pack.name, -1)
@@ -158,21 +185,24 @@ class BlockCache:
                 if handle is None:
                     damaged.add(pack.name)
                     continue
-                # np.empty: its pages are first touched by the read (a bytearray zeroes them)
-                size = sum(block.length for block in run)
-                buffer = memoryview(np.empty(size, dtype=np.uint8).data)
+                size = run[-1].end - run[0].offset
+                if not reuse:  # np.empty: its pages are first touched by the read
+                    buffer = memoryview(np.empty(size, dtype=np.uint8).data)
+                else:
+                    if window is None or len(window) < size:
+                        window = memoryview(np.empty(max(size, buffer_bytes), np.uint8).data)
+                    buffer = window[:size]
                 offset = run[0].offset - file_blocks[pack.first].offset
                 if not _read_exactly(handle, buffer, offset):
                     damaged.add(pack.name)
                     continue
-                position = 0
-                for block in run:
-                    view = buffer[position:position + block.length]
-                    position += block.length
-                    if matches(block, view):
-                        found[block.number] = view
-                    else:
-                        damaged.add(pack.name)
+                verdicts = run_matches(run, buffer)
+                if not all(verdicts):
+                    damaged.add(pack.name)
+                for matched in adjacent_runs(
+                        block for block, good in zip(run, verdicts, strict=True) if good):
+                    yield matched, buffer[matched[0].offset - run[0].offset:
+                                          matched[-1].end - run[0].offset]
         finally:
             for name, handle in opened.items():
                 if handle is None:
@@ -181,12 +211,11 @@ class BlockCache:
                     with contextlib.suppress(OSError):
                         os.utime(handle)  # recently used: evicted last
                 os.close(handle)
-        for name in damaged:  # deleted once closed (an open file cannot be deleted everywhere)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(folder / name)
-        if damaged:
-            self._packs.pop(key, None)
-        return found
+            for name in damaged:  # deleted once closed (an open file cannot be deleted everywhere)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(folder / name)
+            if damaged:
+                self._packs.pop(key, None)
 
     def put_run(self, key: str, run: Sequence[Block], data: bytes | memoryview) -> None:
         """Keep ``data``, which the caller has verified to be the bytes of ``run`` (adjacent

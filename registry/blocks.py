@@ -10,12 +10,13 @@ block are verified as one block, by their whole digest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import blake3
+import numpy as np
 
 from marl_minari.format.digests import BLAKE3, new_hash
 
@@ -108,3 +109,84 @@ def adjacent_runs(blocks: Iterable[Block], max_bytes: int | None = None,
         else:
             runs.append([block])
     return runs
+
+
+def covering_blocks(ranges: Sequence[tuple[int, int]] | np.ndarray, block_size: int) -> list[int]:
+    """The numbers, in order and once each, of the blocks of ``block_size`` bytes that the
+    non-empty ``(offset, length)`` ranges touch (sorted without :func:`numpy.unique`, whose
+    first call imports :mod:`numpy.ma`)."""
+    asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    asked = asked[asked[:, 1] > 0]
+    first = asked[:, 0] // block_size
+    last = (asked[:, 0] + asked[:, 1] - 1) // block_size
+    wide = np.flatnonzero(last - first > 1)  # ranges over three blocks or more: rare
+    numbers = np.sort(np.concatenate(
+        [first, last, *(np.arange(first[i], last[i] + 1) for i in wide.tolist())]))
+    return numbers[np.concatenate([numbers[:1] == numbers[:1], numbers[1:] != numbers[:-1]])
+                   ].tolist()
+
+
+
+def run_matches(run: Sequence[Block], data: bytes | memoryview) -> list[bool]:
+    """Whether each block of ``run`` (adjacent blocks) matches its bytes in ``data`` (the
+    run's bytes, from its first block's offset on): its length and its digest. Range digests
+    (BLAKE3) are hashed one block after the other in a loop that does nothing else, and the
+    digests compared as one list."""
+    base = run[0].offset
+    if len(data) == run[-1].end - base and all(block.algorithm == BLAKE3 for block in run):
+        view = memoryview(data)
+        found = [blake3.blake3(view[block.offset - base:block.end - base]).hexdigest()
+                 for block in run]
+        if found == [block.digest for block in run]:
+            return [True] * len(run)
+        return [digest == block.digest for digest, block in zip(found, run, strict=True)]
+    return [len(data) >= block.end - base and _matches_one(
+        block, memoryview(data)[block.offset - base:block.end - base]) for block in run]
+
+
+def _matches_one(block: Block, data: bytes | memoryview) -> bool:
+    digest = new_hash(block.algorithm)
+    digest.update(data)
+    return len(data) == block.length and digest.hexdigest() == block.digest
+
+
+def joined_windows(pieces: Iterable[tuple[int, memoryview]]) -> Iterator[tuple[int, memoryview]]:
+    """``(file offset, bytes)`` pieces in file order, with those that follow each other in
+    the file and in one buffer (the blocks of one fetched or cached run) joined into one
+    window: a pass over blocks kept in memory is a few windows, not one per block."""
+    owner: object = None
+    base = first = start = end = 0
+    for offset, view in pieces:
+        address = np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else -1
+        if view.obj is owner and owner is not None and offset == first + end - start \
+                and address == base + end:
+            end += len(view)
+            continue
+        if owner is not None:
+            yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
+        owner = view.obj if _flat_bytes(view.obj) else None
+        if owner is None:
+            yield offset, view
+            continue
+        base = np.frombuffer(owner, dtype=np.uint8).ctypes.data  # type: ignore[call-overload]
+        first, start, end = offset, address - base, address - base + len(view)
+    if owner is not None:
+        yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
+
+
+def _flat_bytes(owner: object) -> bool:
+    """Whether every view of ``owner`` is a slice of its bytes read as one flat buffer."""
+    return isinstance(owner, (bytes, bytearray)) or (
+        isinstance(owner, np.ndarray) and owner.flags.c_contiguous and owner.dtype == np.uint8)
+
+
+def merged_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The non-empty ``(offset, length)`` ranges sorted, with those that overlap or touch
+    merged: the same bytes, each once."""
+    merged: list[list[int]] = []
+    for offset, length in sorted(r for r in ranges if r[1] > 0):
+        if merged and offset <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], offset + length)
+        else:
+            merged.append([offset, offset + length])
+    return [(start, end - start) for start, end in merged]

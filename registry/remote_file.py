@@ -24,9 +24,8 @@ import tempfile
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,13 +36,22 @@ from marl_minari.errors import CorruptedDataError, MarlMinariError
 from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
-from .block_cache import BlockCache, default_cache_bytes, default_cache_dir, matches
-from .blocks import MIN_BLOCK_SIZE, Block, adjacent_runs, block_digests
+from .blocks import (
+    MIN_BLOCK_SIZE,
+    Block,
+    adjacent_runs,
+    block_digests,
+    covering_blocks,
+    joined_windows,
+    merged_ranges,
+    run_matches,
+)
 from .deadline import Deadline
 from .kinds import open_backend
 from .manifest import FileEntry, Manifest
 from .published import read_manifest
 from .settings import RemoteSettings
+from .stream_settings import StreamSettings, TransferCounts
 
 logger = logging.getLogger("marl_minari.registry")
 
@@ -52,52 +60,6 @@ _DIGEST_LABELS: Final = {"sha256": "SHA-256", "blake3": "BLAKE3"}
 
 class StreamingWarning(UserWarning):
     """A remote file had to be downloaded whole before it could be read by ranges."""
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    """How a :class:`RemoteFile` fetches and keeps blocks.
-
-    Attributes:
-        cache_dir: folder of the block cache (default ``$MARL_MINARI_CACHE``, else
-            ``~/.cache/marl-minari/blocks``).
-        cache_bytes: its byte budget (default ``$MARL_MINARI_CACHE_BYTES``, else 4 GiB;
-            ``0``: no disk cache).
-        parallel_requests: requests in flight at once for one read.
-        max_request_bytes: adjacent blocks are fetched together up to this many bytes.
-        memory_bytes: recently used blocks kept in memory (HDF5 reads its metadata in many
-            small pieces, mostly from a few blocks).
-        remote: timeouts and rates of every request (:class:`RemoteSettings`); each
-            ``read_ranges`` call is one operation with one deadline.
-    """
-
-    cache_dir: Path | None = None
-    cache_bytes: int | None = None
-    parallel_requests: int = 8
-    max_request_bytes: int = 4 << 20
-    memory_bytes: int = 64 << 20
-    remote: RemoteSettings | None = None
-
-    def cache(self) -> BlockCache:
-        """The block cache these settings name."""
-        return BlockCache(self.cache_dir or default_cache_dir(),
-                          default_cache_bytes() if self.cache_bytes is None
-                          else self.cache_bytes)
-
-
-@dataclass
-class TransferCounts:
-    """What a :class:`RemoteFile` has fetched from its remote (not from caches)."""
-
-    requests: int = 0
-    bytes: int = 0
-    whole_downloads: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, count: int) -> None:
-        with self._lock:
-            self.requests += 1
-            self.bytes += count
 
 
 class RemoteFile:
@@ -205,26 +167,12 @@ class RemoteFile:
         self._failures.last = None
 
     def _read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-        for offset, length in ranges:
-            if offset < 0 or length < 0 or offset + length > self.size:
-                raise CorruptedDataError(
-                    f"{self.name}: range {offset}+{length} reaches past the file's {self.size} "
-                    "bytes (the manifest's size): the data file's own structure points outside "
-                    "it; the published dataset is damaged")
-        if self._whole_fd is None and self._needs_whole_file():
-            self._download_whole(None)
-        if self._whole_fd is not None:
+        if self._whole_copy_needed(ranges):
+            assert self._whole_fd is not None
             return [memoryview(os.pread(self._whole_fd, length, offset))
                     for offset, length in ranges]
         block_size = self.entry.block_size or max(1, self.size)
-        asked = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-        asked = asked[asked[:, 1] > 0]
-        first = asked[:, 0] // block_size
-        last = (asked[:, 0] + asked[:, 1] - 1) // block_size
-        wide = np.flatnonzero(last - first > 1)  # ranges over three blocks or more: rare
-        numbers = np.unique(np.concatenate(
-            [first, last, *(np.arange(first[i], last[i] + 1) for i in wide.tolist())]))
-        found = self._blocks_bytes(numbers.tolist())
+        found = self._blocks_bytes(covering_blocks(ranges, block_size))
         views = {number: memoryview(data) for number, data in found.items()}
         out: list[memoryview] = []
         for offset, length in ranges:  # the common case, one block, costs one slice
@@ -236,13 +184,64 @@ class RemoteFile:
                 out.append(self._assemble(found, offset, length))
         return out
 
+    def read_windows(self, ranges: Sequence[tuple[int, int]]
+                     ) -> Iterator[tuple[int, memoryview]]:
+        """The verified bytes of the blocks covering every ``(offset, length)`` range, each
+        block once, as ``(file offset, bytes)`` windows: the blocks kept in memory, then the
+        disk cache's, read and hashed a run at a time into one reused window (a window's
+        bytes are valid only until the next is asked for), then those fetched.
+
+        Raises:
+            CorruptedDataError, RemoteError: as :meth:`read_ranges`.
+        """
+        if self._whole_copy_needed(ranges):
+            spans = merged_ranges(ranges)  # windows never overlap, though ranges may
+            yield from zip((offset for offset, _ in spans), self.read_ranges(spans), strict=True)
+            return
+        absent: list[int] = []
+        remembered: list[tuple[int, memoryview]] = []
+        for number in covering_blocks(ranges, self.entry.block_size or max(1, self.size)):
+            data = self._remembered(number)
+            if data is None:
+                absent.append(number)
+            else:
+                remembered.append((self._blocks[number].offset, memoryview(data)))
+        yield from joined_windows(remembered)
+        done: set[int] = set()
+        for run, data in self._cache.verified_runs(
+                self.pinned_digest, [self._blocks[n] for n in absent], self._blocks,
+                self.settings.max_request_bytes, reuse=True):
+            done.update(block.number for block in run)
+            yield run[0].offset, data
+        missing = [number for number in absent if number not in done]
+        if missing:
+            fetched = self._fetch(missing)
+            yield from joined_windows((self._blocks[number].offset, memoryview(fetched[number]))
+                                      for number in sorted(fetched))
+
+    def _whole_copy_needed(self, ranges: Sequence[tuple[int, int]]) -> bool:
+        """Refuse ranges outside the file; ``True`` when they are read from the verified
+        whole-file copy (made now where the manifest has no range digests)."""
+        for offset, length in ranges:
+            if offset < 0 or length < 0 or offset + length > self.size:
+                raise CorruptedDataError(
+                    f"{self.name}: range {offset}+{length} reaches past the file's {self.size} "
+                    "bytes (the manifest's size): the data file's own structure points outside "
+                    "it; the published dataset is damaged")
+        if self._whole_fd is None and self._needs_whole_file():
+            self._download_whole(None)
+        return self._whole_fd is not None
+
     def prefetch(self, numbers: Sequence[int]) -> None:
         """Fetch (and verify and cache) the blocks ``numbers`` now, together: the blocks a
-        reader is known to need next (the manifest's ``open_blocks``)."""
+        reader is known to need next (the manifest's ``open_blocks``). Blocks the disk cache
+        holds are left for the read, which checks them in the memory it copies from."""
         if self.entry.block_size is None or self._whole_fd is not None:
             return
-        with contextlib.suppress(RangesIgnored):
-            self._blocks_bytes(sorted(set(numbers)))
+        absent = [self._blocks[n] for n in sorted(set(numbers)) if self._remembered(n) is None]
+        held = self._cache.holds(self.pinned_digest, absent, self._blocks)
+        with contextlib.suppress(RangesIgnored):  # cached blocks are read (and checked) later
+            self._blocks_bytes([block.number for block in absent if block.number not in held])
 
     @property
     def block_size(self) -> int | None:
@@ -379,9 +378,9 @@ class RemoteFile:
         view = memoryview(data)
         found: dict[int, bytes | memoryview] = {}
         bad: Block | None = None
-        for block in run:
+        for block, good in zip(run, run_matches(run, view[:end - start]), strict=True):
             piece = view[block.offset - start:block.end - start]
-            if not matches(block, piece):
+            if not good:
                 bad = bad or block
                 continue
             found[block.number] = piece  # a view of the run's buffer: no copy

@@ -33,7 +33,11 @@ class ByteRanges(Protocol):
     the episode reader then asks for a read's leaves, that many bytes at a time, before it
     compares their entries (``registry.remote_file.RemoteFile``); and ``block_size``, the
     fixed blocks it verifies in: the reader then cuts its requests where a piece starts in
-    another block, so that most ranges come back as views of one block.
+    another block, so that most ranges come back as views of one block; and
+    ``read_windows(ranges)``, the verified bytes covering them as ``(file offset, bytes)``
+    windows that do not overlap, each valid until the next is asked for: the range reader
+    then copies each window's pieces out before asking for the next
+    (:func:`~marl_minari.storage.range_reader.scatter_windows`).
     """
 
     name: str

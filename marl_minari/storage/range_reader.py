@@ -23,7 +23,7 @@ import ctypes
 import errno
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -293,14 +293,20 @@ def _read_pieces(plan: RangePlan, first: int, last: int, fd: int, name: str) -> 
 
 
 def read_plan_from_source(plan: RangePlan, source: ByteRanges) -> None:
-    """Read the blocks of ``plan`` with one ``source.read_ranges`` call and copy every piece
-    out of its block into its destination (:func:`scatter_pieces`).
+    """Read the blocks of ``plan`` from ``source`` and copy every piece out of them into its
+    destination: window by window where the supplier offers ``read_windows``
+    (:func:`scatter_windows`), else with one ``source.read_ranges`` call
+    (:func:`scatter_pieces`).
 
     Raises:
         CorruptedDataError: the supplier's (a block past the end, or not verified).
     """
     blocks = plan.blocks
     if not blocks:
+        return
+    read_windows = getattr(source, "read_windows", None)
+    if read_windows is not None:
+        scatter_windows(plan, read_windows(blocks))
         return
     data: Sequence[memoryview] = source.read_ranges(blocks)
     for (offset, length), block in zip(blocks, data, strict=True):
@@ -317,14 +323,49 @@ _GROUP_MAX_BYTES: Final = 1 << 20
 """Bytes one numpy assignment moves at most: its temporary stays in the CPU's caches."""
 
 
+def scatter_windows(plan: RangePlan, windows: Iterable[tuple[int, memoryview]]) -> None:
+    """Copy every piece of ``plan`` out of ``windows``: ``(file offset, bytes)`` of the file,
+    in any order, not overlapping, each used before the next is asked for (a supplier may
+    read them all into one reused memory). A piece split between two windows is copied in
+    two parts.
+
+    Raises:
+        RuntimeError: the windows left a piece's byte uncovered (a bug of the supplier: the
+            destinations would hold stale memory).
+    """
+    starts = plan.starts
+    ends = starts + plan.lengths
+    reach = np.maximum.accumulate(ends)  # pieces before the first reaching a window end there
+    copied = 0
+    for offset, window in windows:
+        data = np.frombuffer(window, dtype=np.uint8)
+        end = offset + len(data)
+        chosen = np.arange(int(np.searchsorted(reach, offset, side="right")),
+                           int(np.searchsorted(starts, end, side="left")))
+        chosen = chosen[ends[chosen] > offset]
+        inside = (starts[chosen] >= offset) & (ends[chosen] <= end)
+        whole = chosen[inside]
+        _copy_pieces(plan, data, whole, starts[whole] - offset)
+        copied += int(plan.lengths[whole].sum())
+        base = data.ctypes.data
+        for start, stop, target in zip(starts[chosen[~inside]].tolist(),
+                                       ends[chosen[~inside]].tolist(),
+                                       plan.targets[chosen[~inside]].tolist(), strict=True):
+            low, high = max(start, offset), min(stop, end)
+            ctypes.memmove(target + low - start, base + low - offset, high - low)
+            copied += high - low
+    if copied != int(plan.lengths.sum()):
+        raise RuntimeError(f"the supplier's windows covered {copied} of the "
+                           f"{int(plan.lengths.sum())} bytes of the read's pieces")
+
+
 def scatter_pieces(plan: RangePlan, data: Sequence[memoryview]) -> None:
     """Copy every piece of ``plan`` out of its block's bytes (``data[b]`` holds the file's
     bytes of block ``b``) into its destination.
 
     The blocks a supplier returns are mostly views of a few buffers (the run of blocks one
-    request or one cache read filled): pieces of one length going from one buffer into one
-    destination array are copied together, by fancy indexing of two windows of items that
-    long over the buffer's and the array's bytes; the rest one ``memmove`` each.
+    request or one cache read filled): the pieces of each buffer are copied together
+    (:func:`_copy_pieces`).
     """
     count = len(plan.starts)
     if not count:
@@ -347,29 +388,48 @@ def scatter_pieces(plan: RangePlan, data: Sequence[memoryview]) -> None:
     of_piece = np.repeat(np.arange(len(data)), np.diff(plan.block_bounds))
     sources = block_buffer[of_piece]
     positions = (block_position - plan.starts[first_piece])[of_piece] + plan.starts
-    order = np.lexsort((positions, plan.lengths, plan.destinations, sources))
-    groups = np.stack([sources, plan.destinations, plan.lengths])[:, order]
+    if len(arrays) == 1:
+        _copy_pieces(plan, arrays[0], np.arange(count), positions)
+        return
+    order = np.argsort(sources, kind="stable")
+    bounds = np.searchsorted(sources[order], np.arange(len(arrays) + 1)).tolist()
+    for which, array in enumerate(arrays):
+        chosen = order[bounds[which]:bounds[which + 1]]
+        _copy_pieces(plan, array, chosen, positions[chosen])
+
+
+def _copy_pieces(plan: RangePlan, source: np.ndarray, chosen: np.ndarray,
+                 positions: np.ndarray) -> None:
+    """Copy the pieces ``chosen`` of ``plan`` from bytes ``positions`` on of ``source`` (a
+    flat uint8 array): pieces of one length going into one destination array together, by
+    fancy indexing of two windows of items that long over the source's and the array's
+    bytes; the rest one ``memmove`` each."""
+    if not len(chosen):
+        return
+    destinations = plan.destinations[chosen]
+    lengths = plan.lengths[chosen]
+    order = np.lexsort((positions, lengths, destinations))
+    groups = np.stack([destinations, lengths])[:, order]
     edges = np.flatnonzero((groups[:, 1:] != groups[:, :-1]).any(axis=0)) + 1
-    bounds = np.concatenate([[0], edges, [count]]).tolist()
+    bounds = np.concatenate([[0], edges, [len(chosen)]]).tolist()
     single: list[np.ndarray] = []
     for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
-        chosen = order[begin:end]
         if end - begin < _GROUP_MIN_PIECES:
-            single.append(chosen)
+            single.append(order[begin:end])
             continue
-        source, destination, length = groups[:, begin].tolist()
-        rows_in = _rows(arrays[source], length)
+        destination, length = groups[:, begin].tolist()
+        rows_in = _rows(source, length)
         rows_out = _rows(plan.keep[destination].reshape(-1).view(np.uint8), length)
         step = max(1, _GROUP_MAX_BYTES // length)
-        for at in range(0, len(chosen), step):
-            part = chosen[at:at + step]
-            rows_out[plan.offsets[part]] = rows_in[positions[part]]
+        for at in range(begin, end, step):
+            part = order[at:min(at + step, end)]
+            rows_out[plan.offsets[chosen[part]]] = rows_in[positions[part]]
     if single:
         rest = np.concatenate(single)
-        addresses = np.asarray([array.ctypes.data for array in arrays], dtype=np.int64)
-        starts = addresses[sources[rest]] + positions[rest]
-        for start, size, target in zip(starts.tolist(), plan.lengths[rest].tolist(),
-                                       plan.targets[rest].tolist(), strict=True):
+        base = source.ctypes.data
+        for start, size, target in zip((positions[rest] + base).tolist(),
+                                       lengths[rest].tolist(),
+                                       plan.targets[chosen[rest]].tolist(), strict=True):
             ctypes.memmove(target, start, size)
 
 

@@ -195,6 +195,10 @@ def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
     again = open_remote_file(url, DATASET, settings=settings)
     assert bytes(again.read_ranges([(7, 3)])[0]) == data[7:10]
     assert again.counts.bytes == 0  # the verified whole file is in the cache
+    # a bulk read's windows from the copy: each byte once, though the ranges overlap
+    windows = [(offset, bytes(window)) for offset, window
+               in again.read_windows([(100, 50), (120, 50), (170, 5), (900, 10)])]
+    assert windows == [(100, data[100:175]), (900, data[900:910])]
 
 
 def test_a_dataset_published_before_range_digests_is_verified_whole_first(

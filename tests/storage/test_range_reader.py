@@ -248,3 +248,61 @@ def test_pieces_from_views_of_one_buffer_land_where_they_belong(
                                                         mixed_lengths.tolist(), strict=True))
     assert mixed[:len(expected)].tobytes() == expected
     assert not mixed[len(expected):].any()
+
+
+class WindowedRanges(LocalFileRanges):
+    """The local supplier offering ``read_windows``: the blocks asked for, cut into windows
+    of ``window`` bytes read one after the other into one reused buffer (pieces fall across
+    two windows); ``skip`` leaves one window out."""
+
+    def __init__(self, path: Path, window: int, skip: int | None = None) -> None:
+        super().__init__(path)
+        self.window, self.skip = window, skip
+
+    def read_windows(self, ranges: Any) -> Any:
+        reused = bytearray(self.window)
+        count = 0
+        union: list[list[int]] = []  # windows never overlap, though the ranges may
+        for offset, length in sorted(ranges):
+            if union and offset <= union[-1][1]:
+                union[-1][1] = max(union[-1][1], offset + length)
+            else:
+                union.append([offset, offset + length])
+        for offset, end in union:
+            for at in range(offset, end, self.window):
+                size = min(self.window, end - at)
+                reused[:size] = os.pread(self._fd, size, at)
+                count += 1
+                if count != self.skip:
+                    yield at, memoryview(reused)[:size]
+
+
+def test_pieces_read_window_by_window_land_where_they_belong(data_file: tuple) -> None:
+    """A supplier's windows each used before the next is read (one memory reused): pieces
+    inside one window and pieces split between two land where they belong."""
+    path, content = data_file
+    rng = np.random.default_rng(3)
+    rows = np.zeros((300, 3), dtype=np.float32)
+    row_starts = rng.permutation(np.arange(300) * 3000 + 17)
+    mixed = np.zeros(120_000, dtype=np.uint8)  # pieces up to 3 windows long
+    mixed_starts = rng.integers(0, SIZE - 3000, 40)
+    mixed_lengths = rng.integers(1, 3000, 40)
+    planner = RangePlanner(SIZE, "windowed.bin")
+    planner.add(rows, np.arange(300) * 12, row_starts, np.full(300, 12))
+    planner.add(mixed, np.concatenate([[0], np.cumsum(mixed_lengths)[:-1]]), mixed_starts,
+                mixed_lengths)
+    with WindowedRanges(path, 1000) as source:
+        read_plan_from_source(planner.plan(max_gap=1 << 17), source)
+    assert rows.tobytes() == b"".join(content[s:s + 12] for s in row_starts.tolist())
+    expected = b"".join(content[s:s + n] for s, n in zip(mixed_starts.tolist(),
+                                                        mixed_lengths.tolist(), strict=True))
+    assert mixed[:len(expected)].tobytes() == expected
+
+
+def test_windows_leaving_a_piece_uncovered_are_refused(data_file: tuple) -> None:
+    """A destination is never left holding stale memory because a window was missing."""
+    path, _ = data_file
+    planner, _ = _planned([(100, 5000), (200_000, 300)])
+    with WindowedRanges(path, 1000, skip=3) as source, \
+            pytest.raises(RuntimeError, match="covered 4300 of the 5300 bytes"):
+        read_plan_from_source(planner.plan(), source)

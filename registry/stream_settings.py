@@ -1,0 +1,56 @@
+"""How a :class:`~.remote_file.RemoteFile` fetches and keeps blocks, and what it fetched."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .block_cache import BlockCache, default_cache_bytes, default_cache_dir
+from .settings import RemoteSettings
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a :class:`RemoteFile` fetches and keeps blocks.
+
+    Attributes:
+        cache_dir: folder of the block cache (default ``$MARL_MINARI_CACHE``, else
+            ``~/.cache/marl-minari/blocks``).
+        cache_bytes: its byte budget (default ``$MARL_MINARI_CACHE_BYTES``, else 4 GiB;
+            ``0``: no disk cache).
+        parallel_requests: requests in flight at once for one read.
+        max_request_bytes: adjacent blocks are fetched together up to this many bytes.
+        memory_bytes: recently used blocks kept in memory (HDF5 reads its metadata in many
+            small pieces, mostly from a few blocks).
+        remote: timeouts and rates of every request (:class:`RemoteSettings`); each
+            ``read_ranges`` call is one operation with one deadline.
+    """
+
+    cache_dir: Path | None = None
+    cache_bytes: int | None = None
+    parallel_requests: int = 8
+    max_request_bytes: int = 4 << 20
+    memory_bytes: int = 64 << 20
+    remote: RemoteSettings | None = None
+
+    def cache(self) -> BlockCache:
+        """The block cache these settings name."""
+        return BlockCache(self.cache_dir or default_cache_dir(),
+                          default_cache_bytes() if self.cache_bytes is None
+                          else self.cache_bytes)
+
+
+@dataclass
+class TransferCounts:
+    """What a :class:`RemoteFile` has fetched from its remote (not from caches)."""
+
+    requests: int = 0
+    bytes: int = 0
+    whole_downloads: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            self.requests += 1
+            self.bytes += count
