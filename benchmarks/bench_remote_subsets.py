@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from bench_remote import (  # noqa: E402
     data_file_size,
     fresh_cache,
@@ -40,6 +41,7 @@ from bench_remote import (  # noqa: E402
     scratch_root,
     serve_counting,
 )
+from random_play import play_random_episodes  # noqa: E402  (tests/support)
 
 DATASET = "bench/choose-v0"
 PLAIN = "bench/plain-cartpole-v0"
@@ -50,13 +52,7 @@ def _record_plain(episodes: int) -> None:
     import minari
 
     env = minari.DataCollector(gym.make("CartPole-v1"))
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        env.action_space.seed(episode)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
+    play_random_episodes(env, episodes)
     env.create_dataset(PLAIN, algorithm_name="random")
     env.close()
 
