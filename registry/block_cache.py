@@ -34,7 +34,7 @@ from typing import Final
 import numpy as np
 
 from marl_minari.errors import RemoteError
-from marl_minari.format.digests import hash_file, new_hash
+from marl_minari.format.digests import hash_file
 
 from .blocks import Block, adjacent_runs, run_matches
 
@@ -126,9 +126,7 @@ class BlockCache:
         the pack folder's listing alone (their bytes are checked when read)."""
         if not self.max_bytes:
             return set()
-        holders = self._holders(key, file_blocks)
-        if any(block.number not in holders for block in blocks):
-            holders = self._holders(key, file_blocks, refresh=True)
+        holders = self._holders_of(key, blocks, file_blocks)
         return {block.number for block in blocks if block.number in holders}
 
     def pack_folder(self, key: str) -> Path:
@@ -169,9 +167,7 @@ class BlockCache:
         if not self.max_bytes or not blocks:
             return
         wanted = sorted(blocks, key=lambda block: block.number)
-        holders = self._holders(key, file_blocks)
-        if any(block.number not in holders for block in wanted):
-            holders = self._holders(key, file_blocks, refresh=True)
+        holders = self._holders_of(key, wanted, file_blocks)
         folder = self.pack_folder(key)
         opened: dict[str, int | None] = {}
         damaged: set[str] = set()
@@ -248,6 +244,16 @@ class BlockCache:
         pack per run of adjacent ones."""
         for run in adjacent_runs(verified):
             self.put_run(key, run, data[run[0].offset - start:run[-1].end - start])
+
+    def _holders_of(self, key: str, blocks: Sequence[Block], file_blocks: Sequence[Block]
+                    ) -> dict[int, Pack]:
+        """The packs holding the file's blocks (:meth:`_holders`), the pack folder listed
+        again when it is not known to hold every one of ``blocks`` (another process may have
+        kept them since)."""
+        holders = self._holders(key, file_blocks)
+        if any(block.number not in holders for block in blocks):
+            holders = self._holders(key, file_blocks, refresh=True)
+        return holders
 
     def _holders(self, key: str, file_blocks: Sequence[Block], *,
                  refresh: bool = False) -> dict[int, Pack]:
@@ -402,12 +408,3 @@ def _subfolders(folder: Path) -> list[str]:
         return [entry.path for entry in os.scandir(folder)
                 if entry.is_dir(follow_symlinks=False)]
     return []
-
-
-def matches(block: Block, data: bytes | memoryview) -> bool:
-    """True when ``data`` is ``block``'s bytes (its length and digest)."""
-    if len(data) != block.length:
-        return False
-    digest = new_hash(block.algorithm)
-    digest.update(data)
-    return digest.hexdigest() == block.digest

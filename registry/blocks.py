@@ -126,7 +126,6 @@ def covering_blocks(ranges: Sequence[tuple[int, int]] | np.ndarray, block_size: 
                    ].tolist()
 
 
-
 def run_matches(run: Sequence[Block], data: bytes | memoryview) -> list[bool]:
     """Whether each block of ``run`` (adjacent blocks) matches its bytes in ``data`` (the
     run's bytes, from its first block's offset on): its length and its digest. Range digests
