@@ -171,7 +171,7 @@ class RemoteFile:
             assert self._whole_fd is not None
             return [memoryview(os.pread(self._whole_fd, length, offset))
                     for offset, length in ranges]
-        block_size = self.entry.block_size or max(1, self.size)
+        block_size = self._block_bytes()
         found = self._blocks_bytes(covering_blocks(ranges, block_size))
         views = {number: memoryview(data) for number, data in found.items()}
         out: list[memoryview] = []
@@ -200,7 +200,7 @@ class RemoteFile:
             return
         absent: list[int] = []
         remembered: list[tuple[int, memoryview]] = []
-        for number in covering_blocks(ranges, self.entry.block_size or max(1, self.size)):
+        for number in covering_blocks(ranges, self._block_bytes()):
             data = self._remembered(number)
             if data is None:
                 absent.append(number)
@@ -218,6 +218,10 @@ class RemoteFile:
             fetched = self._fetch(missing)
             yield from joined_windows((self._blocks[number].offset, memoryview(fetched[number]))
                                       for number in sorted(fetched))
+
+    def _block_bytes(self) -> int:
+        """Bytes of the blocks ranges are cut in (a file without range digests is one)."""
+        return self.entry.block_size or max(1, self.size)
 
     def _whole_copy_needed(self, ranges: Sequence[tuple[int, int]]) -> bool:
         """Refuse ranges outside the file; ``True`` when they are read from the verified
