@@ -348,9 +348,9 @@ def scatter_windows(plan: RangePlan, windows: Iterable[tuple[int, memoryview]]) 
         _copy_pieces(plan, data, whole, starts[whole] - offset)
         copied += int(plan.lengths[whole].sum())
         base = data.ctypes.data
-        for start, stop, target in zip(starts[chosen[~inside]].tolist(),
-                                       ends[chosen[~inside]].tolist(),
-                                       plan.targets[chosen[~inside]].tolist(), strict=True):
+        split = chosen[~inside]
+        for start, stop, target in zip(starts[split].tolist(), ends[split].tolist(),
+                                       plan.targets[split].tolist(), strict=True):
             low, high = max(start, offset), min(stop, end)
             ctypes.memmove(target + low - start, base + low - offset, high - low)
             copied += high - low
