@@ -24,7 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -37,7 +37,12 @@ from marl_minari.format import comparison_record
 from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.digests import remembered_digests, stat_key
 from marl_minari.format.entry_checks import EntryCheck, compare_entries
-from marl_minari.format.offset_index import OffsetIndex, file_state
+from marl_minari.format.offset_index import (
+    OffsetIndex,
+    file_state,
+    mismatches,
+    sampled_episodes,
+)
 
 _BINDINGS: dict[tuple[Any, ...], _Binding] = {}
 _BINDINGS_KEPT: Final = 64
@@ -119,9 +124,39 @@ def whole_file_trusted(index: OffsetIndex, file: h5py.File, *,
         return binding.whole_file
 
 
+def sample_agrees(index: OffsetIndex, file: h5py.File, *,
+                  published: PublishedBytes | None = None, local: bool | None = None) -> bool:
+    """The last of the checks that let a reader use ``index`` at all (``docs/format.md``):
+    the entries of the sampled episodes (:func:`~.offset_index.sampled_episodes`) agree with
+    HDF5. Answered without reading the file where it is already known for these bytes: the
+    whole file is trusted (:func:`whole_file_trusted`), or every sampled entry was compared
+    before and agreed (remembered as :func:`trusted_leaves` remembers, for a published file
+    on disk too); otherwise compared now (:func:`~.offset_index.mismatches`).
+
+    Args:
+        published, local: as for :func:`trusted_leaves`.
+    """
+    if local is None:
+        local = file.driver != "fileobj"
+    if whole_file_trusted(index, file, local=local):
+        return True
+    episodes = sampled_episodes(len(index.steps))
+    binding = _binding(file, index, published, local=local)
+    with binding.lock:
+        agreed: dict[str, np.ndarray] = {}
+        for (path, _), state in binding.checked.items():
+            known = agreed.setdefault(path, np.zeros(len(episodes), dtype=bool))
+            known |= state[episodes] == 1
+        if all(path in agreed and bool(agreed[path][offsets[episodes] >= 0].all())
+               for path, offsets in index.offsets.items()):
+            return True
+    return not mismatches(index, file, episodes)
+
+
 def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEntries], *,
                    published: PublishedBytes | None = None,
-                   local: bool | None = None) -> list[np.ndarray]:
+                   local: bool | None = None,
+                   before_comparing: Callable[[], object] | None = None) -> list[np.ndarray]:
     """For each leaf, ``(len(episode_ids),)`` bool: which of its entries may be read from the
     file's bytes as ``rows[i]`` rows of ``dtype`` and ``row_shape``.
 
@@ -135,6 +170,8 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             read through a verifying byte supplier; ``None`` otherwise.
         local: ``file`` is a local file, when the caller knows (see
             :func:`whole_file_trusted`).
+        before_comparing: called once before any entry is compared with HDF5, not at all
+            when every answer is known (a remote supplier prefetches the blocks HDF5 reads).
     """
     if local is None:
         local = file.driver != "fileobj"
@@ -169,6 +206,8 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
                 checks.append(EntryCheck(episode_id, encoded, offset, expected_type,
                                          (count, *leaf.row_shape)))
                 targets.append((state, position, ids))
+        if checks and before_comparing is not None:
+            before_comparing()
         order = sorted(range(len(checks)), key=lambda n: checks[n].episode_id)
         results = compare_entries(file, [checks[n] for n in order])
         for n, agreed in zip(order, results, strict=True):

@@ -150,7 +150,9 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
     offset is ``-1`` or inside the file; the file holds the digest of exactly this index
     (:func:`seal`, so the index was not edited); with ``sample``, the first, middle and last
     episodes' offsets equal HDF5's storage offsets (``sample=False`` reads nothing of the
-    file beyond its root attributes: for episode lengths alone, read from a remote file).
+    file beyond its root attributes: for episode lengths alone, read from a remote file, or
+    for a reader that answers the sample from what it remembers,
+    :func:`~marl_minari.format.index_trust.sample_agrees`).
     None of this grows with the number of episodes beyond reading the index itself, and
     nothing here reads the whole file: an entry is bound to the file by
     :func:`~marl_minari.format.index_trust.trusted_leaves`
@@ -170,10 +172,15 @@ def load(data_path: Path, file: h5py.File, total_episodes: int,
             or not _offsets_plausible(index, size)
             or file.attrs.get(SEAL_ATTRIBUTE) != index.content):
         return None
-    probed = sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
-    if sample and mismatches(index, file, probed):
+    if sample and mismatches(index, file, sampled_episodes(total_episodes)):
         return None
     return index
+
+
+def sampled_episodes(total_episodes: int) -> list[int]:
+    """The episodes whose entries :func:`load`'s sample compares with HDF5: the first, the
+    middle and the last."""
+    return sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
 
 
 def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,10 +117,15 @@ class EpisodeReader:
         if cache.key != key:
             try:
                 with hdf5_errors(self._path):
-                    cache.index = offset_index.load(
+                    index = offset_index.load(
                         data_path, self._file, int(metadata["total_episodes"]),
-                        int(metadata["total_steps"]),
+                        int(metadata["total_steps"]), sample=False,
                         file_size=None if byte_source is None else byte_source.size)
+                    if index is not None and not index_trust.sample_agrees(
+                            index, self._file, published=self._published,
+                            local=byte_source is None):
+                        index = None
+                    cache.index = index
             except BaseException:
                 self._file.close()
                 raise
@@ -326,8 +332,9 @@ class EpisodeReader:
         whatever supplies the bytes. A remote supplier verifies every byte against the
         published manifest, but the index is published beside the file by the same hand: its
         entries are compared with HDF5's own offsets like a copy's. A supplier that can
-        prefetch (a remote file) is asked for the episodes' leaves first, a memory budget at
-        a time, so that the comparisons' metadata reads find their blocks already fetched."""
+        prefetch (a remote file) is asked for the episodes' leaves before any of their entries
+        is compared (not when every answer is remembered), a memory budget at a time, so that
+        the comparisons' metadata reads find their blocks already fetched."""
         if not entries.found.any():
             return
         assert self._index is not None
@@ -337,26 +344,29 @@ class EpisodeReader:
         usable = list(entries.found)  # views: written through
         candidates = [(row, leaves[n], entries.starts[row], entries.stored[row])
                       for row, n in enumerate(entries.positions) if usable[row].any()]
-        for chunk in self._prefetched_chunks(candidates, usable, len(indices)):
+        for chunk, prefetch in self._comparison_chunks(candidates, usable, len(indices)):
             asked = [(row, LeafEntries(leaf.path, indices[chunk][usable[row][chunk]],
                                        leaf.dtype, leaf.row_shape,
                                        stored[chunk][usable[row][chunk]]))
                      for row, leaf, _, stored in candidates if usable[row][chunk].any()]
             answers = index_trust.trusted_leaves(self._index, self._file,
                                                  [leaf_entries for _, leaf_entries in asked],
-                                                 published=self._published, local=local)
+                                                 published=self._published, local=local,
+                                                 before_comparing=prefetch)
             for (row, _), agreed in zip(asked, answers, strict=True):
                 part = usable[row][chunk]  # a view: written through
                 part[part] = agreed
 
-    def _prefetched_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
-                           usable: list[np.ndarray], count: int) -> Iterator[slice]:
-        """Slices of the read's episodes, each prefetched (when the supplier can) before it
-        is yielded; one slice of them all when it cannot."""
+    def _comparison_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                           usable: list[np.ndarray], count: int
+                           ) -> Iterator[tuple[slice, Callable[[], None] | None]]:
+        """Slices of the read's episodes, a prefetch budget each, with what fetches the
+        slice's leaves together should any of its entries be compared with HDF5 (none where
+        the supplier cannot prefetch: one slice of them all)."""
         prefetch = getattr(self._source, "prefetch_ranges", None)
         budget = int(getattr(self._source, "prefetch_budget", 0))
         if prefetch is None or budget <= 0:
-            yield slice(0, count)
+            yield slice(0, count), None
             return
         sizes = np.zeros(count, dtype=np.int64)
         for position, leaf, _, stored in candidates:
@@ -367,12 +377,7 @@ class EpisodeReader:
             last = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + budget,
                                                       side="right")))
             chunk = slice(first, last)
-            prefetch(np.concatenate([
-                np.stack([starts[chunk][usable[position][chunk]],
-                          stored[chunk][usable[position][chunk]] * leaf.row_bytes],
-                         axis=1)
-                for position, leaf, starts, stored in candidates]))
-            yield chunk
+            yield chunk, partial(_prefetch_leaves, prefetch, candidates, usable, chunk)
             first = last
 
     def _place_leaves(self, leaves: list[Leaf], indices: np.ndarray, lengths: np.ndarray,
@@ -506,3 +511,11 @@ def _is_nested(space: Any) -> bool:
     return isinstance(space, (spaces.Dict, spaces.Tuple))
 
 
+def _prefetch_leaves(prefetch: Callable[[np.ndarray], None],
+                     candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                     usable: list[np.ndarray], chunk: slice) -> None:
+    """Ask ``prefetch`` for the byte ranges of the usable entries of ``chunk``'s episodes."""
+    prefetch(np.concatenate([
+        np.stack([starts[chunk][usable[position][chunk]],
+                  stored[chunk][usable[position][chunk]] * leaf.row_bytes], axis=1)
+        for position, leaf, starts, stored in candidates]))

@@ -18,11 +18,11 @@ import pytest
 from forged_index import episode_leaves, swap_episodes_and_forge_index
 from index_checks import count_entry_checks
 from marl_minari.registry.blocks import block_digests
-from marl_minari.registry.remote_file import StreamingWarning
+from marl_minari.registry.remote_file import RemoteFile, StreamingWarning
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError
-from marl_minari.format import comparison_record, layout, offset_index
+from marl_minari.format import comparison_record, index_trust, layout, offset_index
 from marl_minari.sources.streaming import StreamingSource
 from marl_minari.storage.arrays import MultiAgentArrays
 
@@ -77,6 +77,31 @@ def test_each_entry_is_compared_once_for_the_published_bytes(
     assert record.parent.name == source.manifest_digest[:32]
     assert json.loads(record.read_text())["body"]["bytes"] == \
         source.remote_file.pinned_digest
+
+
+def test_a_pass_that_remembers_every_entry_reads_no_object_header(
+        streamable: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pass prefetches the blocks HDF5 reads to compare its entries and compares
+    the sampled episodes; a process that remembers every entry does neither: its sample is
+    answered from the record and nothing is fetched ahead of the read."""
+    url = f"file://{registry_dir}/{DATASET}"
+    prefetched: list[int] = []
+    sampled: list[list[int]] = []
+    real_prefetch, real_mismatches = RemoteFile.prefetch_ranges, index_trust.mismatches
+    monkeypatch.setattr(RemoteFile, "prefetch_ranges", lambda remote, ranges: (
+        prefetched.append(len(ranges)), real_prefetch(remote, ranges))[1])
+    monkeypatch.setattr(index_trust, "mismatches", lambda index, file, ids: (
+        sampled.append(list(ids)), real_mismatches(index, file, ids))[1])
+    expected = mm.load_dataset(DATASET).to_arrays()
+    source = _stream(url)
+    _assert_same(source.read(source.episode_indices), expected)
+    assert prefetched and len(sampled) == 1
+    prefetched.clear()
+    sampled.clear()
+    count_entry_checks(monkeypatch, forget=True)  # as a new process: the record
+    again = _stream(url)
+    _assert_same(again.read(again.episode_indices), expected)
+    assert prefetched == [] and sampled == []
 
 
 _CHILD = """

@@ -23,6 +23,7 @@ from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.digests import remember_digests
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.writer import append_to_dataset, write_dataset
 
 AGENTS = ["p", "q"]
@@ -52,23 +53,31 @@ def _bytes_read() -> int:
 
 def _all_trusted(dataset: Any, episode_ids: list[int]) -> bool:
     """Whether every indexed entry of ``episode_ids`` passes the reader's trust check."""
+    trusted = _trusted_paths(dataset, episode_ids)
+    return trusted is not None and all(trusted.values())
+
+
+def _trusted_paths(dataset: Any, episode_ids: list[int], *,
+                   sample: bool = True) -> dict[str, bool] | None:
+    """For each indexed path, whether its entries of ``episode_ids`` pass the reader's trust
+    check (every one of them compared); ``None`` when the index is not loaded at all."""
     meta = dataset.metadata
     with h5py.File(dataset.data_path / layout.MAIN_FILE_NAME, "r") as file:
         index = offset_index.load(dataset.data_path, file, int(meta["total_episodes"]),
-                                  int(meta["total_steps"]))
+                                  int(meta["total_steps"]), sample=sample)
         if index is None:
-            return False
+            return None
         ids = np.asarray(episode_ids)
+        trusted = {}
         for path, offsets in index.offsets.items():
             having = ids[offsets[ids] >= 0]
             if not having.size:
                 continue
             probe = h5py.h5d.open(file.id, f"episode_{int(having[0])}/{path}".encode())
             rows = index.steps[having] + (probe.shape[0] - index.steps[having[0]])
-            if not index_trust.trusted(index, file, path, having, probe.dtype,
-                                       probe.shape[1:], rows).all():
-                return False
-    return True
+            trusted[path] = bool(index_trust.trusted(index, file, path, having, probe.dtype,
+                                                     probe.shape[1:], rows).all())
+    return trusted
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
@@ -338,3 +347,68 @@ def test_an_entry_compared_for_one_row_count_is_not_taken_as_compared_for_anothe
         right = index_trust.trusted(index, file, path, ids, np.float32, (3,),
                                     index.steps[ids] + 1)
     assert not wrong.any() and right.all()
+
+
+def _reader_sample(data_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bool, int]:
+    """``(whether a new reader of data_path uses its index, how many times the sampled
+    episodes were compared with HDF5 to decide)``."""
+    compared: list[list[int]] = []
+    real = index_trust.mismatches
+
+    def counting(index: Any, file: Any, episode_ids: Any) -> list[str]:
+        compared.append(list(episode_ids))
+        return real(index, file, episode_ids)
+
+    monkeypatch.setattr(index_trust, "mismatches", counting)
+    dataset = mm.load_dataset(_dataset_id(data_path))
+    with EpisodeReader(data_path, dataset.spec, dataset.metadata) as reader:
+        used = reader.indexed
+    monkeypatch.setattr(index_trust, "mismatches", real)
+    return used, len(compared)
+
+
+def _dataset_id(data_path: Path) -> str:
+    root = Path(os.environ["MINARI_DATASETS_PATH"]).resolve()
+    return str(data_path.resolve().parent.relative_to(root))
+
+
+def test_the_sample_is_answered_from_what_was_compared_and_agreed_else_compared(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader uses an index only once the sampled episodes' entries agree with HDF5
+    (``docs/format.md``): compared now, unless this process compared every one of them for
+    the same file state and each agreed, or the writer's own file is trusted whole."""
+    write_dataset("trust/sample-v0", _episodes(SMALL, [3, 4, 5, 6, 7]), _spec(SMALL))
+    original = mm.load_dataset("trust/sample-v0").data_path
+    shutil.copytree(dataset_dir("trust/sample-v0"), dataset_dir("trust/sample-copy-v0"))
+    copy = mm.load_dataset("trust/sample-copy-v0")
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    assert _reader_sample(original, monkeypatch) == (True, 0)  # the writer's file: whole
+    assert _reader_sample(copy.data_path, monkeypatch) == (True, 1)
+    copy.to_arrays([1])  # entries of episode 1 only: the sampled 0, 2 and 4 are not known
+    assert _reader_sample(copy.data_path, monkeypatch) == (True, 1)
+    with EpisodeReader(copy.data_path, copy.spec, copy.metadata) as reader:
+        reader.read(np.arange(5), observations=False)  # every episode, no observation leaf
+    assert _reader_sample(copy.data_path, monkeypatch) == (True, 1)
+    copy.to_arrays()  # every entry compared, each agreed
+    assert _reader_sample(copy.data_path, monkeypatch) == (True, 0)
+
+    swap_episodes_and_forge_index(copy.data_path, 0, 1)  # episode 0 sampled, now wrong
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    assert _reader_sample(copy.data_path, monkeypatch) == (False, 1)
+
+
+def test_a_sampled_entry_remembered_as_disagreeing_is_compared_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an earlier comparison found wrong never answers the sample as agreeing."""
+    write_dataset("trust/sample-swap-v0", _episodes(SMALL, [4] * 5), _spec(SMALL))
+    dataset = mm.load_dataset("trust/sample-swap-v0")
+    main = dataset.data_path / layout.MAIN_FILE_NAME
+    with h5py.File(main, "r+") as file:  # episodes 0 and 1 swap rewards behind the index
+        file.move(f"episode_0/{REWARDS}", "episode_0/kept")
+        file.move(f"episode_1/{REWARDS}", f"episode_0/{REWARDS}")
+        file.move("episode_0/kept", f"episode_1/{REWARDS}")
+    _set_index_file_size(dataset.data_path, main.stat().st_size)
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    trusted = _trusted_paths(mm.load_dataset("trust/sample-swap-v0"), [0, 2, 4], sample=False)
+    assert trusted is not None and [p for p, agreed in trusted.items() if not agreed] == [REWARDS]
+    assert _reader_sample(dataset.data_path, monkeypatch) == (False, 1)
