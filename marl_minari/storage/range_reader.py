@@ -408,24 +408,29 @@ def _copy_pieces(plan: RangePlan, source: np.ndarray, chosen: np.ndarray,
     bytes; the rest one ``memmove`` each."""
     if not len(chosen):
         return
-    destinations = plan.destinations[chosen]
     lengths = plan.lengths[chosen]
-    order = np.lexsort((positions, lengths, destinations))
-    groups = np.stack([destinations, lengths])[:, order]
-    edges = np.flatnonzero((groups[:, 1:] != groups[:, :-1]).any(axis=0)) + 1
+    # one number per (destination, length): a stable sort by it keeps each group's pieces in
+    # the order given (the file's, where the caller's positions grow)
+    groups = plan.destinations[chosen] * (int(plan.lengths.max()) + 1) + lengths
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    edges = np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1
     bounds = np.concatenate([[0], edges, [len(chosen)]]).tolist()
+    offsets = plan.offsets[chosen]
     single: list[np.ndarray] = []
     for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
         if end - begin < _GROUP_MIN_PIECES:
             single.append(order[begin:end])
             continue
-        destination, length = groups[:, begin].tolist()
+        first = int(chosen[order[begin]])
+        length = int(plan.lengths[first])
         rows_in = _rows(source, length)
-        rows_out = _rows(plan.keep[destination].reshape(-1).view(np.uint8), length)
+        rows_out = _rows(plan.keep[int(plan.destinations[first])].reshape(-1).view(np.uint8),
+                         length)
         step = max(1, _GROUP_MAX_BYTES // length)
         for at in range(begin, end, step):
             part = order[at:min(at + step, end)]
-            rows_out[plan.offsets[chosen[part]]] = rows_in[positions[part]]
+            rows_out[offsets[part]] = rows_in[positions[part]]
     if single:
         rest = np.concatenate(single)
         base = source.ctypes.data
