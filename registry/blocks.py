@@ -10,10 +10,7 @@ block are verified as one block, by their whole digest.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -22,6 +19,7 @@ import blake3
 import numpy as np
 
 from marl_minari.format.digests import BLAKE3, new_hash
+from marl_minari.storage.helper_thread import helper_thread
 
 MIN_BLOCK_SIZE: Final = 64 << 10
 """Smallest block (and the largest file published without block digests)."""
@@ -142,7 +140,7 @@ def run_matches(run: Sequence[Block], data: bytes | memoryview) -> list[bool]:
     if len(data) == run[-1].end - base and all(block.algorithm == BLAKE3 for block in run):
         view = memoryview(data)
         spans = [(block.offset - base, block.end - base) for block in run]
-        helper = _hashing_helper() if len(run) >= SHARED_HASHING_BLOCKS else None
+        helper = helper_thread() if len(run) >= SHARED_HASHING_BLOCKS else None
         if helper is None:
             found = _blake3_hexdigests(view, spans)
         else:  # BLAKE3 lets go of the GIL: the two halves are hashed at once
@@ -161,33 +159,6 @@ def _blake3_hexdigests(view: memoryview, spans: Sequence[tuple[int, int]]) -> li
     """BLAKE3 of ``view[start:end]`` for every ``(start, end)`` of ``spans``, in a loop that
     does nothing else."""
     return [blake3.blake3(view[start:end]).hexdigest() for start, end in spans]
-
-
-def _hashing_helper() -> ThreadPoolExecutor | None:
-    """The one thread that hashes half of a long run's blocks beside the caller; ``None``
-    where this process may run on one CPU only."""
-    global _HELPER
-    if _HELPER is None:
-        with _HELPER_LOCK:
-            if _HELPER is None:
-                usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                          else os.cpu_count() or 1)
-                _HELPER = (ThreadPoolExecutor(1, thread_name_prefix="marl-minari-blake3")
-                           if usable > 1 else False)
-    return _HELPER if isinstance(_HELPER, ThreadPoolExecutor) else None
-
-
-def _forget_helper() -> None:
-    """In a forked child: the parent's thread is not there, so a new one is made on use."""
-    global _HELPER, _HELPER_LOCK
-    _HELPER, _HELPER_LOCK = None, threading.Lock()
-
-
-_HELPER: ThreadPoolExecutor | bool | None = None
-"""``None`` until decided; ``False`` on one CPU."""
-_HELPER_LOCK = threading.Lock()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_helper)
 
 
 def _matches_one(block: Block, data: bytes | memoryview) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,13 @@ from marl_minari.storage.datafile import (
     hdf5_errors,
     open_data_file,
 )
-from marl_minari.storage.index_entries import IndexEntries, index_entries, plan_entries
+from marl_minari.storage.index_entries import (
+    IndexEntries,
+    comparison_chunks,
+    index_entries,
+    plan_entries,
+)
+from marl_minari.storage.prefault import populate_soon
 from marl_minari.storage.range_reader import (
     REMOTE_MAX_GAP,
     RangePlanner,
@@ -134,6 +140,7 @@ class EpisodeReader:
         self._index = cache.index
         self._visited = cache.leaves
         self._scratch: ReadScratch | None = None
+        self._populating: Future[None] | None = None
         self._known_spec_leaves: list[Leaf] | None = None
 
     def __enter__(self) -> EpisodeReader:
@@ -171,6 +178,9 @@ class EpisodeReader:
             leaves, direct = rows_into(scratch, leaves, steps)
             by_path = self._place_leaves(leaves, indices, lengths, planner, direct)
             self._read_planned(planner, name)
+        if self._populating is not None:
+            self._populating.result()
+            self._populating = None
         if scratch is not None:
             scratch.advance(steps, frozenset(leaves[n].path for n in direct))
         return self._assemble(by_path, indices, lengths, observations)
@@ -344,7 +354,8 @@ class EpisodeReader:
         usable = list(entries.found)  # views: written through
         candidates = [(row, leaves[n], entries.starts[row], entries.stored[row])
                       for row, n in enumerate(entries.positions) if usable[row].any()]
-        for chunk, prefetch in self._comparison_chunks(candidates, usable, len(indices)):
+        for chunk, prefetch in comparison_chunks(self._source, candidates, usable,
+                                                 len(indices)):
             asked = [(row, LeafEntries(leaf.path, indices[chunk][usable[row][chunk]],
                                        leaf.dtype, leaf.row_shape,
                                        stored[chunk][usable[row][chunk]]))
@@ -357,29 +368,6 @@ class EpisodeReader:
                 part = usable[row][chunk]  # a view: written through
                 part[part] = agreed
 
-    def _comparison_chunks(self, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
-                           usable: list[np.ndarray], count: int
-                           ) -> Iterator[tuple[slice, Callable[[], None] | None]]:
-        """Slices of the read's episodes, a prefetch budget each, with what fetches the
-        slice's leaves together should any of its entries be compared with HDF5 (none where
-        the supplier cannot prefetch: one slice of them all)."""
-        prefetch = getattr(self._source, "prefetch_ranges", None)
-        budget = int(getattr(self._source, "prefetch_budget", 0))
-        if prefetch is None or budget <= 0:
-            yield slice(0, count), None
-            return
-        sizes = np.zeros(count, dtype=np.int64)
-        for position, leaf, _, stored in candidates:
-            sizes += np.where(usable[position], stored * leaf.row_bytes, 0)
-        ends = np.cumsum(sizes)
-        first = 0
-        while first < count:
-            last = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + budget,
-                                                      side="right")))
-            chunk = slice(first, last)
-            yield chunk, partial(_prefetch_leaves, prefetch, candidates, usable, chunk)
-            first = last
-
     def _place_leaves(self, leaves: list[Leaf], indices: np.ndarray, lengths: np.ndarray,
                       planner: RangePlanner, direct: dict[int, np.ndarray] | None = None
                       ) -> dict[str, np.ndarray]:
@@ -389,6 +377,8 @@ class EpisodeReader:
         direct = direct or {}
         outs = [direct[n] if n in direct else self._output(leaf, lengths)
                 for n, leaf in enumerate(leaves)]
+        if self._source is not None:  # copied into from a supplier's memory: mapped meanwhile
+            self._populating = populate_soon(outs)
         entries = index_entries(self._index, [
             leaf if self._indexed(leaf) is not None else None for leaf in leaves],
             indices, lengths, self._size)
@@ -509,13 +499,3 @@ def _open_ranges(source: ByteRanges) -> h5py.File:
 
 def _is_nested(space: Any) -> bool:
     return isinstance(space, (spaces.Dict, spaces.Tuple))
-
-
-def _prefetch_leaves(prefetch: Callable[[np.ndarray], None],
-                     candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
-                     usable: list[np.ndarray], chunk: slice) -> None:
-    """Ask ``prefetch`` for the byte ranges of the usable entries of ``chunk``'s episodes."""
-    prefetch(np.concatenate([
-        np.stack([starts[chunk][usable[position][chunk]],
-                  stored[chunk][usable[position][chunk]] * leaf.row_bytes], axis=1)
-        for position, leaf, starts, stored in candidates]))

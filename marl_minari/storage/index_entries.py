@@ -1,5 +1,6 @@
 """The offset-index entries of one read, every leaf at once: where each episode's dataset
-lies, which entries may be read as bytes, and the pieces they become in a
+lies, which entries may be read as bytes (compared with HDF5 a slice of episodes at a time:
+:func:`comparison_chunks`), and the pieces they become in a
 :class:`~marl_minari.storage.range_reader.RangePlanner`.
 
 A read of a chunk of episodes handles its leaves (15 for a three-agent recording) together,
@@ -9,8 +10,9 @@ are a fixed cost of every chunk, comparable to a small chunk's bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -86,3 +88,44 @@ def plan_entries(planner: RangePlanner, entries: IndexEntries, leaves: Sequence[
                      pieces(owners), pieces(firsts * entries.row_bytes[:, None]),
                      pieces(entries.starts + skip[:, None]),
                      pieces(entries.kept * entries.row_bytes[:, None]))
+
+
+def comparison_chunks(supplier: object, candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                      usable: list[np.ndarray], count: int
+                      ) -> Iterator[tuple[slice, Callable[[], None] | None]]:
+    """Slices of a read's ``count`` episodes whose entries are compared with HDF5 together,
+    each with what fetches the slice's leaves at once should any of them be compared: a
+    ``supplier`` that can prefetch (a remote file's ``prefetch_ranges``) is asked for a
+    memory budget (its ``prefetch_budget``) at a time; one slice of them all, and nothing
+    to fetch, for any other.
+
+    Args:
+        candidates: ``(row of the entries, leaf, its offsets, its stored rows)`` per leaf.
+        usable: per row of the entries, which of the episodes' entries may be read.
+    """
+    prefetch = getattr(supplier, "prefetch_ranges", None)
+    budget = int(getattr(supplier, "prefetch_budget", 0))
+    if prefetch is None or budget <= 0:
+        yield slice(0, count), None
+        return
+    sizes = np.zeros(count, dtype=np.int64)
+    for position, leaf, _, stored in candidates:
+        sizes += np.where(usable[position], stored * leaf.row_bytes, 0)
+    ends = np.cumsum(sizes)
+    first = 0
+    while first < count:
+        last = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + budget,
+                                                  side="right")))
+        chunk = slice(first, last)
+        yield chunk, partial(_prefetch_leaves, prefetch, candidates, usable, chunk)
+        first = last
+
+
+def _prefetch_leaves(prefetch: Callable[[np.ndarray], None],
+                     candidates: list[tuple[int, Leaf, np.ndarray, np.ndarray]],
+                     usable: list[np.ndarray], chunk: slice) -> None:
+    """Ask ``prefetch`` for the byte ranges of the usable entries of ``chunk``'s episodes."""
+    prefetch(np.concatenate([
+        np.stack([starts[chunk][usable[position][chunk]],
+                  stored[chunk][usable[position][chunk]] * leaf.row_bytes], axis=1)
+        for position, leaf, starts, stored in candidates]))

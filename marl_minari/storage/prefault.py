@@ -1,4 +1,5 @@
-"""Destination memory mapped before a bulk copy writes it.
+"""Destination memory mapped before a bulk copy writes it (on the helper thread, while the
+reader plans the copy).
 
 New arrays of a few megabytes are fresh anonymous memory: each 4 KiB page costs a page fault
 at its first write, and a pass that copies a file's bytes into new arrays spends about as long
@@ -12,9 +13,12 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import Any, Final
 
 import numpy as np
+
+from marl_minari.storage.helper_thread import helper_thread
 
 MADV_POPULATE_WRITE: Final = 23
 """Linux 5.14 and later; older kernels refuse it (``EINVAL``) and the pages fault as before."""
@@ -51,3 +55,14 @@ def populate_writable(arrays: Iterable[np.ndarray]) -> None:
         last = (address + array.nbytes) // PAGE * PAGE
         if last > first:
             madvise(first, last - first, MADV_POPULATE_WRITE)  # refused: faulted as before
+
+
+def populate_soon(arrays: list[np.ndarray]) -> Future[None] | None:
+    """:func:`populate_writable` of ``arrays`` on the helper thread
+    (:mod:`~marl_minari.storage.helper_thread`), begun now; ``None`` where there is none
+    (then done now)."""
+    helper = helper_thread()
+    if helper is None:
+        populate_writable(arrays)
+        return None
+    return helper.submit(populate_writable, arrays)

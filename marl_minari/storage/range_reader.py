@@ -31,7 +31,6 @@ import numpy as np
 
 from marl_minari.errors import CorruptedDataError
 from marl_minari.storage.byte_ranges import ByteRanges
-from marl_minari.storage.prefault import populate_writable
 
 LOCAL_MAX_GAP: Final = 128 * 1024
 """Bytes between two pieces of a local file read (into scratch) rather than skipped: a
@@ -305,7 +304,6 @@ def read_plan_from_source(plan: RangePlan, source: ByteRanges) -> None:
     blocks = plan.blocks
     if not blocks:
         return
-    populate_writable(plan.keep)  # copied into below: faulted in page by page otherwise
     read_windows = getattr(source, "read_windows", None)
     if read_windows is not None:
         scatter_windows(plan, read_windows(blocks))

@@ -12,6 +12,7 @@ from marl_minari.registry import blocks
 from marl_minari.registry.blocks import Block, run_matches
 
 from marl_minari.format.digests import BLAKE3
+from marl_minari.storage.helper_thread import helper_thread
 
 SIZE = 4096
 
@@ -29,7 +30,7 @@ def long_run() -> tuple[list[Block], bytes]:
     return _run(data), data
 
 
-@pytest.mark.skipif(blocks._hashing_helper() is None, reason="one CPU: hashed on one thread")
+@pytest.mark.skipif(helper_thread() is None, reason="one CPU: hashed on one thread")
 def test_each_verdict_of_a_run_hashed_on_two_threads_is_its_own_blocks(
         long_run: tuple[list[Block], bytes]) -> None:
     run, data = long_run
