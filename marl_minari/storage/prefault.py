@@ -23,6 +23,9 @@ from marl_minari.storage.helper_thread import helper_thread
 MADV_POPULATE_WRITE: Final = 23
 """Linux 5.14 and later; older kernels refuse it (``EINVAL``) and the pages fault as before."""
 PAGE: Final = 4096
+CALL_BYTES: Final = 256 << 10
+"""Bytes mapped per call: the process's memory map is held locked during a call, and the
+reading thread waits for it whenever it allocates (``mmap``, ``brk``)."""
 
 _MADVISE: Any = None
 
@@ -53,8 +56,8 @@ def populate_writable(arrays: Iterable[np.ndarray]) -> None:
         address = array.ctypes.data
         first = -(-address // PAGE) * PAGE
         last = (address + array.nbytes) // PAGE * PAGE
-        if last > first:
-            madvise(first, last - first, MADV_POPULATE_WRITE)  # refused: faulted as before
+        for start in range(first, last, CALL_BYTES):
+            madvise(start, min(CALL_BYTES, last - start), MADV_POPULATE_WRITE)  # or faulted
 
 
 def populate_soon(arrays: list[np.ndarray]) -> Future[None] | None:
