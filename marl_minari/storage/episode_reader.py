@@ -178,9 +178,6 @@ class EpisodeReader:
             leaves, direct = rows_into(scratch, leaves, steps)
             by_path = self._place_leaves(leaves, indices, lengths, planner, direct)
             self._read_planned(planner, name)
-        if self._populating is not None:
-            self._populating.result()
-            self._populating = None
         if scratch is not None:
             scratch.advance(steps, frozenset(leaves[n].path for n in direct))
         return self._assemble(by_path, indices, lengths, observations)
@@ -228,6 +225,9 @@ class EpisodeReader:
         else:
             aligned = int(getattr(self._source, "block_size", None) or 0)
             read_plan_from_source(planner.plan(remote_gap, align=aligned), self._source)
+        if self._populating is not None:  # the helper's mapping of the arrays just filled
+            populating, self._populating = self._populating, None
+            populating.result()
 
     def _leaves(self, indices: np.ndarray) -> list[Leaf]:
         first = int(indices[0])
