@@ -19,6 +19,7 @@ import blake3
 import numpy as np
 
 from marl_minari.format.digests import BLAKE3, new_hash
+from marl_minari.storage.byte_ranges import holds_its_views
 from marl_minari.storage.helper_thread import helper_thread
 
 MIN_BLOCK_SIZE: Final = 64 << 10
@@ -181,7 +182,7 @@ def joined_windows(pieces: Iterable[tuple[int, memoryview]]) -> Iterator[tuple[i
             continue
         if owner is not None:
             yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
-        owner = view.obj if _flat_bytes(view.obj) else None
+        owner = view.obj if holds_its_views(view.obj) else None
         if owner is None:
             yield offset, view
             continue
@@ -189,12 +190,6 @@ def joined_windows(pieces: Iterable[tuple[int, memoryview]]) -> Iterator[tuple[i
         first, start, end = offset, address - base, address - base + len(view)
     if owner is not None:
         yield first, memoryview(owner).cast("B")[start:end]  # type: ignore[arg-type]
-
-
-def _flat_bytes(owner: object) -> bool:
-    """Whether every view of ``owner`` is a slice of its bytes read as one flat buffer."""
-    return isinstance(owner, (bytes, bytearray)) or (
-        isinstance(owner, np.ndarray) and owner.flags.c_contiguous and owner.dtype == np.uint8)
 
 
 def merged_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from marl_minari.errors import CorruptedDataError
 
 
@@ -145,3 +147,12 @@ class RangesFile(io.RawIOBase):
         if len(self._pages) > self._pages_kept:
             self._pages.popitem(last=False)
         return page
+
+
+def holds_its_views(owner: object) -> bool:
+    """True when ``owner``'s whole buffer, read as bytes, holds the bytes of every memoryview
+    of it: ``bytes``, ``bytearray``, a C-contiguous numpy array (a supplier's block
+    buffers). Views of such an owner can be located in it by address, joined and copied
+    from together; any other exporter's views are taken one at a time."""
+    return isinstance(owner, (bytes, bytearray)) or (
+        isinstance(owner, np.ndarray) and owner.flags.c_contiguous)

@@ -30,7 +30,7 @@ from typing import Any, Final
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError
-from marl_minari.storage.byte_ranges import ByteRanges
+from marl_minari.storage.byte_ranges import ByteRanges, holds_its_views
 
 LOCAL_MAX_GAP: Final = 128 * 1024
 """Bytes between two pieces of a local file read (into scratch) rather than skipped: a
@@ -377,7 +377,7 @@ def scatter_pieces(plan: RangePlan, data: Sequence[memoryview]) -> None:
     for number, view in enumerate(data):
         held = np.frombuffer(view, dtype=np.uint8)
         owner: Any = view.obj if isinstance(view, memoryview) else view
-        buffer_id = id(owner) if _holds_its_views(owner) else ~number  # else: its own
+        buffer_id = id(owner) if holds_its_views(owner) else ~number  # else: its own
         which = buffers.get(buffer_id)
         if which is None:
             which = buffers[buffer_id] = len(arrays)
@@ -436,14 +436,6 @@ def _copy_pieces(plan: RangePlan, source: np.ndarray, chosen: np.ndarray,
                                        lengths[rest].tolist(),
                                        plan.targets[chosen[rest]].tolist(), strict=True):
             ctypes.memmove(target, start, size)
-
-
-def _holds_its_views(owner: object) -> bool:
-    """True when ``owner``'s whole buffer, read as bytes, holds the bytes of every memoryview
-    of it: ``bytes``, ``bytearray``, a C-contiguous numpy array (a supplier's block
-    buffers); any other exporter's views are copied one block at a time."""
-    return isinstance(owner, (bytes, bytearray)) or (
-        isinstance(owner, np.ndarray) and owner.flags.c_contiguous)
 
 
 def _rows(flat: np.ndarray, length: int) -> np.ndarray:
