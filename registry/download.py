@@ -69,17 +69,24 @@ def _settle_offset_index(staged: Path, metadata: dict[str, Any], *,
     at once (they trust a whole file only on what a local writer remembered, never on the
     index's own header, which whoever published the dataset wrote). ``show_progress``: a
     progress bar of episodes (on a terminal, once comparing takes more than a second)."""
+    from marl_minari.errors import MarlMinariError
     from marl_minari.format import layout, offset_index
+    from marl_minari.storage.reader_state import metadata_read_as
 
     data = staged / "data"
     episodes, steps = metadata.get("total_episodes"), metadata.get("total_steps")
-    if not (isinstance(episodes, int) and isinstance(steps, int)):
+    try:
+        read_as = metadata_read_as(metadata, data)
+    except MarlMinariError:  # reported where the dataset is opened; no index meanwhile
+        read_as = None
+    if not (isinstance(episodes, int) and isinstance(steps, int)) or read_as is None:
         (data / layout.INDEX_FILE_NAME).unlink(missing_ok=True)
         return
     update, close = (episode_progress(episodes, "verifying the offset index")
                      if show_progress else (None, lambda: None))
     try:
-        verified = offset_index.verify_or_drop(data, episodes, steps, progress=update)
+        verified = offset_index.verify_or_drop(data, episodes, steps, read_as,
+                                               progress=update)
     finally:
         close()
     if verified:

@@ -1,4 +1,6 @@
-"""Comparing offset-index entries with HDF5, many at once, one episode group at a time.
+"""Comparing offset-index entries with HDF5, many at once, one episode group at a time: the
+entries a read uses (:func:`compare_entries`), and every entry of a file before it is trusted
+whole (:func:`layout_mismatches`).
 
 An entry may be read as bytes only after HDF5 itself says that ``episode_<e>/<path>`` is
 stored contiguously at the indexed offset with the leaf's type and shape (``docs/format.md``,
@@ -10,10 +12,11 @@ metadata through Python byte callbacks) is what most of a comparison costs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import h5py
+import numpy as np
 
 
 class EntryCheck(NamedTuple):
@@ -70,3 +73,121 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
     return (dataset.get_offset() == check.offset
             and dataset.get_type().equal(check.expected_type)
             and dataset.get_space().get_simple_extent_dims() == check.shape)
+
+
+class ReadAs(NamedTuple):
+    """How readers read every entry of one indexed path as bytes: ``steps + extra_rows`` rows
+    of ``row_shape``, of a type HDF5 calls equal to ``expected_type``."""
+
+    expected_type: h5py.h5t.TypeID
+    row_shape: tuple[int, ...]
+    extra_rows: int
+
+
+def read_as_stored(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, np.ndarray],
+                   named: Mapping[str, ReadAs | None]) -> tuple[dict[str, ReadAs | None],
+                                                               list[str]]:
+    """How readers read each indexed path, and lines naming the paths that cannot be told.
+
+    A path in ``named`` (the spec's leaves) is read as it says (``None``: never as bytes, a
+    JPEG or text leaf). Any other path is read as a reader finds it in the first episode of
+    its read: the type and row shape of that episode's dataset, one row more than the steps
+    (every other leaf of the layout holds a row per observation). For a whole file to be
+    read that way, whatever episode a read starts at, every entry of the path must be stored
+    as its first entry is: that is what this returns for it.
+    """
+    layouts: dict[str, ReadAs | None] = {}
+    wrong: list[str] = []
+    for path, found in offsets.items():
+        if path in named:
+            layouts[path] = named[path]
+            continue
+        having = np.flatnonzero(found >= 0)
+        if not having.size:
+            continue
+        first = int(having[0])
+        group = episode_group(file, first)
+        try:
+            dataset = None if group is None else h5py.h5d.open(group, path.encode())
+        except (KeyError, ValueError):
+            dataset = None
+        if dataset is None:
+            wrong.append(f"episode_{first}/{path}: not a dataset in the file")
+            continue
+        if h5py.check_string_dtype(dataset.dtype) is not None:  # text: only its own type
+            expected = dataset.get_type()
+        else:
+            try:
+                expected = h5py.h5t.py_create(dataset.dtype)
+            except (TypeError, ValueError):  # no numpy type for it: never read as bytes
+                wrong.append(f"episode_{first}/{path}: of a type numpy cannot hold")
+                continue
+        layouts[path] = ReadAs(expected, dataset.shape[1:], 1)
+    return layouts, wrong
+
+
+def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, np.ndarray],
+                      layouts: Mapping[str, ReadAs | None], episode_ids: Sequence[int]
+                      ) -> list[str]:
+    """Entries of ``episode_ids`` a reader could not read as bytes the way ``layouts`` says
+    (:func:`read_as_stored`), and episodes whose ``total_steps`` is not the index's, as
+    ``"episode_<e>/<path>: ..."`` lines; empty when every entry agrees (:func:`agrees`: the
+    indexed offset, the type and the shape).
+
+    This is what a whole file must pass before its index is trusted whole: a reader that
+    trusts it compares nothing, and reads every entry of a path the way ``layouts`` says.
+    """
+    found: list[str] = []
+    count = np.empty(1, dtype=np.int64)
+    paths = [(path, path.encode(), offsets[path], layout)
+             for path, layout in layouts.items() if layout is not None]
+    for episode_id in episode_ids:
+        group = episode_group(file, episode_id)
+        if group is None:
+            found.append(f"episode_{episode_id}: missing from the file")
+            continue
+        if read_count(group, count) is None or count[0] != steps[episode_id]:
+            found.append(f"episode_{episode_id}: total_steps differs from the index")
+        for path, encoded, path_offsets, layout in paths:
+            offset = int(path_offsets[episode_id])
+            if offset < 0:
+                continue
+            rows = int(steps[episode_id]) + layout.extra_rows
+            check = EntryCheck(episode_id, encoded, offset, layout.expected_type,
+                               (rows, *layout.row_shape))
+            if not agrees(group, check):
+                found.append(f"episode_{episode_id}/{path}: index says offset {offset} "
+                             f"holding {check.shape} of {_type_name(layout.expected_type)}; "
+                             f"{_stored(group, encoded)}")
+    return found
+
+
+def read_count(group: h5py.h5g.GroupID, into: np.ndarray) -> int | None:
+    """Read the group's scalar integer ``total_steps`` attribute into ``into``; ``None`` when
+    it is missing or not one integer."""
+    try:
+        attribute = h5py.h5a.open(group, b"total_steps")
+    except KeyError:
+        return None
+    if attribute.shape not in ((), (1,)) or attribute.dtype.kind not in "iu":
+        return None
+    attribute.read(into)
+    return int(into[0])
+
+
+def _type_name(type_id: h5py.h5t.TypeID) -> str:
+    try:
+        return str(type_id.dtype)
+    except (TypeError, ValueError):
+        return "its type"
+
+
+def _stored(group: h5py.h5g.GroupID, path: bytes) -> str:
+    """What the file holds at ``path`` under ``group``, for an error message."""
+    try:
+        dataset = h5py.h5d.open(group, path)
+    except (KeyError, ValueError):
+        return "the file has no dataset there"
+    offset = dataset.get_offset()
+    where = "not contiguous" if offset is None else f"at offset {offset}"
+    return f"the file holds {dataset.shape} of {_type_name(dataset.get_type())}, {where}"

@@ -23,7 +23,7 @@ import os
 import threading
 import uuid
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,7 +41,13 @@ from marl_minari.format.digests import (
     remembered_digests,
     stat_key,
 )
-from marl_minari.format.entry_checks import episode_group
+from marl_minari.format.entry_checks import (
+    ReadAs,
+    episode_group,
+    layout_mismatches,
+    read_as_stored,
+    read_count,
+)
 
 INDEX_VERSION: Final = 2
 """Version 1 indexes (bound to the file size only) are ignored: readers use HDF5 for them."""
@@ -183,18 +189,23 @@ def sampled_episodes(total_episodes: int) -> list[int]:
     return sorted({0, total_episodes // 2, total_episodes - 1} - {-1})
 
 
-def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
+def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int,
+                   read_as: Mapping[str, ReadAs | None], *,
                    progress: Callable[[int], None] | None = None) -> bool:
     """Check the index in ``data_path`` against its HDF5 file, deleting it where it is wrong.
 
     For a dataset arriving from elsewhere (a download) before it is installed: its installer
     may vouch for an index only once every entry agrees (see
-    :mod:`~marl_minari.format.index_trust`). The cheap checks of
-    :func:`load` run first (an index failing them is deleted); then every entry of every
-    episode is compared with HDF5, whatever their number (once here, so that no later reader
-    pays for it), and the index is deleted if any disagrees.
+    :mod:`~marl_minari.format.index_trust`) as readers that trust it whole would read it. The
+    cheap checks of :func:`load` run first (an index failing them is deleted); then every
+    entry of every episode is compared with HDF5, offset, type and shape
+    (:func:`~marl_minari.format.entry_checks.layout_mismatches`), whatever their number (once
+    here, so that no later reader pays for it), and the index is deleted if any disagrees.
 
     Args:
+        read_as: how readers read the spec's leaves (the dataset's own, from its metadata:
+            :func:`marl_minari.storage.reader_state.spec_read_as`); every other path is
+            read as its first entry is stored.
         progress: called with the number of episodes compared since its last call.
 
     Returns:
@@ -207,7 +218,7 @@ def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
         with h5py.File(Path(data_path) / layout.MAIN_FILE_NAME, "r") as file:
             index = load(Path(data_path), file, total_episodes, total_steps)
             wrong = (["fails the cheap checks"] if index is None
-                     else _compare_all(index, file, progress))
+                     else whole_file_mismatches(index, file, read_as, progress))
     except (OSError, ValueError, KeyError) as exc:
         wrong = [f"cannot be compared with the data file ({exc})"]
     if wrong:
@@ -217,14 +228,22 @@ def verify_or_drop(data_path: Path, total_episodes: int, total_steps: int, *,
     return True
 
 
-def _compare_all(index: OffsetIndex, file: h5py.File,
-                 progress: Callable[[int], None] | None) -> list[str]:
-    """:func:`mismatches` of every episode, in steps reported to ``progress``; stops at the
-    first step that finds any."""
+def whole_file_mismatches(index: OffsetIndex, file: h5py.File,
+                          read_as: Mapping[str, ReadAs | None],
+                          progress: Callable[[int], None] | None = None) -> list[str]:
+    """Every entry of every episode that a reader trusting the whole index would misread,
+    as lines (:func:`~marl_minari.format.entry_checks.layout_mismatches`: the offset, type and
+    shape of each, ``read_as`` giving the spec's leaves); empty when none. In steps of
+    episodes reported to ``progress``; stops at the first step that finds any.
+
+    The file may be vouched for (:func:`vouch`) only when this is empty."""
+    layouts, wrong = read_as_stored(file, index.steps, index.offsets, read_as)
+    if wrong:
+        return wrong
     total = len(index.steps)
     for start in range(0, total, VERIFY_STEP_EPISODES):
         stop = min(start + VERIFY_STEP_EPISODES, total)
-        wrong = mismatches(index, file, range(start, stop))
+        wrong = layout_mismatches(file, index.steps, index.offsets, layouts, range(start, stop))
         if wrong:
             return wrong
         if progress is not None:
@@ -235,8 +254,9 @@ def _compare_all(index: OffsetIndex, file: h5py.File,
 def vouch(data_path: Path, index: OffsetIndex | None = None,
           state: StatKey | None = None) -> bool:
     """Remember the data file of ``data_path`` as its local writer does (the digests
-    sidecar), after the caller compared every entry of its index with it and all agreed (a
-    download, the conformance check; the writer remembers what it wrote itself). Readers then
+    sidecar), after the caller compared every entry of its index with it as readers read them
+    and found no :func:`whole_file_mismatches` (a download, the conformance check; the writer
+    remembers what it wrote itself). Readers then
     trust the whole index at once (:mod:`~marl_minari.format.index_trust`) while the file
     stays in this state.
 
@@ -311,11 +331,13 @@ def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
 
 def mismatches(index: OffsetIndex, file: h5py.File,
                episode_ids: Any) -> list[str]:
-    """Index entries of ``episode_ids`` that disagree with the HDF5 file (one low-level open
-    per dataset), as ``"episode_<e>/<path>: ..."`` lines; empty when all agree.
+    """Index entries of ``episode_ids`` whose offset is not HDF5's (one low-level open per
+    dataset), and episodes whose ``total_steps`` is not the index's, as
+    ``"episode_<e>/<path>: ..."`` lines; empty when all agree.
 
-    Low-level calls only, each episode's group opened once and its datasets opened from it:
-    this runs over every entry of a dataset (a download, the conformance check).
+    Offsets alone: what :func:`load`'s sample compares before an index is used at all. A
+    whole file is trusted only after :func:`verify_or_drop`, which also compares each
+    entry's type and shape.
     """
     found = []
     paths = [(path, path.encode(), offsets) for path, offsets in index.offsets.items()]
@@ -325,7 +347,7 @@ def mismatches(index: OffsetIndex, file: h5py.File,
         if group is None:
             found.append(f"episode_{episode_id}: missing from the file")
             continue
-        if (_read_count(group, total_steps) is None
+        if (read_count(group, total_steps) is None
                 or total_steps[0] != index.steps[episode_id]):
             found.append(f"episode_{episode_id}: total_steps differs from the index")
         for path, encoded, offsets in paths:
@@ -337,19 +359,6 @@ def mismatches(index: OffsetIndex, file: h5py.File,
                 found.append(f"episode_{episode_id}/{path}: index says offset {expected}, "
                              f"the file {actual}")
     return found
-
-
-def _read_count(group: h5py.h5g.GroupID, into: np.ndarray) -> int | None:
-    """Read the group's scalar integer ``total_steps`` attribute into ``into``; ``None`` when
-    it is missing or not one integer."""
-    try:
-        attribute = h5py.h5a.open(group, b"total_steps")
-    except KeyError:
-        return None
-    if attribute.shape not in ((), (1,)) or attribute.dtype.kind not in "iu":
-        return None
-    attribute.read(into)
-    return int(into[0])
 
 
 def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:

@@ -22,11 +22,13 @@ from gymnasium import spaces
 
 from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format import layout, offset_index
+from marl_minari.format.entry_checks import ReadAs
 from marl_minari.format.jpeg import image_leaf_paths, jpeg_paths
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.datafile import cross_check, hdf5_errors, open_data_file
+from marl_minari.storage.reader_state import spec_read_as
 from marl_minari.storage.self_contained import check_file
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
@@ -99,7 +101,8 @@ def check_data_folder(data_path: Path) -> CheckReport:
             raise CorruptedDataError(
                 f"{data_path}: the episodes hold {int(steps.sum())} steps, metadata.json's "
                 f"total_steps says {total_steps}")
-        index = _check_index(data_path, file) if spec is not None else None
+        index = (_check_index(data_path, file, spec_read_as(spec, jpeg))
+                 if spec is not None else None)
     # Every episode and every index entry agreed with the file in this state: remember it,
     # as its writer would have, so that readers of a copy need not compare entries again.
     remembered = index is not None and offset_index.vouch(data_path, index, state)
@@ -242,9 +245,11 @@ class _Expect:
                 f"{leaf_shape(space)}")
 
 
-def _check_index(data_path: Path, file: h5py.File) -> offset_index.OffsetIndex | None:
-    """The offset index, if it is current and every entry agrees with the file; ``None`` if
-    there is none or readers ignore it (edited, or the file was written since)."""
+def _check_index(data_path: Path, file: h5py.File, read_as: dict[str, ReadAs | None]
+                 ) -> offset_index.OffsetIndex | None:
+    """The offset index, if it is current and every entry agrees with the file as readers
+    read it (``read_as``: the spec's leaves); ``None`` if there is none or readers ignore it
+    (edited, or the file was written since)."""
     index = offset_index.read(data_path)
     if index is None:
         return None
@@ -255,7 +260,7 @@ def _check_index(data_path: Path, file: h5py.File) -> offset_index.OffsetIndex |
         # The file was written since it was indexed: readers compare each entry with HDF5
         # before using it, so a stale entry misleads no one.
         return None
-    problems = offset_index.mismatches(index, file, range(len(index.steps)))
+    problems = offset_index.whole_file_mismatches(index, file, read_as)
     if problems:
         raise CorruptedDataError(
             f"{data_path / layout.INDEX_FILE_NAME} disagrees with the HDF5 file: "

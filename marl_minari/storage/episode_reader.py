@@ -30,13 +30,7 @@ from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
-from marl_minari.format.spaces import (
-    build_tree,
-    leaf_dtype,
-    leaf_shape,
-    leaf_spaces,
-    nest,
-)
+from marl_minari.format.spaces import build_tree, leaf_shape, nest
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
@@ -66,6 +60,7 @@ from marl_minari.storage.reader_state import (
     ReadScratch,
     files_key,
     rows_into,
+    spec_leaves,
 )
 from marl_minari.storage.self_contained import check_dataset, check_links
 
@@ -279,23 +274,9 @@ class EpisodeReader:
         return found
 
     def _spec_leaves(self) -> list[Leaf]:
-        """The leaves the spec names (observations, actions, the team's columns): found
-        once per reader, not once per chunk."""
+        """The leaves the spec names: found once per reader, not once per chunk."""
         if self._known_spec_leaves is None:
-            spec = self._spec
-            found: list[Leaf] = []
-            for field_name, by_agent, per_obs in (
-                    ("observations", spec.observation_spaces, True),
-                    ("actions", spec.action_spaces, False)):
-                for agent in spec.possible_agents:
-                    for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
-                        found.append(Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
-                                          jpeg=path in self._jpeg,
-                                          text=leaf_dtype(space).kind == "O"))
-            for name in ("rewards", "terminations", "truncations"):
-                found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool),
-                                  (), False))
-            self._known_spec_leaves = found
+            self._known_spec_leaves = spec_leaves(self._spec, self._jpeg)
         return self._known_spec_leaves
 
     def _late_info_agents(self, indices: np.ndarray, seen: set[str]) -> dict[str, int]:

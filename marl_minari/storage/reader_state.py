@@ -9,10 +9,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import h5py
 import numpy as np
 
 from marl_minari.format import layout, offset_index
 from marl_minari.format.digests import stat_key
+from marl_minari.format.entry_checks import ReadAs
+from marl_minari.format.jpeg import jpeg_paths
+from marl_minari.format.metadata import metadata_space
+from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
+from marl_minari.format.spec import MultiAgentSpec
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,47 @@ class Leaf:
     def kept_rows(self, lengths: np.ndarray) -> np.ndarray:
         """Rows of every episode in the output array."""
         return lengths if self.drop is not None or not self.per_obs else lengths + 1
+
+
+def spec_leaves(spec: MultiAgentSpec, jpeg: frozenset[str]) -> list[Leaf]:
+    """The leaves the spec names, as every read lays them out: each agent's observation and
+    action leaves, and the team's rewards and end flags. ``jpeg``: the leaves stored as JPEG
+    frames (:func:`~marl_minari.format.jpeg.jpeg_paths`)."""
+    found: list[Leaf] = []
+    for field_name, by_agent, per_obs in (("observations", spec.observation_spaces, True),
+                                          ("actions", spec.action_spaces, False)):
+        for agent in spec.possible_agents:
+            for path, space in leaf_spaces(by_agent[agent], f"{field_name}/{agent}"):
+                found.append(Leaf(path, leaf_dtype(space), leaf_shape(space), per_obs,
+                                  jpeg=path in jpeg, text=leaf_dtype(space).kind == "O"))
+    for name in ("rewards", "terminations", "truncations"):
+        found.append(Leaf(name, np.dtype(np.float64 if name == "rewards" else bool), (), False))
+    return found
+
+
+def spec_read_as(spec: MultiAgentSpec, jpeg: frozenset[str]) -> dict[str, ReadAs | None]:
+    """How readers read the spec's leaves as bytes, by path (``None``: never, a JPEG or text
+    leaf): what a whole file must agree with before its index is trusted whole
+    (:func:`~marl_minari.format.offset_index.verify_or_drop`)."""
+    return {leaf.path: None if leaf.jpeg or leaf.text else ReadAs(
+        h5py.h5t.py_create(leaf.dtype), leaf.row_shape, int(leaf.per_obs))
+        for leaf in spec_leaves(spec, jpeg)}
+
+
+def metadata_read_as(metadata: dict[str, Any], data_path: Path) -> dict[str, ReadAs | None]:
+    """:func:`spec_read_as` of the dataset ``metadata`` describes (its ``data/`` folder is
+    ``data_path``); empty for a plain Minari dataset, which readers never read through an
+    index.
+
+    Raises:
+        CorruptedDataError, LayoutError: its spaces or agents cannot be read.
+    """
+    if layout.METADATA_KEY not in metadata:
+        return {}
+    spec = MultiAgentSpec.from_metadata(
+        metadata, metadata_space(metadata, "observation_space", data_path),
+        metadata_space(metadata, "action_space", data_path))
+    return spec_read_as(spec, jpeg_paths(spec, bool(metadata.get("jpeg_encoding", True))))
 
 
 @dataclass

@@ -14,7 +14,11 @@ from pathlib import Path
 import minari
 import numpy as np
 import pytest
-from forged_index import episode_leaves, swap_episodes_and_forge_index
+from forged_index import (
+    episode_leaves,
+    store_differently_and_reseal,
+    swap_episodes_and_forge_index,
+)
 from index_checks import count_entry_checks
 from marl_minari.registry.manifest import Manifest
 from registry_helpers import (
@@ -310,6 +314,50 @@ def _forge_published_index(registry_dir: Path, dataset_id: str) -> None:
     for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
         replace_published_file(registry_dir, dataset_id, f"data/{name}",
                                (remote_data / name).read_bytes())
+
+
+@pytest.mark.parametrize(("path", "stored_as", "episodes"), [
+    ("rewards", lambda stored: stored.astype(np.float32), [1]),  # the spec's leaf's type
+    ("rewards", lambda stored: stored.astype(np.float32), [0, 1, 2, 3]),  # alike, not spec's
+    ("observations/agent_0", lambda stored: stored[:, :-1].copy(), [1]),  # spec's, narrower
+    ("infos/marl/active", lambda stored: stored.astype(np.int64), [1]),  # not episode 0's
+], ids=["spec-type", "spec-type-everywhere", "spec-shape", "unlike-the-first"])
+def test_download_does_not_vouch_for_an_entry_readers_would_misread(
+        registry_dir: Path, small_dataset: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+        path: str, stored_as: Callable[[np.ndarray], np.ndarray], episodes: list[int]) -> None:
+    """Datasets stored again as another type or shape, their index entries pointed at them
+    and the file resealed, both manifest entries re-signed: every offset agrees with HDF5,
+    but a reader trusting the whole index would read those entries as the spec's type and
+    shape (or episode 0's). The download drops the index, and reads are what h5py reads, or
+    an error naming the dataset."""
+    import h5py
+
+    dataset_id = small_dataset("mpe2/spread/retyped-v0", episodes=4)
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    remote_data = registry_dir / dataset_id / "data"
+    with h5py.File(remote_data / layout.MAIN_FILE_NAME, "r") as file:
+        stored = file[f"episode_1/{path}"][()]
+    for episode_id in episodes:
+        with h5py.File(remote_data / layout.MAIN_FILE_NAME, "r") as file:
+            original = file[f"episode_{episode_id}/{path}"][()]
+        store_differently_and_reseal(remote_data, episode_id, path, stored_as(original))
+    for name in (layout.MAIN_FILE_NAME, layout.INDEX_FILE_NAME):
+        replace_published_file(registry_dir, dataset_id, f"data/{name}",
+                               (remote_data / name).read_bytes())
+    registry.download(dataset_id)
+    local = dataset_dir(dataset_id) / "data"
+    assert not (local / layout.INDEX_FILE_NAME).exists()
+    monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})  # as in a fresh process
+    monkeypatch.setattr(index_trust, "_BINDINGS", {})
+    dataset = mm.load_dataset(dataset_id)
+    if path.startswith("observations/"):  # h5py's rows do not fit the spec's
+        with pytest.raises(CorruptedDataError, match=f"episode_1/{path} has shape"):
+            dataset.to_arrays()
+        return
+    episode = dataset.to_arrays().episode(1)
+    read = episode.team_rewards if path == "rewards" else episode.active
+    np.testing.assert_array_equal(read, stored_as(stored))
 
 
 def test_download_drops_a_forged_offset_index(registry_dir: Path,

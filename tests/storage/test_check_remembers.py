@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from clock import after_last_change
-from forged_index import swap_episodes_and_forge_index
+from forged_index import store_differently_and_reseal, swap_episodes_and_forge_index
 from gymnasium import spaces
 from immutable import chattr
 from index_checks import count_entry_checks
@@ -106,3 +106,27 @@ def test_cli_check_says_it_remembered_a_copy() -> None:
     result = CliRunner().invoke(app, ["check", "remember/cli-copy-v0"])
     assert result.exit_code == 0, result.output
     assert "offset index verified and remembered" in result.output
+
+
+@pytest.mark.parametrize(("path", "stored_as"), [
+    ("rewards", lambda stored: stored.astype(np.float32)),  # the spec's leaf, another type
+    ("infos/marl/agent_infos/p/score", lambda stored: stored.astype(np.float32)),
+], ids=["spec-type", "unlike-the-first"])
+def test_check_refuses_an_entry_stored_other_than_readers_read_it(path: str,
+                                                                 stored_as: Any) -> None:
+    """Every offset agrees with HDF5 and the seal with the index, but episode 1's dataset is
+    not what a reader that trusts the whole index would read there (team rewards not
+    float64; an agent's info not of the type episode 0 has, which a read starting at episode
+    0 takes for all): not remembered. (The episode check itself refuses an observation or a
+    layout column of another type or shape.)"""
+    folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed, with_infos=True)
+                    for seed in range(4)], "remember/typed-v0", "remember/retyped-v0")
+    import h5py
+
+    with h5py.File(folder / MAIN, "r") as file:
+        stored = file[f"episode_1/{path}"][()]
+    store_differently_and_reseal(folder / "data", 1, path, stored_as(stored))
+    with pytest.raises(CorruptedDataError, match=f"episode_1/{path}: index says offset"):
+        mm.check_dataset("remember/retyped-v0")
+    assert MAIN not in remembered_digests(folder) or remembered_digests(folder)[MAIN].stat \
+        != offset_index.stat_key(os.stat(folder / MAIN))
