@@ -107,12 +107,18 @@ def stat_key(status: os.stat_result) -> StatKey:
 
 
 def hash_handle(handle: io.FileIO, algorithms: Sequence[str] = ALGORITHMS,
-                stop: threading.Event | None = None) -> tuple[int, dict[str, str]]:
+                stop: threading.Event | None = None, *,
+                expected_size: int | None = None) -> tuple[int, dict[str, str]]:
     """``(size, {algorithm: hex digest})`` of an unbuffered binary file, from its position to
-    its end, read once in small chunks; reading ends early once ``stop`` is set."""
+    its end, read once in small chunks; reading ends early once ``stop`` is set.
+
+    ``expected_size``: about how many bytes are left, when known: a smaller file is read
+    into a buffer of its size (a new chunk-sized buffer is fresh memory whose every page
+    faults in, which costs more than hashing a small file)."""
     digests = MultiHash(algorithms)
     size = 0
-    buffer = bytearray(CHUNK_SIZE)
+    buffer = bytearray(CHUNK_SIZE if expected_size is None
+                       else max(1, min(CHUNK_SIZE, expected_size + 1)))
     view = memoryview(buffer)
     while not (stop is not None and stop.is_set()) and (count := handle.readinto(buffer)):
         digests.update(view[:count])
@@ -123,7 +129,7 @@ def hash_handle(handle: io.FileIO, algorithms: Sequence[str] = ALGORITHMS,
 def hash_file(path: Path, algorithms: Sequence[str] = ALGORITHMS) -> tuple[int, dict[str, str]]:
     """``(size, {algorithm: hex digest})`` of a local file (see :func:`hash_handle`)."""
     with open(path, "rb", buffering=0) as handle:
-        return hash_handle(handle, algorithms)
+        return hash_handle(handle, algorithms, expected_size=os.fstat(handle.fileno()).st_size)
 
 
 def file_digests(path: Path) -> RememberedDigests | None:
