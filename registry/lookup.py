@@ -5,8 +5,9 @@ one deadline for all its requests."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from marl_minari.errors import CorruptedDataError, RemoteError
 
@@ -17,6 +18,9 @@ from .kinds import minari_remote_kinds, open_backend, resolve_remote, serves_rem
 from .manifest import Manifest
 from .published import find_manifest, read_manifest
 from .settings import RemoteSettings
+
+MAX_PARALLEL_INDEXES: Final = 8
+"""Candidate registries of one URL whose indexes are requested at once."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,22 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
     deadline = Deadline(settings)
     backends = [(open_backend(registry, settings=settings, deadline=deadline), registry,
                  dataset_id) for registry, dataset_id in candidates]
-    for backend, registry, dataset_id in backends:
-        if dataset_id in read_index(backend)["datasets"]:
-            return registry, dataset_id
+    # A URL can be read as several registries (one per dataset id its path could end in:
+    # seven for a Hugging Face `resolve/main` URL of a namespaced id), and asked one after
+    # the other each would cost a round trip: all indexes are asked for at once, and looked
+    # at in order (an error is raised only where its index is reached; those after the one
+    # that lists the id are waited for, never looked at).
+    with ThreadPoolExecutor(max(1, min(MAX_PARALLEL_INDEXES, len(backends) - 1)),
+                            thread_name_prefix="marl-minari-registry-index") as pool:
+        later = [pool.submit(read_index, backend) for backend, _, _ in backends[1:]]
+        try:
+            for position, (backend, registry, dataset_id) in enumerate(backends):
+                index = read_index(backend) if not position else later[position - 1].result()
+                if dataset_id in index["datasets"]:
+                    return registry, dataset_id
+        finally:
+            for future in later:
+                future.cancel()
     damaged: CorruptedDataError | None = None
     for backend, registry, dataset_id in backends:
         try:
@@ -116,3 +133,4 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
     if damaged is not None:
         raise damaged
     return None
+

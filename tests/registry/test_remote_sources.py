@@ -8,8 +8,11 @@ and one on an s3:// registry (moto's server), each published with our publish an
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -18,7 +21,12 @@ from marl_minari.adapters import make_buffer
 
 import marl_minari as mm
 from marl_minari import registry
-from marl_minari.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.errors import (
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidDatasetIdError,
+    RemoteError,
+)
 from marl_minari.format.ids import dataset_dir
 from marl_minari.sources.remote import candidate_splits, origin_path, split_remote_source
 
@@ -108,6 +116,68 @@ def test_url_splits(registry_dir: Path, published: str) -> None:
         candidate_splits("http://host/registry/")
     with pytest.raises(DatasetNotFoundError, match="no registry along"):
         split_remote_source(f"file://{registry_dir}/mpe2/spread/other-v0")
+
+
+class _IndexesHandler(SimpleHTTPRequestHandler):
+    """Serves a folder holding a registry at ``/registry``. The longest registry a URL of it
+    can name, ``/registry/mpe2/spread``, has its index answered only once the index of the
+    one that publishes the dataset, ``/registry``, was asked for (up to a minute: a lookup
+    that asks one index after the other never sends it meanwhile). ``failing`` indexes are
+    answered 500."""
+
+    overlapped: ClassVar[list[bool]]
+    asked: ClassVar[threading.Event]
+    failing: ClassVar[frozenset[str]] = frozenset()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/registry/_index.json":
+            self.asked.set()
+        if self.path == "/registry/mpe2/spread/_index.json":
+            self.overlapped.append(self.asked.wait(60))
+        if self.path in self.failing:
+            self.send_error(500)
+            return
+        super().do_GET()
+
+
+def _indexes_handler(*, waiting: bool = True, **attributes: Any) -> type[_IndexesHandler]:
+    asked = threading.Event()
+    if not waiting:
+        asked.set()
+    return type("Indexes", (_IndexesHandler,), {"overlapped": [], "asked": asked, **attributes})
+
+
+def test_candidate_registries_are_asked_at_once_and_taken_in_order(
+        registry_dir: Path, published: str,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A URL names four candidate registries; their indexes are asked for together (the
+    longest one's answer waits for the publishing one's request), and the first in order
+    that lists the id is the one used, though a later one answered first."""
+    handler = _indexes_handler()
+    host = thread_server(registry_dir.parent, handler)
+    url = f"{host}/{registry_dir.name}/{published}"
+    assert len(candidate_splits(url)) == 4
+    assert split_remote_source(url) == (f"{host}/{registry_dir.name}", published)
+    assert handler.overlapped == [True]
+
+
+def test_a_failing_registry_after_the_one_that_publishes_is_never_reported(
+        registry_dir: Path, published: str,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The host's root answers 500 for its index: asked for with the others, but it comes
+    after the registry that lists the id, so it is never looked at. The same failure before
+    that registry is the lookup's error, as when the indexes were asked one by one."""
+    host = thread_server(registry_dir.parent,
+                         _indexes_handler(waiting=False, failing={"/_index.json"}))
+    url = f"{host}/{registry_dir.name}/{published}"
+    assert split_remote_source(url) == (f"{host}/{registry_dir.name}", published)
+    host = thread_server(registry_dir.parent, _indexes_handler(
+        waiting=False, failing={"/registry/mpe2/_index.json"}))
+    with pytest.raises(RemoteError, match="HTTP 500"):
+        split_remote_source(f"{host}/{registry_dir.name}/{published}")
 
 
 def test_credentials_stay_out_of_names_and_origins(registry_dir: Path, published: str,
