@@ -22,7 +22,9 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -61,6 +63,14 @@ SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_
 """The files a streaming source fetches whole when it opens (the index only if published)."""
 COMPARISONS_FILE_NAME: Final = "entry_comparisons.json"
 COMPARISONS_KEY_NAME: Final = ".entry_comparisons.key"
+
+
+def _holds_small(entry: Any, target: Path) -> bool:
+    """Whether ``target`` holds the small published file ``entry``: its size and digest."""
+    if not target.is_file():
+        return False
+    size, digests = hash_file(target, (entry.check_algorithm,))
+    return size == entry.size and digests[entry.check_algorithm] == entry.check_digest
 
 
 class StreamingSource(DatasetSource):
@@ -102,7 +112,7 @@ class StreamingSource(DatasetSource):
         self.remote_file = RemoteFile(self.registry, published_id, entries[MAIN_PATH],
                                       settings=self.settings)
         self._local: Path | None = None
-        self.remote_file.prefetch(entries[MAIN_PATH].open_blocks)
+        self._fetch_small_files(entries[MAIN_PATH].open_blocks)
         metadata = read_metadata(self.local_data_path)
         if metadata.get("data_format", "hdf5") != "hdf5":
             raise LayoutError(f"{shown_url(url)} is a {metadata.get('data_format')!r} dataset: "
@@ -141,12 +151,33 @@ class StreamingSource(DatasetSource):
         """A local folder holding the verified ``metadata.json`` and offset index (never the
         data file), in the cache next to the block cache, one per published version."""
         if self._local is None:
-            folder = (self.settings.cache().folder.parent / "streams"
-                      / self.manifest_digest[:32] / "data")
-            for entry in self.small_entries:
-                self._fetch_small(entry, folder / Path(entry.path).name)
-            self._local = folder
+            self._fetch_small_files()
+        assert self._local is not None
         return self._local
+
+    def _fetch_small_files(self, open_blocks: Sequence[int] = ()) -> None:
+        """Make :attr:`local_data_path` hold the verified small files, and fetch the data
+        file's ``open_blocks`` meanwhile: all depend on the manifest alone, so the requests
+        of those not held already go out together (on a first open, one round trip instead
+        of three)."""
+        folder = (self.settings.cache().folder.parent / "streams"
+                  / self.manifest_digest[:32] / "data")
+        missing = [entry for entry in self.small_entries
+                   if not _holds_small(entry, folder / Path(entry.path).name)]
+        fetches = [partial(self._download_small, entry, folder / Path(entry.path).name)
+                   for entry in missing]
+        if open_blocks:
+            fetches.append(partial(self.remote_file.prefetch, open_blocks))
+        if len(fetches) > 1:
+            with ThreadPoolExecutor(len(fetches) - 1,
+                                    thread_name_prefix="marl-minari-open") as pool:
+                later = [pool.submit(fetch) for fetch in fetches[1:]]
+                fetches[0]()
+                for future in later:  # errors in order: a small file's before the blocks'
+                    future.result()
+        elif fetches:
+            fetches[0]()
+        self._local = folder
 
     @property
     def published_bytes(self) -> PublishedBytes:
@@ -159,13 +190,10 @@ class StreamingSource(DatasetSource):
                               self.local_data_path.parent / COMPARISONS_FILE_NAME,
                               streams / COMPARISONS_KEY_NAME)
 
-    def _fetch_small(self, entry: Any, target: Path) -> None:
+    def _download_small(self, entry: Any, target: Path) -> None:
+        """Fetch the small published file ``entry`` (verified) to ``target``, atomically."""
         from marl_minari.registry.remote_file import RemoteFile, read_whole
 
-        if target.is_file():
-            size, digests = hash_file(target, (entry.check_algorithm,))
-            if size == entry.size and digests[entry.check_algorithm] == entry.check_digest:
-                return
         data = read_whole(RemoteFile(self.registry, self.published_id, entry,
                                      settings=self.settings))
         target.parent.mkdir(parents=True, exist_ok=True)
