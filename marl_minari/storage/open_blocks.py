@@ -1,10 +1,14 @@
-"""Which blocks of ``main_data.hdf5`` HDF5 reads to open a dataset and check it on load.
+"""Which blocks of ``main_data.hdf5`` HDF5 reads to open a dataset, check it on load and
+check its offset index before the first read.
 
 A reader of a remote file by ranges pays one round trip per dependent read: HDF5 reads the
 superblock, then the root group, then the B-tree nodes on the way to ``episode_<N-1>`` and
 ``episode_<N>`` (the load check of :func:`~marl_minari.storage.datafile.cross_check`), each
-address found in the bytes before it. A publish records those blocks (``open_blocks`` in the
-manifest, ``docs/registry.md``) so that a streaming reader fetches them all at once.
+address found in the bytes before it; then, before any episode is read through the offset
+index, the object headers of the sampled episodes' datasets
+(:func:`~marl_minari.format.offset_index.sampled_episodes`). A publish records those blocks
+(``open_blocks`` in the manifest, ``docs/registry.md``) so that a streaming reader fetches
+them all at once.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Final
 
 import h5py
 
-from marl_minari.format import layout
+from marl_minari.format import layout, offset_index
 from marl_minari.storage.byte_ranges import LocalFileRanges, RangesFile
 from marl_minari.storage.datafile import MARL_GROUP, cross_check
 
@@ -42,9 +46,11 @@ class _Recording:
 
 
 def opening_blocks(h5_path: Path, metadata: dict[str, Any], block_size: int) -> list[int]:
-    """The blocks of ``block_size`` bytes that opening ``h5_path`` and the load check read,
-    in the order first read (at most :data:`MAX_OPEN_BLOCKS`); ``[]`` if HDF5 cannot open it
-    (the conformance check reports that)."""
+    """The blocks of ``block_size`` bytes that opening ``h5_path``, the load check and the
+    offset index's sample (where the dataset has an index) read, in the order first read (at
+    most :data:`MAX_OPEN_BLOCKS`); ``[]`` if HDF5 cannot open it (the conformance check
+    reports that)."""
+    index = offset_index.read(h5_path.parent)
     with LocalFileRanges(h5_path) as local:
         recording = _Recording(local, block_size)
         try:
@@ -53,6 +59,9 @@ def opening_blocks(h5_path: Path, metadata: dict[str, Any], block_size: int) -> 
                 rewards = file.get(f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}")
                 if isinstance(rewards, h5py.Dataset):  # the column check cross_check makes
                     rewards.shape  # noqa: B018 - read for the blocks it touches
+                if index is not None:  # what a reader compares before it uses the index
+                    offset_index.mismatches(index, file,
+                                            offset_index.sampled_episodes(len(index.steps)))
         except Exception:  # noqa: BLE001 - a hint only; publish has validated the file
             return []
     return recording.blocks[:MAX_OPEN_BLOCKS]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -122,19 +123,90 @@ def larger(record_parallel: Callable[..., Any], registry_dir: Path) -> int:
     return size
 
 
-def test_only_the_episodes_read_move(larger: int, served: Callable[..., tuple[str, Any]]
-                                     ) -> None:
+def _data_file_requests(served: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    return [(offset, length) for path, offset, length in served
+            if path.endswith(layout.MAIN_FILE_NAME)]
+
+
+def _opening_blocks(registry_dir: Path, dataset_id: str) -> tuple[int, set[int]]:
+    """The data file's block size and the blocks its manifest says opening reads."""
+    manifest = json.loads((registry_dir / dataset_id / "manifest.json").read_text())
+    entry = next(e for e in manifest["files"] if e["path"].endswith(layout.MAIN_FILE_NAME))
+    return entry["block_size"], set(entry["open_blocks"])
+
+
+def test_only_the_episodes_read_move(larger: int, served: Callable[..., tuple[str, Any]],
+                                     registry_dir: Path) -> None:
     url, handler = served()
     source = mm.open_source(f"{url}/{DATASET}", streaming=True)
     assert isinstance(source, StreamingSource)
-    index_at = next(i for i, (path, _, _) in enumerate(handler.served)
-                    if path.endswith(layout.INDEX_FILE_NAME))
+    opened = len(handler.served)
     source.read([40])
     moved = sum(length for path, _, length in handler.served)
     assert moved < larger / 2, (moved, larger)
-    # the blocks opening needs came together before the index (the manifest's open_blocks)
-    after_index = [p for p, _, _ in handler.served[index_at + 1:] if p.endswith(".hdf5")]
-    assert len(after_index) <= 4, after_index
+    # Opening read the data file only in the blocks its manifest names (open_blocks): none
+    # waited for another's bytes, so all went out with the small files.
+    size, hinted = _opening_blocks(registry_dir, DATASET)
+    opening = _data_file_requests(handler.served[:opened])
+    assert opening and {number for offset, length in opening
+                        for number in range(offset // size, (offset + length - 1) // size + 1)
+                        } <= hinted, (opening, hinted)
+    assert len(_data_file_requests(handler.served[opened:])) <= 2
+
+
+class _SmallFilesTogether(RangeHandler):
+    """Answers ``metadata.json`` only once the offset index was asked for too (up to a
+    minute: an open that fetches one small file after the other never asks meanwhile)."""
+
+    asked: ClassVar[threading.Event]
+    overlapped: ClassVar[list[bool]]
+
+    def send_head(self) -> Any:
+        if self.path.endswith(layout.INDEX_FILE_NAME):
+            self.asked.set()
+        if self.path.endswith(layout.METADATA_FILE_NAME):
+            self.overlapped.append(self.asked.wait(60))
+        return super().send_head()
+
+
+def test_opening_fetches_the_small_files_and_the_opening_blocks_together(
+        larger: int, served: Callable[..., tuple[str, Any]]) -> None:
+    """They all depend on the manifest alone: one round trip after it, not three."""
+    url, handler = served(_SmallFilesTogether, asked=threading.Event(), overlapped=[])
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    assert handler.overlapped == [True]
+    assert len(source.read([3]).episode_ids) == 1
+
+
+def test_the_blocks_the_index_sample_reads_come_with_the_opening_ones(
+        registry_dir: Path, served: Callable[..., tuple[str, Any]]) -> None:
+    """Before the first read through the offset index, a reader compares the entries of the
+    first, middle and last episodes with HDF5, reading their object headers, which lie in
+    blocks of their own in a file of many episodes: the manifest lists them among the blocks
+    opening reads, so reading the middle episode asks for its data alone (one request;
+    without those blocks, four one after the other)."""
+    from gymnasium import spaces
+    from marl_strategies import random_episode
+
+    from marl_minari.format.spec import MultiAgentSpec
+    from marl_minari.storage.writer import write_dataset
+
+    agents = ["p", "q"]
+    obs = {a: spaces.Box(-1, 1, (64,), dtype=np.float32) for a in agents}
+    act = {a: spaces.Discrete(3) for a in agents}
+    spec = MultiAgentSpec(api="parallel", possible_agents=tuple(agents),
+                          observation_spaces=obs, action_spaces=act)
+    write_dataset("sampled/many-v0", [random_episode(agents, obs, act, 6, seed)
+                                      for seed in range(240)], spec)
+    registry.publish("sampled/many-v0")
+    shutil.rmtree(dataset_dir("sampled/many-v0"))
+    size, hinted = _opening_blocks(registry_dir, "sampled/many-v0")
+    assert len(hinted) > 4
+    url, handler = served()
+    source = mm.open_source(f"{url}/sampled/many-v0", streaming=True)
+    opened = len(handler.served)
+    source.read([120])
+    assert len(_data_file_requests(handler.served[opened:])) <= 1
 
 
 @pytest.mark.parametrize("memory_blocks", [1024, 6])
