@@ -108,21 +108,21 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
     backends = [(open_backend(registry, settings=settings, deadline=deadline), registry,
                  dataset_id) for registry, dataset_id in candidates]
     # A URL can be read as several registries (one per dataset id its path could end in:
-    # seven for a Hugging Face `resolve/main` URL of a namespaced id), and asked one after
+    # eight for a Hugging Face `resolve/main` URL of a namespaced id), and asked one after
     # the other each would cost a round trip: all indexes are asked for at once, and looked
-    # at in order (an error is raised only where its index is reached; those after the one
-    # that lists the id are waited for, never looked at).
-    with ThreadPoolExecutor(max(1, min(MAX_PARALLEL_INDEXES, len(backends) - 1)),
-                            thread_name_prefix="marl-minari-registry-index") as pool:
+    # at in order (an error is raised only where its index is reached). Those after the one
+    # that lists the id are never looked at nor waited for: a slow one finishes on its
+    # thread, within the lookup's deadline.
+    pool = ThreadPoolExecutor(max(1, min(MAX_PARALLEL_INDEXES, len(backends) - 1)),
+                              thread_name_prefix="marl-minari-registry-index")
+    try:
         later = [pool.submit(read_index, backend) for backend, _, _ in backends[1:]]
-        try:
-            for position, (backend, registry, dataset_id) in enumerate(backends):
-                index = read_index(backend) if not position else later[position - 1].result()
-                if dataset_id in index["datasets"]:
-                    return registry, dataset_id
-        finally:
-            for future in later:
-                future.cancel()
+        for position, (backend, registry, dataset_id) in enumerate(backends):
+            index = read_index(backend) if not position else later[position - 1].result()
+            if dataset_id in index["datasets"]:
+                return registry, dataset_id
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     damaged: CorruptedDataError | None = None
     for backend, registry, dataset_id in backends:
         try:

@@ -180,6 +180,36 @@ def test_a_failing_registry_after_the_one_that_publishes_is_never_reported(
         split_remote_source(f"{host}/{registry_dir.name}/{published}")
 
 
+class _HungRootIndex(_IndexesHandler):
+    """The host's root holds its index's answer until the test releases it."""
+
+    release: ClassVar[threading.Event]
+    answered: ClassVar[list[str]]
+
+    def do_GET(self) -> None:
+        if self.path == "/_index.json":
+            self.release.wait(60)
+            self.answered.append(self.path)
+        super().do_GET()
+
+
+def test_a_slow_registry_after_the_one_that_publishes_is_not_waited_for(
+        registry_dir: Path, published: str,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The lookup returns while the host's root still holds its index's answer."""
+    release = threading.Event()
+    handler = type("Hung", (_HungRootIndex,), {
+        "overlapped": [], "asked": threading.Event(), "release": release, "answered": []})
+    handler.asked.set()
+    host = thread_server(registry_dir.parent, handler)
+    try:
+        assert split_remote_source(f"{host}/{registry_dir.name}/{published}") == (
+            f"{host}/{registry_dir.name}", published)
+        assert handler.answered == []
+    finally:
+        release.set()
+
+
 def test_credentials_stay_out_of_names_and_origins(registry_dir: Path, published: str,
                                                    http_server: Callable[[Path], str]) -> None:
     base = http_server(registry_dir)
