@@ -259,8 +259,9 @@ class EpisodeReader:
                     continue
                 dataset = offset_index.dataset_id(parent, name)
                 if dataset is not None:
-                    text = h5py.check_string_dtype(dataset.dtype) is not None
                     path = f"{prefix}/{name}"
+                    dataset = self._first_indexed(path) or dataset
+                    text = h5py.check_string_dtype(dataset.dtype) is not None
                     yield Leaf(path, np.dtype(object) if text else dataset.dtype,
                                dataset.shape[1:], True, text=text, drop=_DROPPED.get(path))
 
@@ -272,6 +273,20 @@ class EpisodeReader:
             visit(self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"],
                   f"{_AGENT_INFOS}/{agent}")
         return found
+
+    def _first_indexed(self, path: str) -> h5py.h5d.DatasetID | None:
+        """The dataset of ``path``'s first index entry: every read takes a leaf the spec
+        does not name as that entry is stored, whatever episode the read starts at (the
+        index holds only entries stored alike: ``docs/format.md``)."""
+        offsets = None if self._index is None else self._index.offsets.get(path)
+        having = np.flatnonzero(offsets >= 0) if offsets is not None else None
+        if having is None or not having.size:
+            return None
+        try:
+            found = h5py.h5o.open(self._file.id, f"episode_{int(having[0])}/{path}".encode())
+        except (KeyError, ValueError):
+            return None
+        return found if isinstance(found, h5py.h5d.DatasetID) else None
 
     def _spec_leaves(self) -> list[Leaf]:
         """The leaves the spec names: found once per reader, not once per chunk."""

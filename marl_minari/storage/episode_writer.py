@@ -24,6 +24,7 @@ from marl_minari.format.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.format.spaces import leaves
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.reader_state import spec_leaves
 
 STATE_PATH = layout.STATE_PATH
 
@@ -76,6 +77,12 @@ class EpisodeFileWriter:
         self._compressed = {STATE_PATH: spec.state_encoding} if spec.state_encoding in (
             "gzip", "lzf") else {}
         self._offsets: dict[str, list[int]] = {}
+        # How readers read each path's entries as bytes: (dtype, row shape, rows past the
+        # steps); the spec's leaves as the spec says, any other path as its first entry is
+        # written. An entry stored otherwise is left out of the index (read through HDF5).
+        self._read_as: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {
+            leaf.path: (leaf.dtype, leaf.row_shape, int(leaf.per_obs))
+            for leaf in spec_leaves(spec, self._images) if not (leaf.jpeg or leaf.text)}
         self._steps: list[int] = []
         # The index of the episodes already in the file, extended on close; without one, an
         # append leaves no index (building it would read every stored episode).
@@ -125,7 +132,7 @@ class EpisodeFileWriter:
         groups: dict[str, h5py.h5g.GroupID] = {"": group}
         written: dict[str, int] = {}
         for path, array in items:
-            written[path] = self._put(groups, path, array)
+            written[path] = self._put(groups, path, array, total_steps)
         has_state = STATE_PATH in written
         if has_state != (self._spec.state_space is not None):
             # the file is a staged copy: the error discards it, and the episode with it
@@ -180,7 +187,9 @@ class EpisodeFileWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, groups: dict[str, h5py.h5g.GroupID], path: str, leaf: Leaf) -> int:
+    def _put(self, groups: dict[str, h5py.h5g.GroupID], path: str, leaf: Leaf,
+             total_steps: int) -> int:
+        """Store ``leaf`` at ``path`` of the episode; the offset to index (``-1``: none)."""
         parent_path, _, name = path.rpartition("/")
         parent = _group(groups, parent_path)
         if path in self._images:
@@ -207,7 +216,17 @@ class EpisodeFileWriter:
         if array.size:
             dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
         offset = dataset.get_offset()
-        return -1 if offset is None else int(offset)
+        return -1 if offset is None or not self._read_as_stored(path, array, total_steps) \
+            else int(offset)
+
+    def _read_as_stored(self, path: str, array: np.ndarray, total_steps: int) -> bool:
+        """Whether a reader that trusts the whole index reads ``array`` (stored at ``path``)
+        as it is stored: its dtype, row shape and rows are the spec's for the spec's leaves,
+        the path's first indexed entry's for any other (``docs/format.md``: what a whole
+        file must agree with before its index is trusted whole)."""
+        stored = (array.dtype, array.shape[1:], array.shape[0] - total_steps if array.shape
+                  else -1)
+        return self._read_as.setdefault(path, (array.dtype, array.shape[1:], 1)) == stored
 
 
 

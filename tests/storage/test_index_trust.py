@@ -412,3 +412,45 @@ def test_a_sampled_entry_remembered_as_disagreeing_is_compared_again(
     trusted = _trusted_paths(mm.load_dataset("trust/sample-swap-v0"), [0, 2, 4], sample=False)
     assert trusted is not None and [p for p, agreed in trusted.items() if not agreed] == [REWARDS]
     assert _reader_sample(dataset.data_path, monkeypatch) == (False, 1)
+
+
+def _stored_otherwise(episodes: list[Any]) -> list[Any]:
+    """Episode 1 with its observations of agent p as float64 (the space says float32), its
+    actions of q as int32 (int64 for a Discrete space) and an extra column as int32 where
+    the other episodes have int64."""
+    from dataclasses import replace
+
+    out = []
+    for number, episode in enumerate(episodes):
+        extra = np.arange(episode.total_steps + 1) + 100 * number
+        if number != 1:
+            out.append(replace(episode, extras={"x": extra.astype(np.int64)}))
+            continue
+        out.append(replace(
+            episode, extras={"x": extra.astype(np.int32)},
+            observations={**episode.observations,
+                          "p": episode.observations["p"].astype(np.float64)},
+            actions={**episode.actions, "q": episode.actions["q"].astype(np.int32)}))
+    return out
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["from-episode-0", "from-the-odd-episode"])
+def test_episodes_stored_otherwise_than_readers_read_them_are_read_as_h5py_reads_them(
+        first: int) -> None:
+    """The writer's own file is trusted whole, so each entry it indexes must be stored as
+    every reader reads it: the spec's type for the spec's leaves, the path's first entry's
+    for the others. Episode 1's columns stored otherwise are read through HDF5, also by a
+    read that starts at episode 1 (whose own column then does not decide the type)."""
+    episodes = _stored_otherwise(_episodes(SMALL, [4, 5, 6]))
+    write_dataset("trust/otherwise-v0", episodes, _spec(SMALL))
+    main = dataset_dir("trust/otherwise-v0") / "data" / layout.MAIN_FILE_NAME
+    arrays = mm.load_dataset("trust/otherwise-v0").to_arrays(list(range(first, 3)))
+    with h5py.File(main, "r") as file:
+        for position, episode_id in enumerate(range(first, 3)):
+            read = arrays.episode(position)
+            group = file[f"episode_{episode_id}"]
+            np.testing.assert_array_equal(read.extras["x"], group["infos/marl/extras/x"][()])
+            np.testing.assert_array_equal(read.observations["p"],
+                                          group["observations/p"][()].astype(np.float32))
+            np.testing.assert_array_equal(read.actions["q"], group["actions/q"][()])
+    assert arrays.extras["x"].dtype == np.int64
