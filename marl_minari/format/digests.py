@@ -174,6 +174,28 @@ def remember_digests(folder: Path, files: Iterable[str],
         logger.debug("cannot remember digests in %s: %s", folder, exc)
 
 
+def forget_digests(folder: Path, relative: str) -> None:
+    """Drop ``relative`` (a path relative to ``folder``) from ``folder``'s sidecar, keeping
+    the other entries: nothing then vouches for that file (best effort, as
+    :func:`remember_digests`)."""
+    sidecar = folder / layout.DIGESTS_FILE_NAME
+    try:
+        document = json.loads(sidecar.read_bytes())
+    except (OSError, ValueError):
+        return
+    files = document.get("files") if isinstance(document, dict) else None
+    if not isinstance(files, dict) or relative not in files:
+        return
+    del files[relative]
+    temporary = sidecar.with_name(sidecar.name + ".tmp")
+    try:
+        temporary.write_text(json.dumps(document))
+        os.replace(temporary, sidecar)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        logger.debug("cannot forget %s in %s: %s", relative, folder, exc)
+
+
 def remembered_digests(folder: Path) -> dict[str, RememberedDigests]:
     """The remembered digests of ``folder``'s files that still describe them, by relative path.
 

@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 from marl_minari.errors import CorruptedDataError, LayoutError
 from marl_minari.format import layout, offset_index
+from marl_minari.format.digests import forget_digests
 from marl_minari.format.entry_checks import ReadAs
 from marl_minari.format.jpeg import image_leaf_paths, jpeg_paths
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
@@ -89,20 +90,27 @@ def check_data_folder(data_path: Path) -> CheckReport:
     jpeg_encoding = bool(metadata.get("jpeg_encoding", True))
     jpeg = (jpeg_paths(spec, jpeg_encoding) if spec is not None
             else image_leaf_paths(observation_space, action_space, jpeg_encoding))
-    with open_data_file(h5_path) as file, hdf5_errors(h5_path):
-        state = offset_index.file_state(file)
-        check_file(file, h5_path)
-        _check_groups(file, total_episodes, h5_path)
-        cross_check(file, metadata, spec, h5_path)
-        steps = np.asarray([
-            _check_episode(file, i, spec, observation_space, action_space, jpeg, h5_path)
-            for i in range(total_episodes)], dtype=np.int64)
-        if int(steps.sum()) != total_steps:
-            raise CorruptedDataError(
-                f"{data_path}: the episodes hold {int(steps.sum())} steps, metadata.json's "
-                f"total_steps says {total_steps}")
-        index = (_check_index(data_path, file, spec_read_as(spec, jpeg))
-                 if spec is not None else None)
+    try:
+        with open_data_file(h5_path) as file, hdf5_errors(h5_path):
+            state = offset_index.file_state(file)
+            check_file(file, h5_path)
+            _check_groups(file, total_episodes, h5_path)
+            cross_check(file, metadata, spec, h5_path)
+            steps = np.asarray([
+                _check_episode(file, i, spec, observation_space, action_space, jpeg, h5_path)
+                for i in range(total_episodes)], dtype=np.int64)
+            if int(steps.sum()) != total_steps:
+                raise CorruptedDataError(
+                    f"{data_path}: the episodes hold {int(steps.sum())} steps, metadata.json's "
+                    f"total_steps says {total_steps}")
+            index = (_check_index(data_path, file, spec_read_as(spec, jpeg))
+                     if spec is not None else None)
+    except (CorruptedDataError, LayoutError):
+        # A file the check refuses is not trusted whole, whoever remembered it before (a
+        # writer or a download of an older release, which compared offsets alone): readers
+        # compare each entry they read with HDF5 again.
+        forget_digests(data_path.parent, f"data/{layout.MAIN_FILE_NAME}")
+        raise
     # Every episode and every index entry agreed with the file in this state: remember it,
     # as its writer would have, so that readers of a copy need not compare entries again.
     remembered = index is not None and offset_index.vouch(data_path, index, state)

@@ -3,6 +3,7 @@ never a file it did not verify in the state remembered, never where it cannot wr
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -65,10 +66,12 @@ def test_check_refuses_a_forged_copy_and_remembers_nothing() -> None:
     folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(6)],
                    "remember/honest-v0", "remember/forged-v0")
     swap_episodes_and_forge_index(folder / "data")
-    before = (folder / layout.DIGESTS_FILE_NAME).read_bytes()
+    before = json.loads((folder / layout.DIGESTS_FILE_NAME).read_bytes())
     with pytest.raises(CorruptedDataError, match="disagrees with the HDF5 file"):
         mm.check_dataset("remember/forged-v0")
-    assert (folder / layout.DIGESTS_FILE_NAME).read_bytes() == before
+    after = json.loads((folder / layout.DIGESTS_FILE_NAME).read_bytes())
+    del before["files"][MAIN]  # what the sidecar said of the data file is dropped, nothing added
+    assert after == before
     assert MAIN not in remembered_digests(folder)
 
 
@@ -130,3 +133,35 @@ def test_check_refuses_an_entry_stored_other_than_readers_read_it(path: str,
         mm.check_dataset("remember/retyped-v0")
     assert MAIN not in remembered_digests(folder) or remembered_digests(folder)[MAIN].stat \
         != offset_index.stat_key(os.stat(folder / MAIN))
+
+
+def test_a_file_remembered_before_is_no_longer_trusted_whole_once_check_refuses_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file remembered whole by an older release, whose download or check compared offsets
+    alone: episode 1's rewards are float32 where readers read float64, and a reader that
+    trusts the whole index returns other values than h5py. Once `check` refuses the file,
+    nothing vouches for it: reads compare each entry and go through HDF5 for that one."""
+    import h5py
+
+    from marl_minari.format import index_trust
+    from marl_minari.format.digests import remember_digests
+
+    folder = _copy([random_episode(AGENTS, OBS, ACT, 4, seed) for seed in range(3)],
+                   "remember/older-v0", "remember/older-copy-v0")
+    with h5py.File(folder / MAIN, "r") as file:
+        stored = file["episode_1/rewards"][()].astype(np.float32)
+    store_differently_and_reseal(folder / "data", 1, "rewards", stored)
+    after_last_change(folder / MAIN)
+    remember_digests(folder, [MAIN, f"data/{layout.METADATA_FILE_NAME}",
+                              f"data/{layout.INDEX_FILE_NAME}"])
+
+    def episode_1_rewards() -> np.ndarray:
+        monkeypatch.setattr(offset_index, "_FINGERPRINTS", {})  # as in a fresh process
+        monkeypatch.setattr(index_trust, "_BINDINGS", {})
+        return mm.load_dataset("remember/older-copy-v0").to_arrays([1]).team_rewards
+
+    assert not np.array_equal(episode_1_rewards(), stored)  # the older release's split view
+    with pytest.raises(CorruptedDataError, match="episode_1/rewards: index says offset"):
+        mm.check_dataset("remember/older-copy-v0")
+    assert MAIN not in remembered_digests(folder)
+    np.testing.assert_array_equal(episode_1_rewards(), stored)
