@@ -84,17 +84,35 @@ class ReadAs(NamedTuple):
     extra_rows: int
 
 
-def read_as_stored(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, np.ndarray],
+def first_indexed(file: h5py.File, path: str, offsets: np.ndarray
+                  ) -> tuple[int, h5py.h5d.DatasetID | None] | None:
+    """The lowest episode whose index entry for ``path`` is not ``-1`` (``offsets``: the
+    path's entries), with its dataset there (``None``: not a dataset in the file); ``None``
+    when no episode has an entry. How that entry is stored is how readers read every entry
+    of a path the spec does not name (``docs/format.md``)."""
+    having = np.flatnonzero(offsets >= 0)
+    if not having.size:
+        return None
+    first = int(having[0])
+    group = episode_group(file, first)
+    try:
+        dataset = None if group is None else h5py.h5d.open(group, path.encode())
+    except (KeyError, ValueError):
+        dataset = None
+    return first, dataset
+
+
+def read_as_stored(file: h5py.File, offsets: Mapping[str, np.ndarray],
                    named: Mapping[str, ReadAs | None]) -> tuple[dict[str, ReadAs | None],
                                                                list[str]]:
     """How readers read each indexed path, and lines naming the paths that cannot be told.
 
     A path in ``named`` (the spec's leaves) is read as it says (``None``: never as bytes, a
-    JPEG or text leaf). Any other path is read as a reader finds it in the first episode of
-    its read: the type and row shape of that episode's dataset, one row more than the steps
-    (every other leaf of the layout holds a row per observation). For a whole file to be
-    read that way, whatever episode a read starts at, every entry of the path must be stored
-    as its first entry is: that is what this returns for it.
+    JPEG or text leaf). Any other path is read as its first index entry is stored
+    (:func:`first_indexed`): that dataset's type and row shape, one row more than the steps
+    (every other leaf of the layout holds a row per observation), whatever episode a read
+    starts at. For a whole file to be read that way, every entry of the path must be stored
+    as that one is: that is what this returns for it.
     """
     layouts: dict[str, ReadAs | None] = {}
     wrong: list[str] = []
@@ -102,17 +120,12 @@ def read_as_stored(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, np.
         if path in named:
             layouts[path] = named[path]
             continue
-        having = np.flatnonzero(found >= 0)
-        if not having.size:
+        first = first_indexed(file, path, found)
+        if first is None:
             continue
-        first = int(having[0])
-        group = episode_group(file, first)
-        try:
-            dataset = None if group is None else h5py.h5d.open(group, path.encode())
-        except (KeyError, ValueError):
-            dataset = None
+        episode_id, dataset = first
         if dataset is None:
-            wrong.append(f"episode_{first}/{path}: not a dataset in the file")
+            wrong.append(f"episode_{episode_id}/{path}: not a dataset in the file")
             continue
         if h5py.check_string_dtype(dataset.dtype) is not None:  # text: only its own type
             expected = dataset.get_type()
@@ -120,7 +133,7 @@ def read_as_stored(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, np.
             try:
                 expected = h5py.h5t.py_create(dataset.dtype)
             except (TypeError, ValueError):  # no numpy type for it: never read as bytes
-                wrong.append(f"episode_{first}/{path}: of a type numpy cannot hold")
+                wrong.append(f"episode_{episode_id}/{path}: of a type numpy cannot hold")
                 continue
         layouts[path] = ReadAs(expected, dataset.shape[1:], 1)
     return layouts, wrong

@@ -237,7 +237,7 @@ def whole_file_mismatches(index: OffsetIndex, file: h5py.File,
     episodes reported to ``progress``; stops at the first step that finds any.
 
     The file may be vouched for (:func:`vouch`) only when this is empty."""
-    layouts, wrong = read_as_stored(file, index.steps, index.offsets, read_as)
+    layouts, wrong = read_as_stored(file, index.offsets, read_as)
     if wrong:
         return wrong
     total = len(index.steps)

@@ -28,6 +28,7 @@ from gymnasium import spaces
 from marl_minari.errors import CorruptedDataError, InvalidOptionError, LayoutError
 from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.comparison_record import PublishedBytes
+from marl_minari.format.entry_checks import first_indexed
 from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import build_tree, leaf_shape, nest
@@ -279,14 +280,8 @@ class EpisodeReader:
         does not name as that entry is stored, whatever episode the read starts at (the
         index holds only entries stored alike: ``docs/format.md``)."""
         offsets = None if self._index is None else self._index.offsets.get(path)
-        having = np.flatnonzero(offsets >= 0) if offsets is not None else None
-        if having is None or not having.size:
-            return None
-        try:
-            found = h5py.h5o.open(self._file.id, f"episode_{int(having[0])}/{path}".encode())
-        except (KeyError, ValueError):
-            return None
-        return found if isinstance(found, h5py.h5d.DatasetID) else None
+        first = None if offsets is None else first_indexed(self._file, path, offsets)
+        return None if first is None else first[1]
 
     def _spec_leaves(self) -> list[Leaf]:
         """The leaves the spec names: found once per reader, not once per chunk."""
