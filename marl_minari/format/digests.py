@@ -164,14 +164,7 @@ def remember_digests(folder: Path, files: Iterable[str],
             digests = remembered.digests
             entries[relative] = {"stat": list(remembered.stat), "size": digests.size,
                                  SHA256: digests.sha256, BLAKE3: digests.blake3}
-    sidecar = folder / layout.DIGESTS_FILE_NAME
-    temporary = sidecar.with_name(sidecar.name + ".tmp")
-    try:
-        temporary.write_text(json.dumps({"format": _SIDECAR_FORMAT, "files": entries}))
-        os.replace(temporary, sidecar)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        logger.debug("cannot remember digests in %s: %s", folder, exc)
+    _replace_sidecar(folder, {"format": _SIDECAR_FORMAT, "files": entries})
 
 
 def forget_digests(folder: Path, relative: str) -> None:
@@ -187,13 +180,20 @@ def forget_digests(folder: Path, relative: str) -> None:
     if not isinstance(files, dict) or relative not in files:
         return
     del files[relative]
+    _replace_sidecar(folder, document)
+
+
+def _replace_sidecar(folder: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` as ``folder``'s sidecar, whole or not at all (best effort: a folder
+    that cannot be written keeps what it had)."""
+    sidecar = folder / layout.DIGESTS_FILE_NAME
     temporary = sidecar.with_name(sidecar.name + ".tmp")
     try:
         temporary.write_text(json.dumps(document))
         os.replace(temporary, sidecar)
     except OSError as exc:
         temporary.unlink(missing_ok=True)
-        logger.debug("cannot forget %s in %s: %s", relative, folder, exc)
+        logger.debug("cannot write the digests sidecar in %s: %s", folder, exc)
 
 
 def remembered_digests(folder: Path) -> dict[str, RememberedDigests]:
