@@ -133,4 +133,3 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
     if damaged is not None:
         raise damaged
     return None
-
