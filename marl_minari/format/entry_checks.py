@@ -49,12 +49,14 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck]) -> list[bool]
 
 
 def episode_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
-    """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none."""
+    """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none
+    in the file itself (an external link leads elsewhere)."""
     try:
         found = h5py.h5o.open(file.id, b"episode_%d" % episode_id)
     except (KeyError, ValueError):
         return None
-    return found if isinstance(found, h5py.h5g.GroupID) else None
+    return found if isinstance(found, h5py.h5g.GroupID) and found.fileno == file.id.fileno \
+        else None
 
 
 def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
@@ -62,7 +64,8 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
     ``check.offset`` with exactly the expected type and shape.
 
     ``H5Dget_offset`` is defined only for contiguous storage in the file itself (none for
-    chunked, compact, external or virtual datasets, or unallocated ones).
+    chunked, compact, external or virtual datasets, or unallocated ones), but a dataset
+    reached through an external link has an offset in the other file: it never agrees.
     """
     if check.offset < 0:
         return False
@@ -70,7 +73,8 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
         dataset = h5py.h5d.open(group, check.path)  # a group or a missing path: KeyError
     except (KeyError, ValueError):
         return False
-    return (dataset.get_offset() == check.offset
+    return (dataset.fileno == group.fileno
+            and dataset.get_offset() == check.offset
             and dataset.get_type().equal(check.expected_type)
             and dataset.get_space().get_simple_extent_dims() == check.shape)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import h5py
 import pytest
-from foreign_storage import SECRET, external_link, external_storage, virtual
+from foreign_storage import SECRET, external_link, external_link_at, external_storage, virtual
 from marl_minari.adapters import to_vault
 
 import marl_minari as mm
@@ -46,6 +46,42 @@ def test_multi_agent_readers_refuse_data_outside_the_file(spread: Any, tmp_path:
     with pytest.raises(ForeignStorageError, match="episode_1/infos/marl/state"):
         mm.check_dataset("trust/spread-v0")
     dataset.episode(0)  # untouched episodes still read
+
+
+@pytest.mark.parametrize("linked", ["dataset", "episode group"])
+def test_an_external_link_to_the_indexed_offset_of_another_file_is_refused(
+        spread: Any, tmp_path: Path, linked: str) -> None:
+    """The linked dataset (or the whole episode group, linked into a copy of the file) has
+    the type, the shape and the offset the index names, in the other file: the entry's
+    comparison tells the files apart, so it is never read as this file's bytes there
+    (neither the link's target, which h5py would read, nor this file's)."""
+    import shutil
+
+    from marl_minari.format import offset_index
+    from marl_minari.format.ids import dataset_dir
+
+    shutil.copytree(dataset_dir("trust/spread-v0"), dataset_dir("trust/linked-v0"))
+    data = dataset_dir("trust/linked-v0") / "data"  # a copy: its entries are compared
+    index = offset_index.read(data)
+    assert index is not None
+    main = data / "main_data.hdf5"
+    with h5py.File(main, "r+") as file:
+        if linked == "dataset":
+            external_link_at(file, "episode_1/rewards", tmp_path / "secret.bin",
+                             int(index.offsets["rewards"][1]))
+        else:
+            other = tmp_path / "other.h5"
+            shutil.copyfile(main, other)
+            with h5py.File(other, "r+") as copy:
+                copy["episode_1/rewards"][...] = 99.0  # in place: the same offsets
+            del file["episode_1"]
+            file["episode_1"] = h5py.ExternalLink(str(other), "/episode_1")
+        offset_index.seal(file, index.offsets, index.steps)  # the index kept, as an author can
+    offset_index.write(main, index.offsets, index.steps)
+    dataset = mm.load_dataset("trust/linked-v0")
+    with pytest.raises(ForeignStorageError, match="episode_1"):
+        dataset.to_arrays([1])
+    dataset.to_arrays([0])
 
 
 @pytest.mark.parametrize("tamper", TAMPERINGS)

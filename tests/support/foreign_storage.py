@@ -39,3 +39,22 @@ def virtual(file: h5py.File, name: str, secret: Path) -> None:
     layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
     layout[...] = h5py.VirtualSource(str(other), "x", shape=shape)
     file.create_virtual_dataset(name, layout)
+
+
+def external_link_at(file: h5py.File, name: str, secret: Path, offset: int) -> None:
+    """:func:`external_link`, its target placed at ``offset`` of the other file (padding
+    before it): the indexed offset of ``name``, so that only the file tells them apart."""
+    other = secret.with_suffix(".at.h5")
+    old = file[name]
+    data = np.frombuffer(SECRET[:old.nbytes], dtype=old.dtype).reshape(old.shape)
+    for padding in range(max(0, offset - 4096), offset):
+        with h5py.File(other, "w") as handle:
+            handle["pad"] = np.zeros(padding, dtype=np.uint8)
+            handle["x"] = data
+            placed = handle["x"].id.get_offset()
+        if placed == offset:
+            break
+    else:
+        raise AssertionError(f"cannot place a dataset at offset {offset} of {other}")
+    del file[name]
+    file[name] = h5py.ExternalLink(str(other), "/x")
