@@ -19,6 +19,14 @@ LOOPBACK: Final = "127.0.0.1"
 _EPISODE_PATH: Final = re.compile(r"^/api/episode/(\d{1,18})$")
 
 
+class _LoopbackHTTPServer(ThreadingHTTPServer):
+    # A browser opens several connections at once. With the standard library's backlog of 5,
+    # connections beyond it that arrive before the accept loop takes them are dropped, and the
+    # kernel retries them only a second later: a page that waits a second for one episode.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ViewServer:
     """The page of one dataset, served on 127.0.0.1 from a background thread.
 
@@ -37,12 +45,11 @@ class ViewServer:
         # one reader at a time: the source's open files are not shared between threads
         self._read_lock = threading.Lock()
         try:
-            self._server = ThreadingHTTPServer((LOOPBACK, port), _handler(self))
+            self._server = _LoopbackHTTPServer((LOOPBACK, port), _handler(self))
         except OSError as exc:
             raise InvalidOptionError(
                 f"cannot listen on {LOOPBACK}:{port} ({exc.strerror or exc}): pick another "
                 "--port, or 0 for any free one") from exc
-        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="marl-minari-view", daemon=True)
         self._thread.start()

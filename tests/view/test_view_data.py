@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -112,6 +113,24 @@ def test_the_server_answers_episodes_on_loopback_only(recorded: Callable[..., An
         assert status == 403 and "answers only requests for 127.0.0.1" in body["error"]
         status, _ = _get(f"http://localhost:{server.port}/api/episode/1")
         assert status == 200
+
+
+def test_connections_opened_at_once_wait_in_the_queue(recorded: Callable[..., Any]) -> None:
+    """A browser opens several connections at once; before the server accepts them they wait
+    in the listening socket's queue. One the queue has no room for is dropped, and the kernel
+    retries it a second later (the standard library's queue holds 5)."""
+    dataset = recorded(SPREAD, 1, max_cycles=3)
+    with serve(dataset) as server:
+        server._server.shutdown()  # the accept loop stops; the socket keeps listening
+        waiting = []
+        try:
+            for _ in range(32):
+                # dropped, a connection would wait for the kernel's retries until this timeout
+                waiting.append(socket.create_connection(("127.0.0.1", server.port), timeout=60))
+        finally:
+            for connection in waiting:
+                connection.close()
+        assert len(waiting) == 32
 
 
 def test_a_taken_port_is_a_typed_error(recorded: Callable[..., Any]) -> None:
