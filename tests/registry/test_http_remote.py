@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import ssl
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import minari
 import pytest
+from marl_minari.registry.kinds import open_backend
 from registry_helpers import as_older_manifest
 
 import marl_minari as mm
@@ -81,3 +85,30 @@ def test_http_tampering_and_missing(served: tuple[str, list[str]], registry_dir:
 def test_unreachable_server_is_a_remote_error(registry_dir: Path) -> None:
     with pytest.raises(RemoteError, match="127.0.0.1:1"):
         registry.list_datasets("http://127.0.0.1:1/registry")
+
+
+def test_the_system_certificates_are_loaded_on_the_first_https_request_not_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streaming open builds several backends; each loading the system's certificates
+    (30-100 ms with OpenSSL 3) cost a far reader more than its reads. From Python 3.12 on,
+    urllib's ``HTTPSHandler`` makes a default TLS context when it is constructed: the stand-in
+    below does that on any Python."""
+    loads: list[str] = []
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
+                        lambda self, *args: loads.append("certificates"))
+    constructor = urllib.request.HTTPSHandler.__init__
+
+    def like_python_3_12(self: Any, debuglevel: Any = None, context: Any = None,
+                         check_hostname: Any = None) -> None:
+        constructor(self, 0, context, check_hostname)
+        if context is None:
+            self._context = ssl.create_default_context()
+
+    monkeypatch.setattr(urllib.request.HTTPSHandler, "__init__", like_python_3_12)
+    for url in ("https://registry.invalid/datasets", "http://registry.invalid/datasets"):
+        open_backend(url)
+    assert loads == []
+    # the first HTTPS request loads them, and fails on a server that speaks no TLS
+    with pytest.raises(RemoteError, match="127.0.0.1:1"):
+        registry.list_datasets("https://127.0.0.1:1/registry")
+    assert loads == ["certificates"]
