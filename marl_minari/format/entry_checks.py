@@ -18,6 +18,8 @@ from typing import NamedTuple
 import h5py
 import numpy as np
 
+from marl_minari.format.in_file import dataset_in_file, group_in_file
+
 
 class EntryCheck(NamedTuple):
     """One entry to compare: what the reader would read as ``rows`` rows of bytes."""
@@ -51,12 +53,7 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck]) -> list[bool]
 def episode_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
     """The low-level group ``episode_<episode_id>`` of ``file``; ``None`` if there is none
     in the file itself (an external link leads elsewhere)."""
-    try:
-        found = h5py.h5o.open(file.id, b"episode_%d" % episode_id)
-    except (KeyError, ValueError):
-        return None
-    return found if isinstance(found, h5py.h5g.GroupID) and found.fileno == file.id.fileno \
-        else None
+    return group_in_file(file.id, b"episode_%d" % episode_id)
 
 
 def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
@@ -64,16 +61,14 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
     ``check.offset`` with exactly the expected type and shape.
 
     ``H5Dget_offset`` is defined only for contiguous storage in the file itself (none for
-    chunked, compact, external or virtual datasets, or unallocated ones), but a dataset
-    reached through an external link has an offset in the other file: it never agrees.
+    chunked, compact, external or virtual datasets, or unallocated ones); a dataset reached
+    through an external link would have an offset in the other file, which is never opened
+    (:func:`~marl_minari.format.in_file.dataset_in_file`): it never agrees.
     """
     if check.offset < 0:
         return False
-    try:
-        dataset = h5py.h5d.open(group, check.path)  # a group or a missing path: KeyError
-    except (KeyError, ValueError):
-        return False
-    return (dataset.fileno == group.fileno
+    dataset = dataset_in_file(group, check.path)
+    return (dataset is not None
             and dataset.get_offset() == check.offset
             and dataset.get_type().equal(check.expected_type)
             and dataset.get_space().get_simple_extent_dims() == check.shape)
@@ -99,11 +94,7 @@ def first_indexed(file: h5py.File, path: str, offsets: np.ndarray
         return None
     first = int(having[0])
     group = episode_group(file, first)
-    try:
-        dataset = None if group is None else h5py.h5d.open(group, path.encode())
-    except (KeyError, ValueError):
-        dataset = None
-    return first, dataset
+    return first, None if group is None else dataset_in_file(group, path.encode())
 
 
 def read_as_stored(file: h5py.File, offsets: Mapping[str, np.ndarray],
@@ -201,9 +192,8 @@ def _type_name(type_id: h5py.h5t.TypeID) -> str:
 
 def _stored(group: h5py.h5g.GroupID, path: bytes) -> str:
     """What the file holds at ``path`` under ``group``, for an error message."""
-    try:
-        dataset = h5py.h5d.open(group, path)
-    except (KeyError, ValueError):
+    dataset = dataset_in_file(group, path)
+    if dataset is None:
         return "the file has no dataset there"
     offset = dataset.get_offset()
     where = "not contiguous" if offset is None else f"at offset {offset}"

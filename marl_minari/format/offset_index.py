@@ -48,6 +48,7 @@ from marl_minari.format.entry_checks import (
     read_as_stored,
     read_count,
 )
+from marl_minari.format.in_file import dataset_in_file
 
 INDEX_VERSION: Final = 2
 """Version 1 indexes (bound to the file size only) are ignored: readers use HDF5 for them."""
@@ -322,11 +323,7 @@ def dataset_id(group: h5py.Group, path: str) -> h5py.h5d.DatasetID | None:
     About ten times cheaper than ``group.get(path)``, which builds a high-level object (and
     its file object) per call: what checking every dataset of every episode adds up to.
     """
-    try:
-        found = h5py.h5o.open(group.id, path.encode())
-    except (KeyError, ValueError):
-        return None
-    return found if isinstance(found, h5py.h5d.DatasetID) else None
+    return dataset_in_file(group.id, path.encode())
 
 
 def mismatches(index: OffsetIndex, file: h5py.File,
@@ -364,11 +361,8 @@ def mismatches(index: OffsetIndex, file: h5py.File,
 def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:
     """HDF5's storage offset of the dataset ``path`` under ``group``; ``None`` if it is not
     a dataset stored contiguously in the file."""
-    try:
-        found = h5py.h5o.open(group, path)
-    except (KeyError, ValueError):
-        return None
-    return found.get_offset() if isinstance(found, h5py.h5d.DatasetID) else None
+    found = dataset_in_file(group, path)
+    return None if found is None else found.get_offset()
 
 
 def file_state(file: h5py.File) -> StatKey:

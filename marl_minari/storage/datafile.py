@@ -20,6 +20,7 @@ import numpy as np
 
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
 from marl_minari.format import layout, offset_index
+from marl_minari.format.in_file import dataset_in_file, group_in_file, refuse_link_out
 from marl_minari.format.spaces import nest
 from marl_minari.format.spec import MultiAgentSpec
 
@@ -79,7 +80,9 @@ def _raised_by_hdf5(exc: BaseException) -> bool:
 
 def read_array(group: Any, name: bytes) -> np.ndarray:
     """The whole dataset ``name`` of a low-level group id, read with h5py's low-level API."""
-    dataset = h5py.h5d.open(group, name)
+    dataset = dataset_in_file(group, name)
+    if dataset is None:
+        raise KeyError(f"no dataset {name.decode(errors='replace')!r} in the file itself")
     array = np.empty(dataset.get_space().get_simple_extent_dims(), dtype=dataset.dtype)
     if array.size:
         dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, array)
@@ -121,11 +124,19 @@ def file_episode_attributes(file: h5py.File, h5_path: Path | str, episode_ids: I
 
 
 def episode_group(file: h5py.File, episode_id: int, h5_path: Path) -> h5py.h5g.GroupID:
-    try:
-        return h5py.h5g.open(file.id, f"episode_{episode_id}".encode())
-    except (KeyError, ValueError) as exc:
+    """The group ``episode_<episode_id>`` of ``file``.
+
+    Raises:
+        ForeignStorageError: it is a link to another file (never opened).
+        CorruptedDataError: there is no such group.
+    """
+    name = f"episode_{episode_id}".encode()
+    group = group_in_file(file.id, name)
+    if group is None:
+        refuse_link_out(file.id, name, h5_path)
         raise CorruptedDataError(f"{h5_path}: episode_{episode_id} is missing; restore the "
-                                 "dataset from a copy") from exc
+                                 "dataset from a copy")
+    return group
 
 
 def episode_steps(data_path: Path, metadata: dict[str, Any],
@@ -208,8 +219,9 @@ def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec 
                 f"disagrees with the order {copy} recorded in {where}; per-agent columns would "
                 "be read under the wrong names. Restore the metadata from a copy.")
     if total:
-        rewards = file.get(f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}")
-        if isinstance(rewards, h5py.Dataset) and rewards.shape[1:] != (len(agents),):
+        rewards = dataset_in_file(file.id, f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}"
+                                  .encode())
+        if rewards is not None and rewards.shape[1:] != (len(agents),):
             raise CorruptedDataError(
                 f"{h5_path}: episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS} has shape "
                 f"{rewards.shape}, but metadata.json names {len(agents)} possible agents")

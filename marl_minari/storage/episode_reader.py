@@ -29,6 +29,12 @@ from marl_minari.errors import CorruptedDataError, InvalidOptionError, LayoutErr
 from marl_minari.format import index_trust, layout, offset_index
 from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.entry_checks import first_indexed
+from marl_minari.format.in_file import (
+    dataset_in_file,
+    group_in_file,
+    open_in_file,
+    refuse_link_out,
+)
 from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import build_tree, leaf_shape, nest
@@ -271,8 +277,12 @@ class EpisodeReader:
         first_infos = group.get(layout.AGENT_INFOS)
         seen = set(first_infos) if isinstance(first_infos, h5py.Group) else set()
         for agent, index in self._late_info_agents(indices, seen).items():
-            visit(self._file[f"episode_{index}/{_AGENT_INFOS}/{agent}"],
-                  f"{_AGENT_INFOS}/{agent}")
+            path = f"episode_{index}/{_AGENT_INFOS}/{agent}"
+            late = group_in_file(self._file.id, path.encode())
+            if late is None:
+                refuse_link_out(self._file.id, path.encode(), self._path)
+                raise CorruptedDataError(f"{self._path}: {path} is not a group")
+            visit(h5py.Group(late), f"{_AGENT_INFOS}/{agent}")
         return found
 
     def _first_indexed(self, path: str) -> h5py.h5d.DatasetID | None:
@@ -312,9 +322,9 @@ class EpisodeReader:
         else:
             candidates = None
         for index in indices[1:].tolist():
-            group = self._file.get(f"episode_{index}/{_AGENT_INFOS}")
-            if isinstance(group, h5py.Group):
-                for agent in group:
+            infos = group_in_file(self._file.id, f"episode_{index}/{_AGENT_INFOS}".encode())
+            if infos is not None:
+                for agent in h5py.Group(infos):
                     if agent not in seen and agent not in late and (
                             candidates is None or agent in candidates):
                         late[agent] = index
@@ -408,14 +418,17 @@ class EpisodeReader:
                 target[...] = whole[1:] if leaf.drop == "first" else whole[:-1]
 
     def _read_h5(self, leaf: Leaf, index: int, target: np.ndarray) -> None:
-        dataset = self._file.get(f"episode_{index}/{leaf.path}")
-        if not isinstance(dataset, h5py.Dataset) and self._agent_had_no_infos(leaf, index):
-            target[...] = "" if leaf.text else 0  # fill values, as for an absent agent
-            return
-        if not isinstance(dataset, h5py.Dataset):
+        path = f"episode_{index}/{leaf.path}".encode()
+        found = dataset_in_file(self._file.id, path)
+        if found is None:
+            refuse_link_out(self._file.id, path, self._path)  # named, never opened
+            if self._agent_had_no_infos(leaf, index):
+                target[...] = "" if leaf.text else 0  # fill values, as for an absent agent
+                return
             episode_group(self._file, index, self._path)  # the whole episode may be gone
             raise CorruptedDataError(f"{self._path}: episode_{index} lacks dataset {leaf.path}")
-        check_dataset(dataset.id, self._file.id, self._path, f"episode_{index}/{leaf.path}")
+        check_dataset(found, self._file.id, self._path, f"episode_{index}/{leaf.path}")
+        dataset = h5py.Dataset(found)
         if leaf.jpeg:
             from PIL import Image
 
@@ -435,7 +448,8 @@ class EpisodeReader:
         if not leaf.path.startswith(prefix):
             return False
         agent = leaf.path[len(prefix):].split("/")[0]
-        return f"episode_{index}/{_AGENT_INFOS}/{agent}" not in self._file
+        return open_in_file(self._file.id, f"episode_{index}/{_AGENT_INFOS}/{agent}".encode()
+                            ) is None
 
     def _assemble(self, by_path: dict[str, np.ndarray], indices: np.ndarray,
                   lengths: np.ndarray, observations: bool) -> MultiAgentArrays:

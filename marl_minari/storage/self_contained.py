@@ -16,8 +16,9 @@ from pathlib import Path
 
 import h5py
 
-from marl_minari.errors import CorruptedDataError, ForeignStorageError
+from marl_minari.errors import CorruptedDataError
 from marl_minari.format.digests import stat_key
+from marl_minari.format.in_file import refuse
 from marl_minari.storage.datafile import hdf5_errors
 
 _CHECKED: set[tuple[str, tuple[int, ...]]] = set()
@@ -31,16 +32,16 @@ def check_dataset(dataset_id: h5py.h5d.DatasetID, file_id: h5py.h5f.FileID, h5_p
     in that file: not reached through an external link, no external storage, no virtual
     source in another file."""
     if h5py.h5i.get_file_id(dataset_id).fileno != file_id.fileno:
-        _refuse(h5_path, name, "is reached through an external link into another file")
+        raise refuse(h5_path, name, "is reached through an external link into another file")
     if dataset_id.get_offset() is not None:  # contiguous bytes of this file: nothing else
         return
     plist = dataset_id.get_create_plist()
     if plist.get_external_count():
-        _refuse(h5_path, name, "keeps its data in external files")
+        raise refuse(h5_path, name, "keeps its data in external files")
     if plist.get_layout() == h5py.h5d.VIRTUAL:
         for i in range(plist.get_virtual_count()):
             if plist.get_virtual_filename(i) != ".":
-                _refuse(h5_path, name, "is a virtual dataset reading "
+                raise refuse(h5_path, name, "is a virtual dataset reading "
                         f"{plist.get_virtual_filename(i)!r}")
 
 
@@ -73,7 +74,7 @@ def _walk(file: h5py.File, h5_path: Path, datasets: list[bytes]) -> None:
             datasets.append(name)
 
     h5py.h5o.visit(file.id, visit_object, info=True)
-    for name in datasets:
+    for name in datasets:  # no link out of the file anywhere (above): h5d.open stays inside
         check_dataset(h5py.h5d.open(file.id, name), file.id, h5_path,
                       name.decode(errors="replace"))
 
@@ -88,8 +89,8 @@ def check_links(group: h5py.Group, h5_path: Path) -> None:
 
     found = group.id.links.visit(foreign, info=True)
     if found is not None:
-        _refuse(h5_path, f"{group.name.rstrip('/')}/{found.decode(errors='replace')}",
-                "is an external (or user-defined) link to another file")
+        raise refuse(h5_path, f"{group.name.rstrip('/')}/{found.decode(errors='replace')}",
+                     "is an external (or user-defined) link to another file")
 
 
 def check_path(h5_path: Path) -> None:
@@ -105,11 +106,3 @@ def check_path(h5_path: Path) -> None:
         raise CorruptedDataError(f"{h5_path} is damaged and cannot be opened ({exc})") from exc
     with file:
         check_file(file, Path(h5_path))
-
-
-def _refuse(h5_path: Path, name: str, what: str) -> None:
-    raise ForeignStorageError(
-        f"{h5_path}: HDF5 object {name!r} {what}; marl-minari never reads files outside a "
-        "dataset's own main_data.hdf5. Do not use this dataset, or rewrite it without "
-        "external storage, external links and virtual datasets (e.g. h5repack, or re-record)."
-    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,3 +100,78 @@ def test_plain_minari_readers_refuse_data_outside_the_file(
         to_vault("trust/cartpole-v0", rel_dir=tmp_path / "vaults", vault_name="v")
     with pytest.raises(ForeignStorageError, match="episode_0/rewards"):
         mm.check_dataset("trust/cartpole-v0")
+
+
+class _OpenedFifo:
+    """A FIFO an external link names, and how often something opened it for reading: a
+    writer thread waits in ``open`` until a reader opens it (which then reads an empty file),
+    and again, so that no reader is left waiting."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.openings = 0
+        self._ending = False
+        self._writer = threading.Thread(target=self._serve_readers, daemon=True)
+        self._writer.start()
+
+    def _serve_readers(self) -> None:
+        while True:
+            with open(self.path, "wb"):  # blocks until the FIFO is opened for reading
+                if self._ending:
+                    return
+                self.openings += 1
+
+    def end(self) -> int:
+        """Release the writer; how many times a reader other than this one opened the FIFO."""
+        self._ending = True
+        released = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._writer.join()
+        os.close(released)
+        return self.openings
+
+
+@pytest.mark.parametrize("linked", ["dataset", "episode group"])
+def test_an_external_link_is_refused_without_opening_the_file_it_names(
+        spread: Any, tmp_path: Path, linked: str) -> None:
+    """Opening a file named by a hostile dataset is already reading it (a FIFO blocks the
+    reader forever, a device file can do worse): the file an external link names is never
+    opened, also where an offset-index entry is compared before reading."""
+    from marl_minari.format import offset_index
+
+    fifo = _OpenedFifo(tmp_path / "fifo")
+    main = _main(spread)
+    index = offset_index.read(main.parent)
+    assert index is not None
+    with h5py.File(main, "r+") as file:
+        target = "episode_1/rewards" if linked == "dataset" else "episode_1"
+        del file[target]
+        file[target] = h5py.ExternalLink(str(fifo.path), "/" + target)
+        offset_index.seal(file, index.offsets, index.steps)
+    offset_index.write(main, index.offsets, index.steps)
+    dataset = mm.load_dataset("trust/spread-v0")
+    try:
+        with pytest.raises(ForeignStorageError, match="episode_1"):
+            dataset.to_arrays([1])
+        with pytest.raises(ForeignStorageError, match="episode_1"):
+            dataset.episode(1)
+        with pytest.raises(ForeignStorageError, match="episode_1"):
+            mm.check_dataset("trust/spread-v0")
+        dataset.to_arrays([0])
+    finally:
+        assert fifo.end() == 0, "the FIFO an external link names was opened"
+
+
+def test_a_process_that_read_a_dataset_exits_cleanly_beside_torch(spread: Any) -> None:
+    """The link access list that keeps lookups inside the file holds a Python object; HDF5
+    freeing it while the interpreter is torn down crashed the process at exit (with torch
+    imported), after every read had succeeded."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = ("import torch, marl_minari as mm\n"
+              "mm.load_dataset('trust/spread-v0').to_arrays([1])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
