@@ -19,6 +19,7 @@ import h5py
 from marl_minari.errors import MarlMinariError
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
+from marl_minari.format.in_file import group_in_file
 
 MARL_GROUP = f"infos/{layout.INFOS_GROUP}"
 """HDF5 group every episode of the multi-agent layout has."""
@@ -83,6 +84,7 @@ def _holds_multi_agent_layout(h5_path: Path) -> bool:
     try:
         with h5py.File(h5_path, "r") as file:
             first = next(iter(file.keys()), None)
-            return first is not None and MARL_GROUP in file[first]
+            return first is not None and group_in_file(
+                file.id, f"{first}/{MARL_GROUP}".encode()) is not None
     except (OSError, KeyError, TypeError):
         return False

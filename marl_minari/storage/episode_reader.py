@@ -237,11 +237,11 @@ class EpisodeReader:
         found = list(self._spec_leaves())
         # A deleted episode is named as such; its group found from there, not from the root.
         episode = episode_group(self._file, first, self._path)
-        try:
-            group = h5py.Group(h5py.h5g.open(episode, MARL_GROUP.encode()))
-        except (KeyError, ValueError):
-            raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group"
-                              ) from None
+        marl = group_in_file(episode, MARL_GROUP.encode())
+        if marl is None:
+            refuse_link_out(episode, MARL_GROUP.encode(), self._path, f"episode_{first}/")
+            raise LayoutError(f"{self._path}: episode_{first} has no {MARL_GROUP} group")
+        group = h5py.Group(marl)
 
         def visit(parent: h5py.Group, prefix: str) -> None:
             # The low-level API, and a group's leaves found once per reader for each set of
