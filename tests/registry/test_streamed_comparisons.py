@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from foreign_storage import OpenedFifo
 from forged_index import episode_leaves, swap_episodes_and_forge_index
 from index_checks import count_entry_checks
 from marl_minari.registry.blocks import block_digests
 from marl_minari.registry.remote_file import RemoteFile, StreamingWarning
 
 import marl_minari as mm
-from marl_minari.errors import CorruptedDataError
+from marl_minari.errors import CorruptedDataError, ForeignStorageError
 from marl_minari.format import comparison_record, index_trust, layout, offset_index
 from marl_minari.sources.streaming import StreamingSource
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -274,3 +275,32 @@ def test_whole_file_and_range_digests_must_describe_the_same_file(
     with pytest.warns(StreamingWarning), pytest.raises(
             CorruptedDataError, match="range digests and whole-file digest describe different"):
         _stream(f"{url}/{DATASET}")
+
+
+def test_an_external_link_in_a_streamed_file_never_opens_the_file_it_names(
+        streamable: Path, registry_dir: Path, tmp_path: Path) -> None:
+    """A publisher links episode 1's rewards to a path on the reader's machine (a FIFO,
+    which blocks whoever opens it), keeps the index entry and re-signs every digest: reading
+    in place refuses the link by name, opens nothing it names, and reads the other episodes.
+    (Besides the lookups' own link access list, HDF5 resolves a link of a streamed file
+    through that file's own driver, which opens no path either.)"""
+    import h5py
+
+    fifo = OpenedFifo(tmp_path / "fifo")
+    data = registry_dir / DATASET / "data"
+    main = data / layout.MAIN_FILE_NAME
+    index = offset_index.read(data)
+    assert index is not None
+    with h5py.File(main, "r+") as file:
+        del file["episode_1/rewards"]
+        file["episode_1/rewards"] = h5py.ExternalLink(str(fifo.path), "/episode_1/rewards")
+        offset_index.seal(file, index.offsets, index.steps)
+    offset_index.write(main, index.offsets, index.steps)
+    _republish_data_file(registry_dir, DATASET)
+    source = _stream(f"file://{registry_dir}/{DATASET}")
+    try:
+        with pytest.raises(ForeignStorageError, match="episode_1/rewards"):
+            source.read([1])
+        source.read([0])
+    finally:
+        assert fifo.end() == 0, "the FIFO an external link names was opened"

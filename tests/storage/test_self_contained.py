@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import h5py
 import pytest
-from foreign_storage import SECRET, external_link, external_link_at, external_storage, virtual
+from foreign_storage import (
+    SECRET,
+    OpenedFifo,
+    external_link,
+    external_link_at,
+    external_storage,
+    virtual,
+)
 from marl_minari.adapters import to_vault
 
 import marl_minari as mm
@@ -102,35 +108,6 @@ def test_plain_minari_readers_refuse_data_outside_the_file(
         mm.check_dataset("trust/cartpole-v0")
 
 
-class _OpenedFifo:
-    """A FIFO an external link names, and how often something opened it for reading: a
-    writer thread waits in ``open`` until a reader opens it (which then reads an empty file),
-    and again, so that no reader is left waiting."""
-
-    def __init__(self, path: Path) -> None:
-        os.mkfifo(path)
-        self.path = path
-        self.openings = 0
-        self._ending = False
-        self._writer = threading.Thread(target=self._serve_readers, daemon=True)
-        self._writer.start()
-
-    def _serve_readers(self) -> None:
-        while True:
-            with open(self.path, "wb"):  # blocks until the FIFO is opened for reading
-                if self._ending:
-                    return
-                self.openings += 1
-
-    def end(self) -> int:
-        """Release the writer; how many times a reader other than this one opened the FIFO."""
-        self._ending = True
-        released = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        self._writer.join()
-        os.close(released)
-        return self.openings
-
-
 @pytest.mark.parametrize("target", ["episode_1/rewards", "episode_1", "episode_1/infos/marl"])
 def test_an_external_link_is_refused_without_opening_the_file_it_names(
         spread: Any, tmp_path: Path, target: str) -> None:
@@ -139,7 +116,7 @@ def test_an_external_link_is_refused_without_opening_the_file_it_names(
     opened, also where an offset-index entry is compared before reading."""
     from marl_minari.format import offset_index
 
-    fifo = _OpenedFifo(tmp_path / "fifo")
+    fifo = OpenedFifo(tmp_path / "fifo")
     main = _main(spread)
     index = offset_index.read(main.parent)
     assert index is not None

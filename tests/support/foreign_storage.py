@@ -4,6 +4,8 @@ such data is refused and never read."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import h5py
@@ -58,3 +60,32 @@ def external_link_at(file: h5py.File, name: str, secret: Path, offset: int) -> N
         raise AssertionError(f"cannot place a dataset at offset {offset} of {other}")
     del file[name]
     file[name] = h5py.ExternalLink(str(other), "/x")
+
+
+class OpenedFifo:
+    """A FIFO an external link names, and how often something opened it for reading: a
+    writer thread waits in ``open`` until a reader opens it (which then reads an empty file),
+    and again, so that no reader is left waiting."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.openings = 0
+        self._ending = False
+        self._writer = threading.Thread(target=self._serve_readers, daemon=True)
+        self._writer.start()
+
+    def _serve_readers(self) -> None:
+        while True:
+            with open(self.path, "wb"):  # blocks until the FIFO is opened for reading
+                if self._ending:
+                    return
+                self.openings += 1
+
+    def end(self) -> int:
+        """Release the writer; how many times a reader other than this one opened the FIFO."""
+        self._ending = True
+        released = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._writer.join()
+        os.close(released)
+        return self.openings
