@@ -42,7 +42,7 @@ def check_dataset(dataset_id: h5py.h5d.DatasetID, file_id: h5py.h5f.FileID, h5_p
         for i in range(plist.get_virtual_count()):
             if plist.get_virtual_filename(i) != ".":
                 raise refuse(h5_path, name, "is a virtual dataset reading "
-                        f"{plist.get_virtual_filename(i)!r}")
+                             f"{plist.get_virtual_filename(i)!r}")
 
 
 def check_file(file: h5py.File, h5_path: Path) -> None:
