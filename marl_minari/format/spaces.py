@@ -7,6 +7,7 @@ space, a ``dict`` for :class:`~gymnasium.spaces.Dict`, a ``tuple`` for
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -129,16 +130,56 @@ def _stack_leaf(space: spaces.Space, values: Sequence[Any], where: str) -> np.nd
     if isinstance(space, spaces.Text):
         return np.array(["" if v is None else str(v) for v in values], dtype=object)
     shape = leaf_shape(space)
+    if not len(values):
+        return np.zeros((0, *shape), dtype=dtype)
     if any(v is None for v in values):
         fill = np.zeros(shape, dtype=dtype)
         values = [fill if v is None else v for v in values]
     try:
-        out = np.asarray(values, dtype=dtype)
+        out = np.asarray(values)
     except (ValueError, TypeError) as exc:
         raise StepDataError(f"{where}: values do not stack as {shape} {dtype}: {exc}") from exc
     if out.shape[1:] != shape:
         check_row_shapes(values, shape, where)
-    return out
+        raise StepDataError(f"{where}: values stack as {out.shape[1:]}, not the space's {shape}")
+    return cast_leaf(out, dtype, where)
+
+
+def cast_leaf(values: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
+    """``values`` as ``dtype``, the dtype their leaf space stores (:func:`leaf_dtype`).
+
+    HDF5 stores whatever dtype it is given, and Minari reads back what was stored, so a leaf
+    is cast before it is written. A cast may round a number to the nearest value of a
+    float dtype (a float32 space holds float32 values) and nothing else: every other value
+    must come back unchanged, so an action of 2.5 for a ``Discrete`` space, 300 for a
+    ``uint8`` one or a NaN for an integer one is refused rather than stored as another value.
+
+    Raises:
+        StepDataError: a value the dtype cannot hold; the message names ``where``, the first
+            such row and the value it would have become.
+    """
+    if values.dtype == dtype:
+        return values
+    if values.dtype.kind not in "biufc":
+        raise StepDataError(f"{where}: {values.dtype} values cannot be stored as the space's "
+                            f"{dtype}; pass numbers")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        out = values.astype(dtype)
+        if np.can_cast(values.dtype, dtype, "safe"):
+            return out
+        if dtype.kind == "f" and values.dtype.kind in "biuf":
+            lost = np.isfinite(values) & ~np.isfinite(out)  # rounded, but not overflowed
+        else:
+            lost = out.astype(values.dtype) != values  # NaN != NaN: a NaN is lost too
+    if not lost.any():
+        return out
+    first = np.unravel_index(int(np.argmax(lost)), lost.shape)
+    raise StepDataError(
+        f"{where}, row {first[0]}: {values.dtype} value {values[first].item()!r} does not fit "
+        f"the space's {dtype} (it would be stored as {out[first].item()!r}); pass values the "
+        "space holds, "
+        "or declare the space with the dtype the data has")
 
 
 def check_row_shapes(values: Sequence[Any], shape: tuple[int, ...], where: str) -> None:

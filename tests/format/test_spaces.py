@@ -98,6 +98,23 @@ def test_stack_names_the_row_with_the_wrong_shape() -> None:
         stack(space, [np.zeros(2), np.zeros(3)], "obs of 'a'")
 
 
+def test_stack_stores_rows_as_the_space_says_and_refuses_values_it_cannot_hold() -> None:
+    """A recorder stacks what the env hands out as the space's dtype: rounded to a float
+    dtype, otherwise unchanged or refused (2.5 for a Discrete space was stored as 2)."""
+    rows = stack(spaces.Box(-1, 1, (2,), dtype=np.float32), [np.full(2, 0.1), None], "obs")
+    assert rows.dtype == np.float32
+    np.testing.assert_array_equal(rows, [[np.float32(0.1)] * 2, [0, 0]])
+    assert stack(spaces.Discrete(3), [2.0, 1.0], "act").dtype == np.int64
+    with pytest.raises(StepDataError, match=r"act, row 1: float64 value 2\.5 does not fit the "
+                                            r"space's int64 \(it would be stored as 2\)"):
+        stack(spaces.Discrete(3), [1.0, 2.5], "act")
+
+
+def test_stack_of_no_rows_has_the_space_s_row_shape() -> None:
+    empty = stack(spaces.Box(-1, 1, (2, 3), dtype=np.float32), [], "act")
+    assert empty.shape == (0, 2, 3) and empty.dtype == np.float32
+
+
 def test_stack_names_a_missing_dict_key() -> None:
     space = spaces.Dict({"x": spaces.Discrete(2), "y": spaces.Discrete(2)})
     with pytest.raises(StepDataError, match=r"obs, row 1: value has no entry 'y'"):
