@@ -23,7 +23,7 @@ from marl_minari.format import layout, offset_index
 from marl_minari.format.jpeg import FrameRows, JpegFrames, encode, jpeg_paths
 from marl_minari.format.spaces import leaves
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode import MultiAgentEpisode, conform
 from marl_minari.storage.reader_state import spec_leaves
 
 STATE_PATH = layout.STATE_PATH
@@ -95,10 +95,17 @@ class EpisodeFileWriter:
 
     def write(self, episode: AnyEpisode) -> int:
         """Append ``episode`` as ``episode_{id}`` and return its id (see
-        :meth:`write_leaves`)."""
+        :meth:`write_leaves`).
+
+        A :class:`MultiAgentEpisode` is first checked against the spec and its observations,
+        actions and state cast to their spaces' dtypes (:func:`conform`; a
+        :class:`StepDataError` leaves the file as it was).
+        """
         if isinstance(episode, LeafEpisode):
             return self.write_leaves(episode.leaves, episode.total_steps, seed=episode.seed,
                                      options=episode.options)
+        seed = "" if episode.seed is None else f" (seed {episode.seed})"
+        episode = conform(episode, self._spec, f"{self._shown_as}: episode {self._next_id}{seed}")
         return self.write_leaves(episode_leaves(episode), episode.total_steps,
                                  seed=episode.seed, options=episode.options)
 

@@ -417,8 +417,12 @@ def test_a_sampled_entry_remembered_as_disagreeing_is_compared_again(
 def _stored_otherwise(episodes: list[Any]) -> list[Any]:
     """Episode 1 with its observations of agent p as float64 (the space says float32), its
     actions of q as int32 (int64 for a Discrete space) and an extra column as int32 where
-    the other episodes have int64."""
+    the other episodes have int64. The episodes go to the writer as leaves, as a recording
+    journal hands them over: an episode object's leaves would be cast to the spaces' types
+    (as a dataset written by another writer, or by an older release, may not be)."""
     from dataclasses import replace
+
+    from marl_minari.storage.episode_writer import LeafEpisode, episode_leaves
 
     out = []
     for number, episode in enumerate(episodes):
@@ -431,7 +435,8 @@ def _stored_otherwise(episodes: list[Any]) -> list[Any]:
             observations={**episode.observations,
                           "p": episode.observations["p"].astype(np.float64)},
             actions={**episode.actions, "q": episode.actions["q"].astype(np.int32)}))
-    return out
+    return [LeafEpisode(list(episode_leaves(e)), e.total_steps, e.seed, e.options)
+            for e in out]
 
 
 @pytest.mark.parametrize("first", [0, 1], ids=["from-episode-0", "from-the-odd-episode"])
