@@ -89,10 +89,17 @@ def test_a_pass_that_remembers_every_entry_reads_no_object_header(
     prefetched: list[int] = []
     sampled: list[list[int]] = []
     real_prefetch, real_mismatches = RemoteFile.prefetch_ranges, index_trust.mismatches
-    monkeypatch.setattr(RemoteFile, "prefetch_ranges", lambda remote, ranges: (
-        prefetched.append(len(ranges)), real_prefetch(remote, ranges))[1])
-    monkeypatch.setattr(index_trust, "mismatches", lambda index, file, ids: (
-        sampled.append(list(ids)), real_mismatches(index, file, ids))[1])
+
+    def prefetch(remote: RemoteFile, ranges: Any) -> Any:
+        prefetched.append(len(ranges))
+        return real_prefetch(remote, ranges)
+
+    def mismatches(index: Any, file: Any, ids: Any) -> Any:
+        sampled.append(list(ids))
+        return real_mismatches(index, file, ids)
+
+    monkeypatch.setattr(RemoteFile, "prefetch_ranges", prefetch)
+    monkeypatch.setattr(index_trust, "mismatches", mismatches)
     expected = mm.load_dataset(DATASET).to_arrays()
     source = _stream(url)
     _assert_same(source.read(source.episode_indices), expected)
@@ -150,7 +157,7 @@ def _edit_a_value(record: Path) -> None:
     values = np.zeros(document["body"]["episodes"], dtype=np.int8)  # "not compared"
     import base64
 
-    document["body"]["entries"][0] = [path, signature, base64.b64encode(values).decode()]
+    document["body"]["entries"][0] = [path, signature, base64.b64encode(values.tobytes()).decode()]
     record.write_text(json.dumps(document))
 
 
