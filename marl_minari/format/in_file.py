@@ -21,6 +21,8 @@ import h5py
 from marl_minari.errors import ForeignStorageError
 
 _IN_FILE_LINKS: Final = (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT)
+_SOFT_LINK_HOPS: Final = 16
+"""Soft links followed in a row, HDF5's own limit (``H5L_NUM_LINKS``): a cycle ends there."""
 
 
 def _link_access() -> h5py.h5p.PropLAID:
@@ -42,13 +44,13 @@ atexit.register(_LINK_ACCESS.close)
 def open_in_file(loc: h5py.h5g.GroupID, path: bytes
                  ) -> h5py.h5g.GroupID | h5py.h5d.DatasetID | None:
     """The group or dataset at ``path`` under ``loc`` (a file or group id); ``None`` if there
-    is none in ``loc``'s own file (missing, another kind of object, or behind a link to
-    another file, which is never opened)."""
+    is none in ``loc``'s own file (missing, another kind of object, behind a link to another
+    file, which is never opened, or behind more soft links in a row than HDF5 follows)."""
     try:
         # Nothing opened this way can be in another file, so its file number (1.3-1.9 us
         # per call, a tenth of a comparison) is not looked at.
         found = h5py.h5o.open(loc, path, lapl=_LINK_ACCESS)
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, RuntimeError):  # RuntimeError: a cycle of soft links
         return None
     return found if isinstance(found, (h5py.h5g.GroupID, h5py.h5d.DatasetID)) else None
 
@@ -65,17 +67,27 @@ def dataset_in_file(loc: h5py.h5g.GroupID, path: bytes) -> h5py.h5d.DatasetID | 
     return found if isinstance(found, h5py.h5d.DatasetID) else None
 
 
-def link_out(loc: h5py.h5g.GroupID, path: bytes) -> str | None:
+def link_out(loc: h5py.h5g.GroupID, path: bytes, _hops: int = 0) -> str | None:
     """The first part of ``path`` under ``loc`` that is a link out of the file (external or
     user-defined), as a path under ``loc``; ``None`` when the path reaches no such link (it
-    may still be missing). Reads link records only: nothing a link names is opened."""
+    may still be missing). A soft link on the way is followed by its target's path, and is
+    named with what it leads through (``a/b -> c``). Reads link records only: nothing a link
+    names is opened."""
     parts = [part for part in path.split(b"/") if part]
     current: h5py.h5g.GroupID | None = loc
     for depth, part in enumerate(parts):
         if current is None or not current.links.exists(part):  # one name: nothing followed
             return None
-        if current.links.get_info(part).type not in _IN_FILE_LINKS:
-            return b"/".join(parts[:depth + 1]).decode(errors="replace")
+        kind = current.links.get_info(part).type
+        here = b"/".join(parts[:depth + 1]).decode(errors="replace")
+        if kind == h5py.h5l.TYPE_SOFT and _hops < _SOFT_LINK_HOPS:
+            target = current.links.get_val(part)
+            start = h5py.h5g.open(current, b"/") if target.startswith(b"/") else current
+            through = link_out(start, target, _hops + 1)
+            if through is not None:
+                return f"{here} -> {through}"
+        elif kind not in _IN_FILE_LINKS:
+            return here
         current = group_in_file(current, part) if depth + 1 < len(parts) else None
     return None
 

@@ -138,6 +138,36 @@ def test_an_external_link_is_refused_without_opening_the_file_it_names(
         assert fifo.end() == 0, "the FIFO an external link names was opened"
 
 
+def test_a_soft_link_through_an_external_link_is_refused_as_foreign(spread: Any,
+                                                                   tmp_path: Path) -> None:
+    """``rewards`` a soft link whose target lies behind an external link: refused as a link
+    out of the file (not reported as a missing dataset), and the FIFO never opened."""
+    from marl_minari.format import offset_index
+
+    fifo = OpenedFifo(tmp_path / "fifo")
+    main = _main(spread)
+    index = offset_index.read(main.parent)
+    assert index is not None
+    with h5py.File(main, "r+") as file:
+        del file["episode_1/rewards"]
+        file["episode_1/elsewhere"] = h5py.ExternalLink(str(fifo.path), "/")
+        file["episode_1/rewards"] = h5py.SoftLink("/episode_1/elsewhere/rewards")
+        offset_index.seal(file, index.offsets, index.steps)
+    offset_index.write(main, index.offsets, index.steps)
+    dataset = mm.load_dataset("trust/spread-v0")
+    refused = r"'episode_1/rewards -> episode_1/elsewhere' is an external"
+    try:
+        with pytest.raises(ForeignStorageError, match=refused):
+            dataset.to_arrays([1])
+        with pytest.raises(ForeignStorageError, match=refused):
+            dataset.episode(1)
+        with pytest.raises(ForeignStorageError, match="'/episode_1/elsewhere' is an external"):
+            mm.check_dataset("trust/spread-v0")  # every link of the file, by its own name
+        dataset.to_arrays([0])
+    finally:
+        assert fifo.end() == 0, "the FIFO an external link names was opened"
+
+
 def test_a_process_that_read_a_dataset_exits_cleanly_beside_torch(spread: Any) -> None:
     """The link access list that keeps lookups inside the file holds a Python object; HDF5
     freeing it while the interpreter is torn down crashed the process at exit (with torch
