@@ -19,8 +19,8 @@ import h5py
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
-from marl_minari.format import layout, offset_index
-from marl_minari.format.in_file import dataset_in_file, group_in_file, refuse_link_out
+from marl_minari.format import entry_checks, layout, offset_index
+from marl_minari.format.in_file import dataset_in_file, refuse_link_out
 from marl_minari.format.spaces import nest
 from marl_minari.format.spec import MultiAgentSpec
 
@@ -130,10 +130,9 @@ def episode_group(file: h5py.File, episode_id: int, h5_path: Path) -> h5py.h5g.G
         ForeignStorageError: it is a link to another file (never opened).
         CorruptedDataError: there is no such group.
     """
-    name = f"episode_{episode_id}".encode()
-    group = group_in_file(file.id, name)
+    group = entry_checks.episode_group(file, episode_id)
     if group is None:
-        refuse_link_out(file.id, name, h5_path)
+        refuse_link_out(file.id, b"episode_%d" % episode_id, h5_path)
         raise CorruptedDataError(f"{h5_path}: episode_{episode_id} is missing; restore the "
                                  "dataset from a copy")
     return group
