@@ -168,6 +168,38 @@ def test_a_soft_link_through_an_external_link_is_refused_as_foreign(spread: Any,
         assert fifo.end() == 0, "the FIFO an external link names was opened"
 
 
+def test_the_multi_agent_probe_of_plain_metadata_never_opens_a_linked_file(
+        spread: Any, tmp_path: Path) -> None:
+    """A dataset whose metadata lacks our key (as Minari's combine writes it) is probed for
+    the multi-agent layout in its first episode; there ``infos/marl`` is an external link.
+    The probe finds no layout without opening the file the link names, and the read that
+    follows refuses the link."""
+    import json
+    import warnings
+
+    from marl_minari.format import layout
+    from marl_minari.format.recovered_layout import SingleAgentReadingWarning
+
+    fifo = OpenedFifo(tmp_path / "fifo")
+    main = _main(spread)
+    metadata_path = main.parent / layout.METADATA_FILE_NAME
+    metadata = json.loads(metadata_path.read_text())
+    del metadata[layout.METADATA_KEY]
+    metadata_path.write_text(json.dumps(metadata))
+    with h5py.File(main, "r+") as file:
+        del file["episode_0/infos/marl"]
+        file["episode_0/infos/marl"] = h5py.ExternalLink(str(fifo.path), "/")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SingleAgentReadingWarning)
+            source = mm.open_source("trust/spread-v0")
+        assert not source.multi_agent
+        with pytest.raises(ForeignStorageError, match="episode_0/infos/marl"):
+            mm.check_dataset("trust/spread-v0")
+    finally:
+        assert fifo.end() == 0, "the FIFO an external link names was opened"
+
+
 def test_a_process_that_read_a_dataset_exits_cleanly_beside_torch(spread: Any) -> None:
     """The link access list that keeps lookups inside the file holds a Python object; HDF5
     freeing it while the interpreter is torn down crashed the process at exit (with torch
