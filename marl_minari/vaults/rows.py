@@ -20,7 +20,7 @@ from gymnasium import spaces
 from marl_minari.errors import StepDataError
 from marl_minari.format import layout
 from marl_minari.format.returns import team_rewards
-from marl_minari.format.spaces import build_tree, concat_trees, map_tree, rows_outside
+from marl_minari.format.spaces import build_tree, cast_leaf, concat_trees, map_tree, rows_outside
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 
@@ -73,14 +73,17 @@ def arrays_from_rows(layout_: ImportLayout, options: ImportOptions, spec: MultiA
     flat_obs = obs.reshape(steps, n, -1)
     for i, agent in enumerate(layout_.agents):
         observations[agent] = unflatten(spec.observation_spaces[agent], layout_.obs_flat[i],
-                                         flat_obs[:, i], with_final)
+                                         flat_obs[:, i], with_final,
+                                         f"{where}: observations of {agent!r}")
     actions = {}
     for i, agent in enumerate(layout_.agents):
         if layout_.act_flat is None:
-            actions[agent] = role("actions")[:, i].astype(np.int64)
+            actions[agent] = cast_leaf(role("actions")[:, i], np.dtype(np.int64),
+                                       f"{where}: actions of {agent!r}")
         else:
             actions[agent] = unflatten(spec.action_spaces[agent], layout_.act_flat[i],
-                                        role("actions").reshape(steps, n, -1)[:, i], None)
+                                        role("actions").reshape(steps, n, -1)[:, i], None,
+                                        f"{where}: actions of {agent!r}")
     check_actions(spec, actions, np.ones((steps, n), dtype=bool), first_id, lengths,
                    where)
     rewards = role("rewards").astype(np.float64)
@@ -133,12 +136,15 @@ def check_actions(spec: MultiAgentSpec, actions: dict[str, Any], acted: np.ndarr
 
 
 def unflatten(space: spaces.Space, flat: AgentFlat, values: np.ndarray,
-               with_final: Callable[[np.ndarray], np.ndarray] | None) -> Any:
-    """An agent's tree from its flattened rows (observations get their final rows added)."""
+               with_final: Callable[[np.ndarray], np.ndarray] | None, where: str) -> Any:
+    """An agent's tree from its flattened rows (observations get their final rows added),
+    each leaf cast to its space's dtype (:func:`~marl_minari.format.spaces.cast_leaf`: the
+    rows named in an error are the step rows of the episodes imported together)."""
     by_path = {}
     for leaf in flat.leaves:
-        part = values[:, leaf.offset:leaf.offset + leaf.size].reshape(
-            len(values), *leaf.shape).astype(leaf.dtype)
+        stored = values[:, leaf.offset:leaf.offset + leaf.size].reshape(len(values), *leaf.shape)
+        part = cast_leaf(stored, np.dtype(leaf.dtype),
+                         f"{where}/{leaf.path}" if leaf.path else where)
         by_path[leaf.path] = part if with_final is None else with_final(part)
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         return build_tree(space, by_path)

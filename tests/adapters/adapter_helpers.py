@@ -14,8 +14,8 @@ import numpy as np
 # --------------------------------------------------------------------------- vaults
 
 
-def _mpe_rows(streams: int, steps: int, max_cycles: int, seed: int
-              ) -> Iterator[list[dict[str, Any]]]:
+def _mpe_rows(streams: int, steps: int, max_cycles: int, seed: int,
+              action_dtype: Any = np.int32) -> Iterator[list[dict[str, Any]]]:
     """Per-step OG-MARL rows (for all streams) from real simple_spread envs."""
     from mpe2 import simple_spread_v3
 
@@ -30,7 +30,7 @@ def _mpe_rows(streams: int, steps: int, max_cycles: int, seed: int
             after, rewards, terms, truncs, _ = env.step(actions)
             rows.append({
                 "observations": np.stack([obs[b][a] for a in agents]).astype(np.float32),
-                "actions": np.asarray([actions[a] for a in agents], dtype=np.int32),
+                "actions": np.asarray([actions[a] for a in agents], dtype=action_dtype),
                 "rewards": np.asarray([rewards[a] for a in agents], dtype=np.float32),
                 "terminals": np.asarray([terms[a] for a in agents], dtype=np.float32),
                 "truncations": np.asarray([truncs[a] for a in agents], dtype=np.float32),
@@ -84,15 +84,16 @@ def _smac_rows(streams: int, steps: int, seed: int, extra_key: bool
 def write_vault(rel_dir: Path, name: str, uid: str, *, streams: int = 1, steps: int = 40,
                 write_every: int = 9, kind: str = "mpe", max_cycles: int = 7,
                 seed: int = 0, metadata: dict[str, Any] | None = None,
-                extra_key: bool = True) -> Any:
-    """Write a vault as Mava/OG-MARL do; return what ``Vault.read()`` gives back."""
+                extra_key: bool = True, action_dtype: Any = np.int32) -> Any:
+    """Write a vault as Mava/OG-MARL do; return what ``Vault.read()`` gives back
+    (``action_dtype``: how the mpe kind stores its discrete actions)."""
     import flashbax as fbx
     import jax
     import jax.numpy as jnp
     from flashbax.vault import Vault
 
     rows_iter: Iterator[list[dict[str, Any]]] = (
-        _mpe_rows(streams, steps, max_cycles, seed) if kind == "mpe"
+        _mpe_rows(streams, steps, max_cycles, seed, action_dtype) if kind == "mpe"
         else _smac_rows(streams, steps, seed, extra_key))
     first = next(rows_iter)
     example = jax.tree.map(jnp.asarray, first[0])

@@ -60,6 +60,32 @@ def test_actions_outside_their_space_are_refused(vaults: Path) -> None:
                    dataset_id="og/actions-v1")  # width from the legal-action masks
 
 
+def test_actions_stored_as_floats_are_imported_whole_or_refused(vaults: Path) -> None:
+    """A vault may keep discrete actions as float32: whole numbers become the space's int64,
+    a fraction is refused by agent and value (it was stored truncated)."""
+    import marl_minari as mm
+
+    write_vault(vaults, "spread", "u", steps=14, max_cycles=7, action_dtype=np.float32)
+    agents = ("agent_0", "agent_1", "agent_2")
+    discrete = {a: spaces.Discrete(5) for a in agents}
+    from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u", dataset_id="og/whole-v0",
+               action_spaces=discrete)
+    actions = mm.load_dataset("og/whole-v0").episode(0).actions["agent_1"]
+    assert actions.dtype == np.int64
+    store = ts.open(_spec(vaults / "spread" / "u", "actions."), open=True).result()
+    store[0, 3, 1].write(np.asarray(2.5, dtype=np.float32)).result()
+    with pytest.raises(StepDataError, match=r"actions of 'agent_1', row 3: float32 value 2\.5 "
+                                            r"does not fit the space's int64"):
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u",
+                   dataset_id="og/fraction-v0", action_spaces=discrete)
+    # the observations (positions and velocities) declared as whole numbers they are not
+    whole_numbers = {a: spaces.Box(-100, 100, (18,), dtype=np.int16) for a in agents}
+    with pytest.raises(StepDataError, match=r"observations of 'agent_0', row 0: float32 "
+                                            r"value -?\d\.\d+ does not fit the space's int16"):
+        from_vault(rel_dir=vaults, vault_name="spread", vault_uid="u",
+                   dataset_id="og/rounded-v0", observation_spaces=whole_numbers)
+
+
 @pytest.mark.parametrize("index", [600, 3])
 def test_vault_index_inside_the_last_chunk_of_our_vault_is_refused(
         vaults: Path, record_parallel: object, index: int) -> None:
