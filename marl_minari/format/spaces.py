@@ -178,8 +178,7 @@ def cast_leaf(values: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
     raise StepDataError(
         f"{where}, row {first[0]}: {values.dtype} value {values[first].item()!r} does not fit "
         f"the space's {dtype} (it would be stored as {out[first].item()!r}); pass values the "
-        "space holds, "
-        "or declare the space with the dtype the data has")
+        "space holds, or declare the space with the dtype the data has")
 
 
 def check_row_shapes(values: Sequence[Any], shape: tuple[int, ...], where: str) -> None:
