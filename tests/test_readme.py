@@ -20,7 +20,7 @@ def test_readme_has_examples_for_every_feature() -> None:
     for feature in ("ParallelDataCollector", "AECDataCollector", "to_vault", "from_vault",
                     "make_buffer", "describe", "registry.publish", "minari.load_dataset",
                     "read_dataset", "export_rllib", "make_torchrl_buffer", "check_dataset",
-                    "combine_datasets", "split_dataset", "trust_env_package",
+                    "combine_datasets", "split_dataset", "write_dataset", "trust_env_package",
                     "multi_agent_offline", "default_registry()}/"):
         assert feature in text, feature
 
