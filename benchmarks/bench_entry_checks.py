@@ -12,6 +12,9 @@ already cached on disk):
 * ``per group``: ``compare_entries``, each episode group opened once, its datasets from it;
 * ``per subgroup``: the groups on the way (``infos/marl``) opened once per episode too;
 * ``offset only``: what ``offset_index.mismatches`` compares (no type, no shape), for scale;
+* ``lookup only``: each entry's link record (``H5Lget_info``: the address of its object),
+  each episode group opened once and no dataset opened: the floor of any comparison that
+  asks HDF5 where an entry's object is;
 * ``remembered``: a new process's read of every entry's result from the record of a published
   file's comparisons (``comparison_record.load``), per entry.
 
@@ -95,13 +98,25 @@ def main() -> None:
                 agreed += same(_opened(parents[folder], name), check)
             return agreed
 
+        def lookup_only(file: h5py.File) -> int:
+            # The link record of each entry (its object's address), each episode group
+            # opened once, the dataset itself never opened: the floor of any comparison
+            # that asks HDF5 where an entry's object is.
+            found, current, group = 0, -1, None
+            for check in checks:
+                if check.episode_id != current:
+                    current = check.episode_id
+                    group = _opened(file.id, b"episode_%d" % current)
+                found += group.links.get_info(check.path).type == h5py.h5l.TYPE_HARD
+            return found
+
         def offset_only(file: h5py.File) -> int:
             return len(checks) - len(offset_index.mismatches(index, file,
                                                              range(len(index.steps))))
 
         ways: dict[str, Callable[[h5py.File], int]] = {
             "full path": full_path, "per group": per_group, "per subgroup": per_subgroup,
-            "offset only": offset_only}
+            "offset only": offset_only, "lookup only": lookup_only}
         print(f"{args.episodes} episodes, {len(checks)} entries; CPU us per entry, "
               f"best / median of {args.repeats}")
         openers: dict[str, Callable[[], h5py.File]] = {
