@@ -127,10 +127,6 @@ def test_a_uint8_leaf_refuses_what_would_wrap() -> None:
     assert mm.load_dataset("input/wrapped-v0").episode(0).observations["red"][2, 1] == 255
 
 
-def _steps(e: MultiAgentEpisode) -> int:
-    return e.total_steps
-
-
 @pytest.mark.parametrize(("change", "message"), [
     (lambda e: replace(e, possible_agents=("blue", "red")),
      r"possible_agents \['blue', 'red'\] are not the dataset's \['red', 'blue'\]"),
@@ -147,9 +143,9 @@ def _steps(e: MultiAgentEpisode) -> int:
      r"actions of 'blue': shape \(4, 1\), expected \(4, 2\)"),
     (lambda e: replace(e, agent_infos={**(e.agent_infos or {}), "green": {"x": np.zeros(5)}}),
      r"agent_infos has an entry for 'green', which is not one of the possible agents"),
-    (lambda e: replace(e, agent_infos={"red": {"x": np.zeros(_steps(e))}}),
+    (lambda e: replace(e, agent_infos={"red": {"x": np.zeros(e.total_steps)}}),
      r"agent_infos of 'red'/x has shape \(4,\), expected 5 rows"),
-    (lambda e: replace(e, extras={"turn": np.zeros(_steps(e))}),
+    (lambda e: replace(e, extras={"turn": np.zeros(e.total_steps)}),
      r"extras\['turn'\] has shape \(4,\), expected 5 rows"),
 ], ids=["agent-order", "missing-agent", "team-rewards", "active", "observation-shape",
         "dict-keys", "action-shape", "unknown-agent-info", "info-rows", "extra-rows"])
