@@ -58,6 +58,16 @@ def _retyped(episode: MultiAgentEpisode) -> MultiAgentEpisode:
     return _actions(episode, "blue", episode.actions["blue"].astype(np.float64))
 
 
+def _assert_refused_and_not_written(dataset_id: str, change: Change, message: str) -> None:
+    """Writing episode 0 and ``change(episode 1)`` raises ``message`` naming episode 1, and
+    leaves no dataset folder."""
+    episodes = _episodes()
+    with pytest.raises(StepDataError, match=rf"new dataset '{dataset_id}': episode 1 "
+                                            r"\(seed 1\): " + message):
+        write_dataset(dataset_id, [episodes[0], change(episodes[1])], SPEC)
+    assert not dataset_dir(dataset_id).exists()
+
+
 def test_leaves_of_other_dtypes_are_stored_as_their_spaces_say() -> None:
     """What `check` and Minari read is the spaces' dtypes, whatever the episode held."""
     episodes = _episodes()
@@ -104,11 +114,7 @@ def test_appended_episodes_are_stored_as_their_spaces_say() -> None:
 ], ids=["fraction-for-discrete", "nan-for-integer", "overflow", "text-for-box"])
 def test_values_the_spaces_cannot_hold_are_refused_and_nothing_is_written(
         datasets_root: Path, change: Change, message: str) -> None:
-    episodes = _episodes()
-    with pytest.raises(StepDataError, match=r"new dataset 'input/lossy-v0': episode 1 "
-                                            r"\(seed 1\): " + message):
-        write_dataset("input/lossy-v0", [episodes[0], change(episodes[1])], SPEC)
-    assert not dataset_dir("input/lossy-v0").exists()
+    _assert_refused_and_not_written("input/lossy-v0", change, message)
 
 
 def test_a_uint8_leaf_refuses_what_would_wrap() -> None:
@@ -152,11 +158,7 @@ def test_a_uint8_leaf_refuses_what_would_wrap() -> None:
 def test_an_episode_that_does_not_fit_the_spec_is_refused_by_name(
         datasets_root: Path, change: Change, message: str) -> None:
     """Each of these used to be written, and read back wrong or not at all."""
-    episodes = _episodes()
-    with pytest.raises(StepDataError, match=r"new dataset 'input/misfit-v0': episode 1 "
-                                            r"\(seed 1\): " + message):
-        write_dataset("input/misfit-v0", [episodes[0], change(episodes[1])], SPEC)
-    assert not dataset_dir("input/misfit-v0").exists()
+    _assert_refused_and_not_written("input/misfit-v0", change, message)
 
 
 def test_an_append_that_does_not_fit_keeps_the_dataset_as_it_was() -> None:
