@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import h5py
 import numpy as np
@@ -26,6 +26,9 @@ from marl_minari.format.spec import MultiAgentSpec
 
 MARL_GROUP = f"infos/{layout.INFOS_GROUP}"
 """The group of an episode that holds the exact per-agent data."""
+
+FIRST_AGENT_REWARDS: Final = f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}"
+"""The per-agent rewards column whose width :func:`cross_check` compares with the agents."""
 
 
 def open_data_file(path: Path) -> h5py.File:
@@ -218,12 +221,16 @@ def cross_check(file: h5py.File, metadata: dict[str, Any], spec: MultiAgentSpec 
                 f"disagrees with the order {copy} recorded in {where}; per-agent columns would "
                 "be read under the wrong names. Restore the metadata from a copy.")
     if total:
-        rewards = dataset_in_file(file.id, f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}"
-                                  .encode())
+        rewards = first_agent_rewards(file)
         if rewards is not None and rewards.shape[1:] != (len(agents),):
             raise CorruptedDataError(
-                f"{h5_path}: episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS} has shape "
-                f"{rewards.shape}, but metadata.json names {len(agents)} possible agents")
+                f"{h5_path}: {FIRST_AGENT_REWARDS} has shape {rewards.shape}, but "
+                f"metadata.json names {len(agents)} possible agents")
+
+
+def first_agent_rewards(file: h5py.File) -> h5py.h5d.DatasetID | None:
+    """The dataset :data:`FIRST_AGENT_REWARDS` of ``file`` (``None``: not one in the file)."""
+    return dataset_in_file(file.id, FIRST_AGENT_REWARDS.encode())
 
 
 def uncommitted_append(file: h5py.File, metadata: dict[str, Any], total: int) -> bool:

@@ -19,10 +19,9 @@ from typing import Any, Final
 
 import h5py
 
-from marl_minari.format import layout, offset_index
-from marl_minari.format.in_file import dataset_in_file
+from marl_minari.format import offset_index
 from marl_minari.storage.byte_ranges import LocalFileRanges, RangesFile
-from marl_minari.storage.datafile import MARL_GROUP, cross_check
+from marl_minari.storage.datafile import cross_check, first_agent_rewards
 
 MAX_OPEN_BLOCKS: Final = 64
 """The most blocks recorded (a reader refuses a longer list)."""
@@ -57,9 +56,7 @@ def opening_blocks(h5_path: Path, metadata: dict[str, Any], block_size: int) -> 
         try:
             with h5py.File(RangesFile(recording), "r") as file:
                 cross_check(file, metadata, None, h5_path)
-                # the column check cross_check makes: read for the blocks it touches
-                dataset_in_file(file.id, f"episode_0/{MARL_GROUP}/{layout.AGENT_REWARDS}"
-                                .encode())
+                first_agent_rewards(file)  # the column check cross_check makes with a spec
                 if index is not None:  # what a reader compares before it uses the index
                     offset_index.mismatches(index, file,
                                             offset_index.sampled_episodes(len(index.steps)))
