@@ -47,6 +47,7 @@ from marl_minari.format.entry_checks import (
     layout_mismatches,
     read_as_stored,
     read_count,
+    stored_offset,
 )
 from marl_minari.format.in_file import dataset_in_file
 
@@ -362,7 +363,7 @@ def _offset(group: h5py.h5g.GroupID, path: bytes) -> int | None:
     """HDF5's storage offset of the dataset ``path`` under ``group``; ``None`` if it is not
     a dataset stored contiguously in the file."""
     found = dataset_in_file(group, path)
-    return None if found is None else found.get_offset()
+    return None if found is None else stored_offset(found)
 
 
 def file_state(file: h5py.File) -> StatKey:
