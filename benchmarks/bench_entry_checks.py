@@ -9,12 +9,15 @@ already cached on disk):
 
 * ``full path``: ``episode_<e>/<path>`` opened from the file per entry (the comparison before
   entries were batched);
-* ``per group``: ``compare_entries``, each episode group opened once, its datasets from it;
+* ``per group``: every entry compared by HDF5 (``entry_checks.agrees``), each episode group
+  opened once, its datasets from it (``compare_entries`` before header templates);
 * ``per subgroup``: the groups on the way (``infos/marl``) opened once per episode too;
-* ``offset only``: what ``offset_index.mismatches`` compares (no type, no shape), for scale;
 * ``lookup only``: each entry's link record (``H5Lget_info``: the address of its object),
   each episode group opened once and no dataset opened: the floor of any comparison that
   asks HDF5 where an entry's object is;
+* ``templates``: ``compare_entries`` as readers call it: one entry per path compared by
+  HDF5, the others' object headers against its (``format.header_template``), read from the
+  local file or the published file's verified blocks;
 * ``remembered``: a new process's read of every entry's result from the record of a published
   file's comparisons (``comparison_record.load``), per entry.
 
@@ -53,8 +56,8 @@ def main() -> None:
     try:
         import marl_minari as mm
         from marl_minari import registry
-        from marl_minari.format import comparison_record, offset_index
-        from marl_minari.format.entry_checks import EntryCheck, compare_entries
+        from marl_minari.format import comparison_record, entry_checks, offset_index
+        from marl_minari.format.entry_checks import EntryCheck
         from marl_minari.storage.byte_ranges import RangesFile
 
         record_spread(DATASET, args.episodes)
@@ -83,7 +86,13 @@ def main() -> None:
                        for c in checks)
 
         def per_group(file: h5py.File) -> int:
-            return sum(compare_entries(file, checks))
+            agreed, current, group = 0, -1, None
+            for check in checks:
+                if check.episode_id != current:
+                    current = check.episode_id
+                    group = entry_checks.episode_group(file, current)
+                agreed += group is not None and entry_checks.agrees(group, check)
+            return agreed
 
         def per_subgroup(file: h5py.File) -> int:
             agreed, current = 0, -1
@@ -110,13 +119,13 @@ def main() -> None:
                 found += group.links.get_info(check.path).type == h5py.h5l.TYPE_HARD
             return found
 
-        def offset_only(file: h5py.File) -> int:
-            return len(checks) - len(offset_index.mismatches(index, file,
-                                                             range(len(index.steps))))
+        def templates(file: h5py.File) -> int:
+            raw = None if file.driver == "sec2" else source.remote_file
+            return sum(entry_checks.compare_entries(file, checks, raw))
 
         ways: dict[str, Callable[[h5py.File], int]] = {
             "full path": full_path, "per group": per_group, "per subgroup": per_subgroup,
-            "offset only": offset_only, "lookup only": lookup_only}
+            "lookup only": lookup_only, "templates": templates}
         print(f"{args.episodes} episodes, {len(checks)} entries; CPU us per entry, "
               f"best / median of {args.repeats}")
         openers: dict[str, Callable[[], h5py.File]] = {

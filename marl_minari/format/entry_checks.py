@@ -6,19 +6,22 @@ An entry may be read as bytes only after HDF5 itself says that ``episode_<e>/<pa
 stored contiguously at the indexed offset with the leaf's type and shape (``docs/format.md``,
 "marl_minari_index.npz"). Opening each dataset by its full path from the root walks the
 root's B-tree to the episode group again for every leaf; here each episode group is opened
-once and its datasets are opened relative to it, which over a remote file (HDF5 reading its
-metadata through Python byte callbacks) is what most of a comparison costs.
+once and its datasets are opened relative to it. Opening a dataset is most of what a
+comparison costs, so most are not opened at all: HDF5 opens one per path, and the others'
+object headers are compared with its bytes (:mod:`.header_template`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import h5py
 import numpy as np
 
-from marl_minari.format.in_file import dataset_in_file, group_in_file
+from marl_minari.format import header_template
+from marl_minari.format.in_file import dataset_in_file, group_in_file, hard_link_address
 
 
 class EntryCheck(NamedTuple):
@@ -32,22 +35,131 @@ class EntryCheck(NamedTuple):
     shape: tuple[int, ...]
 
 
-def compare_entries(file: h5py.File, checks: Sequence[EntryCheck]) -> list[bool]:
+def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
+                    raw: RawFile | None = None) -> list[bool]:
     """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given.
 
-    Entries of one episode should be next to each other: its group is opened once per run of
-    them. (Opening the groups on the way, ``infos/marl``, once per episode too costs more
-    than it saves: ``benchmarks/bench_entry_checks.py``.)
+    Entries of one path are compared together: one of them by HDF5, the others against its
+    object header where the file allows (:mod:`.header_template`: ``raw`` supplies the
+    headers' bytes, the same bytes HDF5 reads; ``None``: a local file's own, read by
+    ``pread``, and none for any other), every entry left by HDF5. Entries of one episode
+    should be next to each other: its group is opened once per run of them.
     """
-    results: list[bool] = []
+    results: list[bool | None] = [None] * len(checks)  # None: not compared yet
+    raw = raw if raw is not None else _local_raw(file)
+    end = None if raw is None else header_template.end_of_allocation(raw.read_ranges,
+                                                                     raw.size)
+    if raw is not None and end is not None:
+        _compare_by_templates(file, checks, raw, end, results)
     group: h5py.h5g.GroupID | None = None
     current = -1
+    for position, check in enumerate(checks):
+        if results[position] is not None:
+            continue
+        if check.episode_id != current:
+            current = check.episode_id
+            group = episode_group(file, current)
+        results[position] = group is not None and agrees(group, check)
+    return [bool(result) for result in results]
+
+
+class RawFile(Protocol):
+    """The bytes HDF5 reads a file from (a ``ByteRanges`` supplier is one)."""
+
+    size: int
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]
+                    ) -> Sequence[bytes | memoryview]: ...
+
+
+class _LocalRaw:
+    def __init__(self, descriptor: int) -> None:
+        self._descriptor = descriptor
+        self.size = os.fstat(descriptor).st_size
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [os.pread(self._descriptor, length, offset) for offset, length in ranges]
+
+
+def _local_raw(file: h5py.File) -> RawFile | None:
+    """The descriptor HDF5 reads a local file through (its default driver), read directly."""
+    if file.driver != "sec2":
+        return None
+    return _LocalRaw(file.id.get_vfd_handle())
+
+
+def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
+                          end: int, results: list[bool | None]) -> None:
+    """Fill in ``results`` the first entry of each path (compared by HDF5) and the entries
+    whose object headers match its template; leave the others ``None``."""
+    addresses = _header_addresses(file, checks)
+    kinds: dict[tuple[bytes, tuple[int, ...]], list[int]] = {}
+    for position, check in enumerate(checks):
+        if addresses[position] >= 0:
+            kinds.setdefault((check.path, check.shape[1:]), []).append(position)
+    for positions in kinds.values():
+        first = checks[positions[0]]
+        group = episode_group(file, first.episode_id)
+        results[positions[0]] = group is not None and agrees(group, first)
+        template = (_template(first, addresses[positions[0]], raw)
+                    if results[positions[0]] else None)
+        if template is None:
+            continue
+        same_type: dict[int, bool] = {}
+        rest = [position for position in positions[1:]
+                if addresses[position] + template.length <= end
+                and _same_type(checks[position].expected_type, first.expected_type,
+                               same_type)]
+        if not rest:
+            continue
+        pieces = raw.read_ranges([(addresses[position], template.length)
+                                  for position in rest])
+        headers = np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(
+            len(rest), template.length)
+        agreed = header_template.matches(
+            template, headers, np.array([checks[p].offset for p in rest], dtype=np.int64),
+            np.array([checks[p].shape[0] for p in rest], dtype=np.int64), end)
+        for position in np.asarray(rest)[agreed].tolist():
+            results[position] = True
+
+
+def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck]) -> list[int]:
+    """Where each entry's object header lies, by HDF5's own lookup of its link
+    (:func:`~marl_minari.format.in_file.hard_link_address`); ``-1`` where the entry is not
+    reached by a hard link in the file."""
+    found: list[int] = []
+    current = -1
+    group: h5py.h5g.GroupID | None = None
     for check in checks:
         if check.episode_id != current:
             current = check.episode_id
             group = episode_group(file, current)
-        results.append(group is not None and agrees(group, check))
-    return results
+        address = None if group is None else hard_link_address(group, check.path)
+        found.append(-1 if address is None else address)
+    return found
+
+
+def _template(check: EntryCheck, address: int, raw: RawFile
+              ) -> header_template.HeaderTemplate | None:
+    """The template of ``check``'s path, an entry HDF5 said agrees (so HDF5 read its whole
+    object header, inside the file's end of allocation): that header."""
+    (prefix,) = raw.read_ranges([(address, 16)])
+    length = header_template.header_length(prefix)
+    if length is None:
+        return None
+    (header,) = raw.read_ranges([(address, length)])
+    row_bytes = check.expected_type.get_size() * int(np.prod(check.shape[1:], dtype=np.int64))
+    return header_template.make_template(header, check.offset, check.shape[0], row_bytes)
+
+
+def _same_type(candidate: h5py.h5t.TypeID, template_type: h5py.h5t.TypeID,
+               known: dict[int, bool]) -> bool:
+    if candidate is template_type:
+        return True
+    key = id(candidate)
+    if key not in known:
+        known[key] = bool(candidate.equal(template_type))
+    return known[key]
 
 
 def episode_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:
@@ -76,8 +188,8 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
 
 def stored_offset(dataset: h5py.h5d.DatasetID) -> int | None:
     """``H5Dget_offset``: where the dataset's bytes lie, ``None`` when not contiguous in the
-    file, or at address 0, which h5py takes for HDF5's error value (the superblock is there:
-    no dataset's bytes are)."""
+    file, or at address 0, which h5py takes for HDF5's
+    error value (the superblock is there: no dataset's bytes are)."""
     try:
         return dataset.get_offset()
     except RuntimeError:
@@ -157,8 +269,9 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
     """
     found: list[str] = []
     count = np.empty(1, dtype=np.int64)
-    paths = [(path, path.encode(), offsets[path], layout)
+    paths = [(path.encode(), offsets[path], layout)
              for path, layout in layouts.items() if layout is not None]
+    checks: list[EntryCheck] = []
     for episode_id in episode_ids:
         group = episode_group(file, episode_id)
         if group is None:
@@ -166,17 +279,19 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
             continue
         if read_count(group, count) is None or count[0] != steps[episode_id]:
             found.append(f"episode_{episode_id}: total_steps differs from the index")
-        for path, encoded, path_offsets, layout in paths:
+        for encoded, path_offsets, layout in paths:
             offset = int(path_offsets[episode_id])
-            if offset < 0:
-                continue
-            rows = int(steps[episode_id]) + layout.extra_rows
-            check = EntryCheck(episode_id, encoded, offset, layout.expected_type,
-                               (rows, *layout.row_shape))
-            if not agrees(group, check):
-                found.append(f"episode_{episode_id}/{path}: index says offset {offset} "
-                             f"holding {check.shape} of {_type_name(layout.expected_type)}; "
-                             f"{_stored(group, encoded)}")
+            if offset >= 0:
+                rows = int(steps[episode_id]) + layout.extra_rows
+                checks.append(EntryCheck(episode_id, encoded, offset, layout.expected_type,
+                                         (rows, *layout.row_shape)))
+    for check, agreed in zip(checks, compare_entries(file, checks), strict=True):
+        if not agreed:
+            group = episode_group(file, check.episode_id)
+            assert group is not None  # found above
+            found.append(f"episode_{check.episode_id}/{check.path.decode()}: index says "
+                         f"offset {check.offset} holding {check.shape} of "
+                         f"{_type_name(check.expected_type)}; {_stored(group, check.path)}")
     return found
 
 

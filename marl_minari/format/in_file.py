@@ -67,6 +67,18 @@ def dataset_in_file(loc: h5py.h5g.GroupID, path: bytes) -> h5py.h5d.DatasetID | 
     return found if isinstance(found, h5py.h5d.DatasetID) else None
 
 
+def hard_link_address(loc: h5py.h5g.GroupID, path: bytes) -> int | None:
+    """The address of the object header that ``path`` under ``loc`` names by a hard link (its
+    last part: a soft link is not followed, the groups on the way may be reached by any link
+    in the file); ``None`` when there is none in ``loc``'s own file. Reads link records only:
+    nothing is opened."""
+    try:
+        link = loc.links.get_info(path, lapl=_LINK_ACCESS)
+    except (KeyError, ValueError, RuntimeError):
+        return None
+    return int(link.u) if link.type == h5py.h5l.TYPE_HARD else None
+
+
 def link_out(loc: h5py.h5g.GroupID, path: bytes, _hops: int = 0) -> str | None:
     """The first part of ``path`` under ``loc`` that is a link out of the file (external or
     user-defined), as a path under ``loc``; ``None`` when the path reaches no such link (it

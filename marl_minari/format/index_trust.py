@@ -33,10 +33,10 @@ import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
-from marl_minari.format import comparison_record
+from marl_minari.format import comparison_record, entry_checks
 from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.digests import remembered_digests, stat_key
-from marl_minari.format.entry_checks import EntryCheck, compare_entries
+from marl_minari.format.entry_checks import EntryCheck, RawFile
 from marl_minari.format.offset_index import (
     OffsetIndex,
     file_state,
@@ -156,7 +156,8 @@ def sample_agrees(index: OffsetIndex, file: h5py.File, *,
 def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEntries], *,
                    published: PublishedBytes | None = None,
                    local: bool | None = None,
-                   before_comparing: Callable[[], object] | None = None) -> list[np.ndarray]:
+                   before_comparing: Callable[[], object] | None = None,
+                   raw: RawFile | None = None) -> list[np.ndarray]:
     """For each leaf, ``(len(episode_ids),)`` bool: which of its entries may be read from the
     file's bytes as ``rows[i]`` rows of ``dtype`` and ``row_shape``.
 
@@ -172,6 +173,9 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             :func:`whole_file_trusted`).
         before_comparing: called once before any entry is compared with HDF5, not at all
             when every answer is known (a remote supplier prefetches the blocks HDF5 reads).
+        raw: the bytes HDF5 reads ``file`` from, when it reads them through a supplier
+            (``RangesFile``): entries are then compared against header templates too
+            (:func:`~.entry_checks.compare_entries`); a local file's are found without it.
     """
     if local is None:
         local = file.driver != "fileobj"
@@ -209,7 +213,7 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
         if checks and before_comparing is not None:
             before_comparing()
         order = sorted(range(len(checks)), key=lambda n: checks[n].episode_id)
-        results = compare_entries(file, [checks[n] for n in order])
+        results = entry_checks.compare_entries(file, [checks[n] for n in order], raw)
         for n, agreed in zip(order, results, strict=True):
             state, position, ids = targets[n]
             state[ids[position]] = 1 if agreed else -1

@@ -364,7 +364,7 @@ class EpisodeReader:
             answers = index_trust.trusted_leaves(self._index, self._file,
                                                  [leaf_entries for _, leaf_entries in asked],
                                                  published=self._published, local=local,
-                                                 before_comparing=prefetch)
+                                                 before_comparing=prefetch, raw=self._source)
             for (row, _), agreed in zip(asked, answers, strict=True):
                 part = usable[row][chunk]  # a view: written through
                 part[part] = agreed

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from foreign_storage import OpenedFifo
 
-from marl_minari.format.in_file import dataset_in_file, link_out
+from marl_minari.format.in_file import dataset_in_file, hard_link_address, link_out
 
 
 def _file(tmp_path: Path) -> Path:
@@ -37,3 +38,24 @@ def test_links_out_of_the_file_are_named_and_links_inside_it_are_not(tmp_path: P
         assert dataset_in_file(root, b"a/soft_in/data") is not None
         assert dataset_in_file(root, b"a/soft_out") is None
     assert not (tmp_path / "never.h5").exists()
+
+
+def test_a_header_address_is_looked_up_without_following_a_link_out(tmp_path: Path) -> None:
+    fifo = OpenedFifo(tmp_path / "fifo")
+    path = tmp_path / "main.h5"
+    with h5py.File(path, "w") as file:
+        file["a/b/data"] = np.arange(3)
+        file["a/fifo"] = h5py.ExternalLink(str(fifo.path), "/")
+        file["a/soft_in"] = h5py.SoftLink("/a/b")
+    try:
+        with h5py.File(path, "r") as file:
+            root = file.id
+            found = hard_link_address(root, b"a/b/data")
+            assert found == h5py.h5o.get_info(root, b"a/b/data").addr
+            assert hard_link_address(root, b"a/soft_in/data") == found  # on the way: followed
+            assert hard_link_address(root, b"a/soft_in") is None  # the last part: not
+            assert hard_link_address(root, b"a/fifo/data") is None
+            assert hard_link_address(root, b"a/fifo") is None
+            assert hard_link_address(root, b"a/missing") is None
+    finally:
+        assert fifo.end() == 0

@@ -118,11 +118,11 @@ import numpy as np
 import marl_minari as mm
 from marl_minari.format import entry_checks
 compared = []
-real = entry_checks.agrees
-def counting(group, check):
-    compared.append(check.path.decode())
-    return real(group, check)
-entry_checks.agrees = counting
+real = entry_checks.compare_entries
+def counting(file, checks, *args):
+    compared.extend(check.path.decode() for check in checks)
+    return real(file, checks, *args)
+entry_checks.compare_entries = counting
 source = mm.open_source(sys.argv[1], streaming=True)
 arrays = source.read(source.episode_indices)
 print(json.dumps({"compared": len(compared),

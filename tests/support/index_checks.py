@@ -1,7 +1,9 @@
-"""Counting the offset-index entries a process compares with HDF5 one by one."""
+"""Counting the offset-index entries a process compares with HDF5 (by HDF5 itself or against
+a header template HDF5 compared)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -18,11 +20,11 @@ def count_entry_checks(monkeypatch: pytest.MonkeyPatch, *, forget: bool = False)
         monkeypatch.setattr(index_trust, "_BINDINGS", {})
         monkeypatch.setattr(index_trust, "_UNSAVED", {})
     compared: list[Any] = []
-    real = entry_checks.agrees
+    real = entry_checks.compare_entries
 
-    def counting(group: Any, check: entry_checks.EntryCheck) -> bool:
-        compared.append(b"episode_%d/%s" % (check.episode_id, check.path))
-        return real(group, check)
+    def counting(file: Any, checks: Sequence[entry_checks.EntryCheck], *args: Any) -> list[bool]:
+        compared.extend(b"episode_%d/%s" % (check.episode_id, check.path) for check in checks)
+        return real(file, checks, *args)
 
-    monkeypatch.setattr(entry_checks, "agrees", counting)
+    monkeypatch.setattr(entry_checks, "compare_entries", counting)
     return compared
