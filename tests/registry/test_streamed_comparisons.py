@@ -23,7 +23,13 @@ from marl_minari.registry.remote_file import RemoteFile, StreamingWarning
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, ForeignStorageError
-from marl_minari.format import comparison_record, index_trust, layout, offset_index
+from marl_minari.format import (
+    comparison_record,
+    entry_checks,
+    index_trust,
+    layout,
+    offset_index,
+)
 from marl_minari.sources.streaming import StreamingSource
 from marl_minari.storage.arrays import MultiAgentArrays
 
@@ -78,6 +84,27 @@ def test_each_entry_is_compared_once_for_the_published_bytes(
     assert record.parent.name == source.manifest_digest[:32]
     assert json.loads(record.read_text())["body"]["bytes"] == \
         source.remote_file.pinned_digest
+
+
+def test_a_streamed_pass_has_hdf5_open_one_dataset_per_leaf(
+        streamable: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The others are compared against its object header, read from the verified blocks
+    (``docs/format.md``, *Agreement by header template*)."""
+    expected = mm.load_dataset(DATASET).to_arrays()
+    by_hdf5: list[bytes] = []
+    real = entry_checks.agrees
+
+    def counting(group: Any, check: entry_checks.EntryCheck) -> bool:
+        by_hdf5.append(check.path)
+        return real(group, check)
+
+    monkeypatch.setattr(entry_checks, "agrees", counting)
+    source = _stream(f"file://{registry_dir}/{DATASET}")
+    _assert_same(source.read(source.episode_indices), expected)
+    index = offset_index.read(source.local_data_path)
+    assert index is not None
+    assert _entries(source) > 2 * len(index.offsets)
+    assert sorted(by_hdf5) == sorted(path.encode() for path in index.offsets)
 
 
 def test_a_pass_that_remembers_every_entry_reads_no_object_header(
