@@ -10,8 +10,8 @@ own link lookup, is the template's bytes except in these fields, holding the val
 says (``docs/format.md``, "marl_minari_index.npz"):
 
 * the layout's address (the indexed offset) and size (rows x the row's bytes);
-* the dataspace's first dimension (the indexed rows) and, when the template's equals it, the
-  first maximum dimension;
+* the dataspace's first dimension (the indexed rows) and its first maximum dimension, which
+  must equal it (a template whose header holds another maximum is not made);
 * the modification time's seconds.
 
 Equal bytes decode as equal messages, so HDF5 would open such a dataset as it opened the
@@ -85,8 +85,8 @@ class HeaderTemplate:
         fixed: ``(length,)`` bool, the bytes every matching header repeats.
         address_at, size_at, rows_at: where the layout's address and size and the first
             dimension lie (8 little-endian bytes each).
-        max_rows_at: where the first maximum dimension lies when it follows the first
-            dimension (``-1``: none, or fixed).
+        max_rows_at: where the first maximum dimension lies (``-1``: the header holds no
+            maximum dimensions).
         row_bytes: the bytes of one row.
     """
 
