@@ -46,11 +46,7 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
     should be next to each other: its group is opened once per run of them.
     """
     results: list[bool | None] = [None] * len(checks)  # None: not compared yet
-    raw = raw if raw is not None else _local_raw(file)
-    end = None if raw is None else header_template.end_of_allocation(raw.read_ranges,
-                                                                     raw.size)
-    if raw is not None and end is not None:
-        _compare_by_templates(file, checks, raw, end, results)
+    _compare_by_templates(file, checks, raw, results)
     group: h5py.h5g.GroupID | None = None
     current = -1
     for position, check in enumerate(checks):
@@ -88,25 +84,40 @@ def _local_raw(file: h5py.File) -> RawFile | None:
     return _LocalRaw(file.id.get_vfd_handle())
 
 
-def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
-                          end: int, results: list[bool | None]) -> None:
-    """Fill in ``results`` the first entry of each path (compared by HDF5) and the entries
-    whose object headers match its template; leave the others ``None``."""
-    addresses = _header_addresses(file, checks)
+def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
+                          raw: RawFile | None, results: list[bool | None]) -> None:
+    """Fill in ``results`` the first entry of each path that has several (compared by HDF5)
+    and the entries whose object headers match its template; leave the others ``None``.
+    A path with one entry makes no template: nothing is looked up or read for it."""
     kinds: dict[tuple[bytes, tuple[int, ...]], list[int]] = {}
     for position, check in enumerate(checks):
-        if addresses[position] >= 0:
-            kinds.setdefault((check.path, check.shape[1:]), []).append(position)
+        kinds.setdefault((check.path, check.shape[1:]), []).append(position)
+    if all(len(positions) == 1 for positions in kinds.values()):
+        return
+    raw = raw if raw is not None else _local_raw(file)
+    if raw is None:
+        return
+    end = header_template.end_of_allocation(raw.read_ranges, raw.size)
+    if end is None:
+        return
+    # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
+    # each episode's groups while their links are read: path by path costs 3 us more each.
+    root = file.id
+    addresses = [_header_address(root, check)
+                 if len(kinds[(check.path, check.shape[1:])]) > 1 else -1 for check in checks]
     for positions in kinds.values():
-        first = checks[positions[0]]
+        found = [position for position in positions if addresses[position] >= 0]
+        if len(found) < 2:
+            continue
+        first = checks[found[0]]
         group = episode_group(file, first.episode_id)
-        results[positions[0]] = group is not None and agrees(group, first)
-        template = (_template(first, addresses[positions[0]], raw)
-                    if results[positions[0]] else None)
+        results[found[0]] = group is not None and agrees(group, first)
+        template = (_template(first, addresses[found[0]], raw)
+                    if results[found[0]] else None)
         if template is None:
             continue
         same_type: dict[int, bool] = {}
-        rest = [position for position in positions[1:]
+        rest = [position for position in found[1:]
                 if addresses[position] + template.length <= end
                 and _same_type(checks[position].expected_type, first.expected_type,
                                same_type)]
@@ -123,17 +134,13 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck], raw: Ra
             results[position] = True
 
 
-def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck]) -> list[int]:
-    """Where each entry's object header lies, by HDF5's own lookup of its link from the root
+def _header_address(root: h5py.h5f.FileID, check: EntryCheck) -> int:
+    """Where the entry's object header lies, by HDF5's own lookup of its link from the root
     (:func:`~marl_minari.format.in_file.hard_link_address`; the root's B-tree is in HDF5's
     cache after the first, which costs less than opening each episode group); ``-1`` where
     the entry is not reached by a hard link in the file."""
-    root = file.id
-    found: list[int] = []
-    for check in checks:
-        address = hard_link_address(root, b"episode_%d/%s" % (check.episode_id, check.path))
-        found.append(-1 if address is None else address)
-    return found
+    address = hard_link_address(root, b"episode_%d/%s" % (check.episode_id, check.path))
+    return -1 if address is None else address
 
 
 def _template(check: EntryCheck, address: int, raw: RawFile
@@ -185,8 +192,8 @@ def agrees(group: h5py.h5g.GroupID, check: EntryCheck) -> bool:
 
 def stored_offset(dataset: h5py.h5d.DatasetID) -> int | None:
     """``H5Dget_offset``: where the dataset's bytes lie, ``None`` when not contiguous in the
-    file, or at address 0, which h5py takes for HDF5's
-    error value (the superblock is there: no dataset's bytes are)."""
+    file, or at address 0, which h5py takes for HDF5's error value (the superblock is there:
+    no dataset's bytes are)."""
     try:
         return dataset.get_offset()
     except RuntimeError:

@@ -58,6 +58,19 @@ def _compared_by_hdf5(monkeypatch: pytest.MonkeyPatch) -> list[EntryCheck]:
     return compared
 
 
+def _calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of every call of ``owner.name`` from now on."""
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(owner, name)
+
+    def recording(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
 def _checks_as_stored(path: Path, episodes: int) -> list[EntryCheck]:
     """Every dataset of every episode, with the type and shape HDF5 gives it, one type
     object per path (as readers share one per leaf); offset ``0`` where it has none."""
@@ -532,3 +545,16 @@ def test_a_soft_link_is_never_taken_for_the_header_its_length_points_at(
         assert group is not None and group.links.get_info(b"rewards").u == address
     assert _hdf5_verdicts(path, told) == [True, True, True, False]
     assert _compared(path, told) == [True, True, True, False]
+
+
+def test_a_path_with_one_entry_is_compared_by_hdf5_and_nothing_looked_up(
+        synthetic_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    path, episodes = synthetic_file
+    one_episode = [check for check in _checks_as_stored(path, episodes)
+                   if check.episode_id == 2]  # a read of one episode: one entry per path
+    looked_up = _calls(monkeypatch, entry_checks, "hard_link_address")
+    superblocks = _calls(monkeypatch, header_template, "end_of_allocation")
+    assert _compared(path, one_episode) == _hdf5_verdicts(path, one_episode)
+    assert looked_up == [] and superblocks == []  # nothing read beside HDF5's comparisons
+    _compared(path, one_episode + [check._replace(episode_id=3) for check in one_episode[:1]])
+    assert len(looked_up) == 2  # a path with two entries: both looked up
