@@ -39,10 +39,10 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
                     raw: RawFile | None = None) -> list[bool]:
     """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given.
 
-    Entries of one path are compared together: one of them by HDF5, the others against its
-    object header where the file allows (:mod:`.header_template`: ``raw`` supplies the
-    headers' bytes, the same bytes HDF5 reads; ``None``: a local file's own, read by
-    ``pread``, and none for any other), every entry left by HDF5. Entries of one episode
+    The entries of a path that has several are compared together: one of them by HDF5, the
+    others against its object header where the file allows (:mod:`.header_template`: ``raw``
+    supplies the headers' bytes, the same bytes HDF5 reads; ``None``: a local file's own,
+    read by ``pread``, and none for any other), every entry left by HDF5. Entries of one episode
     should be next to each other: its group is opened once per run of them.
     """
     results: list[bool | None] = [None] * len(checks)  # None: not compared yet
