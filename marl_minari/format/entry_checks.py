@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import NamedTuple, Protocol
 
 import h5py
 import numpy as np
 
-from marl_minari.format import header_template
+from marl_minari.format import group_templates, header_template, symbol_tables
 from marl_minari.format.in_file import dataset_in_file, group_in_file, hard_link_address
 
 
@@ -85,7 +86,8 @@ def _local_raw(file: h5py.File) -> RawFile | None:
 
 
 def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
-                          raw: RawFile | None, results: list[bool | None]) -> None:
+                          raw: RawFile | None, results: list[bool | None],
+                          from_bytes: bool = True) -> None:
     """Fill in ``results`` the first entry of each path that has several (compared by HDF5)
     and the entries whose object headers match its template; leave the others ``None``.
     A path with one entry makes no template: nothing is looked up or read for it."""
@@ -100,16 +102,36 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
     end = header_template.end_of_allocation(raw.read_ranges, raw.size)
     if end is None:
         return
-    # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
-    # each episode's groups while their links are read: path by path costs 3 us more each.
-    root = file.id
-    addresses = [_header_address(root, check)
-                 if len(kinds[(check.path, check.shape[1:])]) > 1 else -1 for check in checks]
-    for positions in kinds.values():
+    several = [len(kinds[(check.path, check.shape[1:])]) > 1 for check in checks]
+    addresses, group_spans = _header_addresses(file, checks, raw, several, from_bytes)
+    header_spans = _compare_paths(file, checks, raw, list(kinds.values()), addresses, end,
+                                  results, group_spans is not None)
+    if group_spans is None or (header_spans is not None
+                               and symbol_tables.disjoint(group_spans + header_spans)):
+        return
+    # Found from the bytes, a header HDF5 finds elsewhere or one sharing bytes with a group's
+    # structures (HDF5 would not read both): never in a file HDF5 wrote, but then everything
+    # again with HDF5's own lookups.
+    results[:] = [None] * len(results)
+    _compare_by_templates(file, checks, raw, results, from_bytes=False)
+
+
+def _compare_paths(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
+                   paths: list[list[int]], addresses: list[int], end: int,
+                   results: list[bool | None], confirm_first: bool
+                   ) -> symbol_tables.Spans | None:
+    """Compare the entries of each path (``paths``: positions in ``checks``) whose headers
+    are at ``addresses``: the first by HDF5, the others by its template. The headers read
+    (for :func:`symbol_tables.disjoint`); ``None`` when ``confirm_first`` and HDF5 finds a
+    first entry's header somewhere else."""
+    spans: symbol_tables.Spans = []
+    for positions in paths:
         found = [position for position in positions if addresses[position] >= 0]
         if len(found) < 2:
             continue
         first = checks[found[0]]
+        if confirm_first and _header_address(file.id, first) != addresses[found[0]]:
+            return None
         group = episode_group(file, first.episode_id)
         results[found[0]] = group is not None and agrees(group, first)
         template = (_template(first, addresses[found[0]], raw)
@@ -121,8 +143,6 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
                 if addresses[position] + template.length <= end
                 and _same_type(checks[position].expected_type, first.expected_type,
                                same_type)]
-        if not rest:
-            continue
         pieces = raw.read_ranges([(addresses[position], template.length)
                                   for position in rest])
         headers = np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(
@@ -130,8 +150,38 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
         agreed = header_template.matches(
             template, headers, np.array([checks[p].offset for p in rest], dtype=np.int64),
             np.array([checks[p].shape[0] for p in rest], dtype=np.int64), end)
-        for position in np.asarray(rest)[agreed].tolist():
+        matched = [found[0], *np.asarray(rest, dtype=np.int64)[agreed].tolist()]
+        for position in matched[1:]:
             results[position] = True
+        spans.append((np.array([addresses[p] for p in matched], dtype=np.uint64),
+                      template.length))
+    return spans
+
+
+def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
+                      several: Sequence[bool], from_bytes: bool
+                      ) -> tuple[list[int], symbol_tables.Spans | None]:
+    """Where each entry of a path with several entries has its object header (``-1``: none
+    by a hard link, or its path has one entry), and the group structures read to find them
+    (``None``: HDF5 found them all). Found from the file's bytes
+    (:mod:`.symbol_tables`, ``from_bytes``) where the file allows, else by HDF5's lookups."""
+    wanted = [position for position, many in enumerate(several) if many]
+    addresses = [-1] * len(checks)
+    resolved = None
+    if from_bytes and wanted:
+        resolved = group_templates.resolve(
+            raw.read_ranges, raw.size, [checks[p].episode_id for p in wanted],
+            [checks[p].path for p in wanted], partial(hard_link_address, file.id))
+    if resolved is not None:
+        for position, address in zip(wanted, resolved.addresses.tolist(), strict=True):
+            addresses[position] = address
+    # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
+    # each episode's groups while their links are read: path by path costs 3 us more each.
+    root = file.id
+    for position in wanted:
+        if addresses[position] < 0:
+            addresses[position] = _header_address(root, checks[position])
+    return addresses, None if resolved is None else resolved.spans
 
 
 def _header_address(root: h5py.h5f.FileID, check: EntryCheck) -> int:

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from marl_minari.format import entry_checks, header_template, layout, offset_index
+from marl_minari.format import entry_checks, group_templates, header_template, layout, offset_index
 from marl_minari.format.entry_checks import EntryCheck
 from marl_minari.format.in_file import hard_link_address
 from marl_minari.storage.reader_state import metadata_read_as
@@ -553,8 +553,12 @@ def test_a_path_with_one_entry_is_compared_by_hdf5_and_nothing_looked_up(
     one_episode = [check for check in _checks_as_stored(path, episodes)
                    if check.episode_id == 2]  # a read of one episode: one entry per path
     looked_up = _calls(monkeypatch, entry_checks, "hard_link_address")
+    resolved = _calls(monkeypatch, group_templates, "resolve")
     superblocks = _calls(monkeypatch, header_template, "end_of_allocation")
     assert _compared(path, one_episode) == _hdf5_verdicts(path, one_episode)
-    assert looked_up == [] and superblocks == []  # nothing read beside HDF5's comparisons
-    _compared(path, one_episode + [check._replace(episode_id=3) for check in one_episode[:1]])
-    assert len(looked_up) == 2  # a path with two entries: both looked up
+    # nothing read beside HDF5's comparisons
+    assert looked_up == [] and resolved == [] and superblocks == []
+    two = [*one_episode, one_episode[0]._replace(episode_id=3)]
+    assert _compared(path, two) == _hdf5_verdicts(path, two)
+    assert [(episode_ids, paths) for _, _, episode_ids, paths, _ in resolved] == [
+        ([2, 3], [one_episode[0].path] * 2)]  # a path with two entries: both looked up

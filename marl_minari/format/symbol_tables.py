@@ -1,0 +1,375 @@
+"""Where HDF5's lookup of ``episode_<e>/<path>`` leads, read from the file's own bytes.
+
+A full read of a file compares every offset-index entry it uses with HDF5
+(:mod:`.entry_checks`), and finding an entry's object header by HDF5's own lookup
+(``H5Lget_info``) costs 8-18 us: with one entry per leaf per episode, most of a first pass.
+h5py writes every group in HDF5's original format, a *symbol table*: a B-tree whose leaves are
+symbol-table nodes of entries sorted by name, the names kept in the group's local heap.
+HDF5 finds a name by binary search, so here a name resolves only where every node a search
+could visit is well formed and sorted: then the search can end at one entry only, the one
+holding that name, and that entry's address is what HDF5 answers.
+
+The root group is parsed whole, once (:func:`parse_group`). The groups at one path under every
+episode (``episode_<e>``, ``episode_<e>/observations``...) are the same bytes but for the
+addresses they hold and their attributes' values, so one of each layout is parsed and checked
+against HDF5's own lookups, and the others are compared with it as numpy arrays: a *group
+template*. An entry is resolved (``docs/format.md``, "Agreement by header template") only when:
+
+* the superblock is version 0 or 1 with 8-byte addresses and lengths, base address 0 and no
+  driver-information block;
+* each group's object header is version 1, its messages only symbol table (exactly one),
+  continuation, attribute, modification time and nil, none shared, every chunk inside the end
+  of allocation; HDF5 decodes neither attributes nor times to look a name up;
+* its local heap is version 0, its free list ends inside the heap, and every name and key is
+  a NUL-terminated string inside it;
+* every B-tree node is a group node of its parent's level less one, 1 to 2K children, its keys
+  in order and every name under a child between that child's keys; every symbol-table node
+  version 1 with 1 to 2K entries of known cache types, its names strictly increasing;
+* no two of these structures, nor the superblock, share a byte.
+
+Anything else leaves the entry to HDF5: this only ever answers sooner, never differently.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from marl_minari.format.header_template import UNDEFINED, ReadRanges
+
+_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
+_NIL, _ATTRIBUTE, _CONTINUATION, _SYMBOL_TABLE, _MODIFIED = 0x0, 0xC, 0x10, 0x11, 0x12
+_OPAQUE_BODIES: Final = frozenset({_ATTRIBUTE, _MODIFIED})
+"""Messages HDF5 does not decode to look a name up: their bodies may differ between groups."""
+_PREFIX: Final = 16
+_LONGEST_CHUNK: Final = 4096
+_MOST_CHUNKS: Final = 8
+_DEEPEST_TREE: Final = 8
+_LARGEST_HEAP: Final = 64 << 20
+HEAP_PREFIX: Final = 32
+_FREE_END: Final = 1
+"""``H5HL_FREE_NULL``: the offset that ends a local heap's free list."""
+NODE_HEADER: Final = 24
+SNOD_HEADER: Final = 8
+ENTRY_BYTES: Final = 40
+SOFT_LINK: Final = 2
+_ENTRY_TYPE: Final = np.dtype([("name", "<u8"), ("header", "<u8"), ("cache", "<u4"),
+                               ("reserved", "<u4"), ("scratch", "<u8", (2,))])
+
+Spans = list[tuple[np.ndarray, int]]
+"""Structures read: ``(addresses, length)`` pairs, for :func:`disjoint`."""
+
+
+@dataclass(frozen=True)
+class Superblock:
+    """What a version-0/1 superblock says that lookups depend on."""
+
+    end: int
+    """The end-of-allocation address: every structure must end before it."""
+    leaf_k: int
+    """Half a symbol-table node's capacity."""
+    internal_k: int
+    """Half a group B-tree node's capacity."""
+    root: int
+    """The root group's object header."""
+    length: int
+
+    @property
+    def node_length(self) -> int:
+        return NODE_HEADER + 2 * self.internal_k * 8 + (2 * self.internal_k + 1) * 8
+
+    @property
+    def snod_length(self) -> int:
+        return SNOD_HEADER + 2 * self.leaf_k * ENTRY_BYTES
+
+
+def read_superblock(read: ReadRanges, file_size: int) -> Superblock | None:
+    """The superblock at offset 0 when it is version 0 or 1 with every address a file offset
+    (8-byte addresses and lengths, base 0, no driver block, the file that long) and the root
+    group's entry caching nothing or a symbol table; ``None`` otherwise."""
+    if file_size < 100:
+        return None
+    (head,) = read([(0, 100)])
+    block = bytes(head)
+    version = block[8]
+    if block[:8] != _SIGNATURE or version not in (0, 1) or (block[13], block[14]) != (8, 8):
+        return None
+    leaf_k, internal_k = struct.unpack_from("<HH", block, 16)
+    base_at = 24 if version == 0 else 28
+    base, _, end, driver = struct.unpack_from("<4Q", block, base_at)
+    _, root, cache = struct.unpack_from("<QQI", block, base_at + 32)
+    if (base != 0 or driver != UNDEFINED or end > file_size or not leaf_k or not internal_k
+            or cache not in (0, 1)):
+        return None
+    return Superblock(int(end), leaf_k, internal_k, int(root), base_at + 32 + ENTRY_BYTES)
+
+
+@dataclass
+class GroupHeader:
+    """A group's object header: its chunks (the first with its prefix), where in them the
+    symbol table message lies, and what may differ between groups."""
+
+    chunks: list[tuple[int, bytes]] = field(default_factory=list)
+    varying: list[list[tuple[int, int]]] = field(default_factory=list)
+    sources: list[tuple[int, int]] = field(default_factory=list)
+    """For each chunk after the first: (chunk, offset) of the continuation address to it."""
+    symbol_table: tuple[int, int] = (-1, -1)
+
+
+def parse_header(read: ReadRanges, address: int, sb: Superblock) -> GroupHeader | None:
+    """A group's version-1 object header at ``address``, followed through its continuation
+    chunks; ``None`` unless it is one the module's docstring allows."""
+    if not _inside(address, _PREFIX, sb):
+        return None
+    (prefix,) = read([(address, _PREFIX)])
+    prefix = bytes(prefix)
+    if prefix[0] != 1:
+        return None
+    messages, size = struct.unpack_from("<H4xI", prefix, 2)
+    header = GroupHeader()
+    pending = [(address, _PREFIX + size, -1, -1)]
+    counted = 0
+    while pending:
+        chunk_at, length, source, source_at = pending.pop(0)
+        if (len(header.chunks) == _MOST_CHUNKS or length > _PREFIX + _LONGEST_CHUNK
+                or not _inside(chunk_at, length, sb)):
+            return None
+        (data,) = read([(chunk_at, length)])
+        data = bytes(data)
+        index = len(header.chunks)
+        header.chunks.append((chunk_at, data))
+        header.varying.append([])
+        if index:
+            header.sources.append((source, source_at))
+        at = _PREFIX if index == 0 else 0
+        if length - at < 8 or (length - at) % 8:
+            return None
+        while at < length:
+            if at + 8 > length:
+                return None
+            kind, body_size, flags = struct.unpack_from("<HHB", data, at)
+            body = at + 8
+            if flags or body_size % 8 or body + body_size > length:
+                return None
+            if kind == _SYMBOL_TABLE:
+                if header.symbol_table != (-1, -1) or body_size < 16:
+                    return None
+                header.symbol_table = (index, body)
+                header.varying[index].append((body, body + 16))
+            elif kind == _CONTINUATION:
+                if body_size < 16:
+                    return None
+                next_at, next_length = struct.unpack_from("<QQ", data, body)
+                pending.append((int(next_at), int(next_length), index, body))
+                header.varying[index].append((body, body + 8))
+            elif kind in _OPAQUE_BODIES:
+                header.varying[index].append((body, body + body_size))
+            elif kind != _NIL:
+                return None
+            counted += 1
+            at = body + body_size
+    if counted != messages or header.symbol_table == (-1, -1):
+        return None
+    return header
+
+
+@dataclass
+class LocalHeap:
+    address: int
+    prefix: bytes
+    data_address: int
+    data: bytes
+
+    def strings(self, offsets: Sequence[int]) -> list[bytes] | None:
+        """The NUL-terminated strings at ``offsets``; ``None`` when one does not end inside
+        the heap (HDF5 would compare past it)."""
+        found = []
+        for offset in offsets:
+            end = self.data.find(b"\0", offset) if offset < len(self.data) else -1
+            if end < 0:
+                return None
+            found.append(self.data[offset:end])
+        return found
+
+
+def parse_heap(read: ReadRanges, address: int, sb: Superblock) -> LocalHeap | None:
+    """The local heap at ``address``: version 0, its data inside the end of allocation, its
+    free list (as HDF5 decodes it when it loads the heap) ending inside the data."""
+    if not _inside(address, HEAP_PREFIX, sb):
+        return None
+    (prefix,) = read([(address, HEAP_PREFIX)])
+    prefix = bytes(prefix)
+    if prefix[:5] != b"HEAP\0":
+        return None
+    size, free, data_at = (int(value) for value in struct.unpack_from("<3Q", prefix, 8))
+    if not 0 < size <= _LARGEST_HEAP or not _inside(data_at, size, sb):
+        return None
+    (data,) = read([(data_at, size)])
+    data = bytes(data)
+    for _ in range(size // 16 + 1):
+        if free == _FREE_END:
+            return LocalHeap(address, prefix, data_at, data)
+        if free + 16 > size:
+            return None
+        next_free, free_size = struct.unpack_from("<QQ", data, free)
+        if next_free == 0 or free + free_size > size:
+            return None
+        free = int(next_free)
+    return None  # a cycle
+
+
+@dataclass
+class Node:
+    address: int
+    data: bytes
+    level: int
+    keys: list[int]
+    children: list[int]
+
+
+def parse_node(read: ReadRanges, address: int, sb: Superblock) -> Node | None:
+    """The group B-tree node at ``address`` (the whole node HDF5 reads, inside the end)."""
+    length = sb.node_length
+    if not _inside(address, length, sb):
+        return None
+    (data,) = read([(address, length)])
+    data = bytes(data)
+    if data[:5] != b"TREE\0":
+        return None
+    level, used = data[5], struct.unpack_from("<H", data, 6)[0]
+    if not 0 < used <= 2 * sb.internal_k:
+        return None
+    values = struct.unpack_from(f"<{2 * used + 1}Q", data, NODE_HEADER)
+    return Node(address, data, level, [int(v) for v in values[0::2]],
+                 [int(v) for v in values[1::2]])
+
+
+@dataclass
+class Snod:
+    address: int
+    data: bytes
+    entries: np.ndarray
+
+
+def parse_snod(read: ReadRanges, address: int, sb: Superblock) -> Snod | None:
+    """The symbol-table node at ``address``: version 1, 1 to 2K entries of known cache types."""
+    length = sb.snod_length
+    if not _inside(address, length, sb):
+        return None
+    (data,) = read([(address, length)])
+    data = bytes(data)
+    count = struct.unpack_from("<H", data, 6)[0]
+    if data[:6] != b"SNOD\x01\x00" or not 0 < count <= 2 * sb.leaf_k:
+        return None
+    entries = np.frombuffer(data, dtype=_ENTRY_TYPE, count=count, offset=SNOD_HEADER)
+    if (entries["cache"] > SOFT_LINK).any():
+        return None
+    return Snod(address, data, entries)
+
+
+class SymbolTable:
+    """One group's symbol table, its nodes parsed as a search first visits them."""
+
+    def __init__(self, read: ReadRanges, sb: Superblock, heap: LocalHeap, btree: int) -> None:
+        self.read, self.sb, self.heap, self.btree = read, sb, heap, btree
+        self.nodes: dict[int, tuple[Node, list[bytes]] | None] = {}
+        self.snods: dict[int, tuple[Snod, list[bytes]] | None] = {}
+
+    def find(self, name: bytes) -> tuple[Snod, int] | None:
+        """The entry HDF5's search for ``name`` ends at (``H5B_find``, then the node's binary
+        search): its node and position; ``None`` when the search finds nothing or meets a
+        structure the module's docstring does not allow."""
+        address, level = self.btree, -1
+        for _ in range(_DEEPEST_TREE):
+            parsed = self.node(address)
+            if parsed is None or (level >= 0 and parsed[0].level != level):
+                return None
+            node, keys = parsed
+            low, high, position, compared = 0, len(node.children), 0, 1
+            while low < high and compared:
+                position = (low + high) // 2
+                compared = (-1 if name <= keys[position]
+                            else 1 if name > keys[position + 1] else 0)
+                if compared < 0:
+                    high = position
+                else:
+                    low = position + 1
+            if compared:
+                return None
+            if not node.level:
+                return self._entry(node.children[position], name)
+            address, level = node.children[position], node.level - 1
+        return None
+
+    def _entry(self, address: int, name: bytes) -> tuple[Snod, int] | None:
+        parsed = self.snod(address)
+        if parsed is None:
+            return None
+        snod, names = parsed
+        low, high, position, compared = 0, len(names), 0, 1
+        while low < high and compared:
+            position = (low + high) // 2
+            compared = (name > names[position]) - (name < names[position])
+            if compared < 0:
+                high = position
+            else:
+                low = position + 1
+        return None if compared else (snod, position)
+
+    def node(self, address: int) -> tuple[Node, list[bytes]] | None:
+        if address not in self.nodes:
+            node = parse_node(self.read, address, self.sb)
+            keys = None if node is None else self.heap.strings(node.keys)
+            self.nodes[address] = None if node is None or keys is None else (node, keys)
+        return self.nodes[address]
+
+    def snod(self, address: int) -> tuple[Snod, list[bytes]] | None:
+        if address not in self.snods:
+            snod = parse_snod(self.read, address, self.sb)
+            names = (None if snod is None
+                     else self.heap.strings(snod.entries["name"].tolist()))
+            self.snods[address] = None if snod is None or names is None else (snod, names)
+        return self.snods[address]
+
+    def spans(self) -> Spans:
+        """The heap, and every node parsed so far."""
+        found: Spans = [(np.array([self.heap.address], dtype=np.uint64), HEAP_PREFIX),
+                        (np.array([self.heap.data_address], dtype=np.uint64),
+                         len(self.heap.data))]
+        found += [(np.array(list(self.nodes), dtype=np.uint64), self.sb.node_length),
+                  (np.array(list(self.snods), dtype=np.uint64), self.sb.snod_length)]
+        return found
+
+
+def open_group(read: ReadRanges, address: int, sb: Superblock
+               ) -> tuple[GroupHeader, SymbolTable] | None:
+    """The group whose object header is at ``address``: that header and its symbol table
+    (its heap read, no node yet); ``None`` unless both are as the module's docstring says."""
+    header = parse_header(read, address, sb)
+    if header is None:
+        return None
+    chunk, at = header.symbol_table
+    btree, heap_at = struct.unpack_from("<QQ", header.chunks[chunk][1], at)
+    heap = parse_heap(read, int(heap_at), sb)
+    if heap is None:
+        return None
+    return header, SymbolTable(read, sb, heap, int(btree))
+
+
+def _inside(address: int, length: int, sb: Superblock) -> bool:
+    return address >= 0 and length >= 0 and address + length <= sb.end
+
+
+def disjoint(spans: Spans) -> bool:
+    """Whether no two of ``spans`` share a byte."""
+    if not spans:
+        return True
+    starts = np.concatenate([addresses.astype(np.uint64) for addresses, _ in spans])
+    ends = np.concatenate([addresses.astype(np.uint64) + np.uint64(length)
+                           for addresses, length in spans])
+    order = np.argsort(starts, kind="stable")
+    return bool((ends[order][:-1] <= starts[order][1:]).all())
