@@ -17,7 +17,12 @@ already cached on disk):
   asks HDF5 where an entry's object is;
 * ``templates``: ``compare_entries`` as readers call it: one entry per path compared by
   HDF5, the others' object headers against its (``format.header_template``), read from the
-  local file or the published file's verified blocks;
+  local file or the published file's verified blocks, each found from the file's symbol
+  tables (``format.group_templates``);
+* ``templates, HDF5 lookups``: the same with every path looked up by HDF5 instead
+  (``H5Lget_info`` from the root: ``compare_entries`` before the symbol tables);
+* ``symbol tables only``: where every entry's object header lies, resolved from the file's
+  bytes and nothing compared: the floor of the ``templates`` way's lookups;
 * ``remembered``: a new process's read of every entry's result from the record of a published
   file's comparisons (``comparison_record.load``), per entry.
 
@@ -35,6 +40,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -56,8 +62,14 @@ def main() -> None:
     try:
         import marl_minari as mm
         from marl_minari import registry
-        from marl_minari.format import comparison_record, entry_checks, offset_index
+        from marl_minari.format import (
+            comparison_record,
+            entry_checks,
+            group_templates,
+            offset_index,
+        )
         from marl_minari.format.entry_checks import EntryCheck
+        from marl_minari.format.in_file import hard_link_address
         from marl_minari.storage.byte_ranges import RangesFile
 
         record_spread(DATASET, args.episodes)
@@ -123,9 +135,27 @@ def main() -> None:
             raw = None if file.driver == "sec2" else source.remote_file
             return sum(entry_checks.compare_entries(file, checks, raw))
 
+        def templates_hdf5_lookups(file: h5py.File) -> int:
+            resolve = group_templates.resolve
+            group_templates.resolve = lambda *_: None  # type: ignore[assignment]
+            try:
+                return templates(file)
+            finally:
+                group_templates.resolve = resolve
+
+        def symbol_tables_only(file: h5py.File) -> int:
+            raw = entry_checks._local_raw(file) if file.driver == "sec2" else source.remote_file
+            assert raw is not None
+            resolved = group_templates.resolve(
+                raw.read_ranges, raw.size, [c.episode_id for c in checks],
+                [c.path for c in checks], partial(hard_link_address, file.id))
+            return 0 if resolved is None else int((resolved.addresses >= 0).sum())
+
         ways: dict[str, Callable[[h5py.File], int]] = {
             "full path": full_path, "per group": per_group, "per subgroup": per_subgroup,
-            "lookup only": lookup_only, "templates": templates}
+            "lookup only": lookup_only, "templates": templates,
+            "templates, HDF5 lookups": templates_hdf5_lookups,
+            "symbol tables only": symbol_tables_only}
         print(f"{args.episodes} episodes, {len(checks)} entries; CPU us per entry, "
               f"best / median of {args.repeats}")
         openers: dict[str, Callable[[], h5py.File]] = {

@@ -163,8 +163,8 @@ def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFil
                       ) -> tuple[list[int], symbol_tables.Spans | None]:
     """Where each entry of a path with several entries has its object header (``-1``: none
     by a hard link, or its path has one entry), and the group structures read to find them
-    (``None``: HDF5 found them all). Found from the file's bytes
-    (:mod:`.symbol_tables`, ``from_bytes``) where the file allows, else by HDF5's lookups."""
+    (``None``: HDF5 found them). Found from the file's bytes (:mod:`.group_templates`,
+    ``from_bytes``) where the file allows, else by HDF5's lookups."""
     wanted = [position for position, many in enumerate(several) if many]
     addresses = [-1] * len(checks)
     resolved = None
@@ -175,13 +175,13 @@ def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFil
     if resolved is not None:
         for position, address in zip(wanted, resolved.addresses.tolist(), strict=True):
             addresses[position] = address
+        return addresses, resolved.spans
     # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
     # each episode's groups while their links are read: path by path costs 3 us more each.
     root = file.id
     for position in wanted:
-        if addresses[position] < 0:
-            addresses[position] = _header_address(root, checks[position])
-    return addresses, None if resolved is None else resolved.spans
+        addresses[position] = _header_address(root, checks[position])
+    return addresses, None
 
 
 def _header_address(root: h5py.h5f.FileID, check: EntryCheck) -> int:

@@ -29,8 +29,9 @@ from marl_minari.format.symbol_tables import (
     NODE_HEADER,
     SNOD_HEADER,
     SOFT_LINK,
+    Found,
     GroupHeader,
-    Snod,
+    Search,
     Spans,
     Superblock,
     SymbolTable,
@@ -54,7 +55,6 @@ class GroupTemplate:
     """For each chunk after the first: (chunk, offset) of the continuation address to it."""
     symbol_table: tuple[int, int]
     heap_prefix: np.ndarray
-    heap_contiguous: bool
     heap_data: np.ndarray
     node: np.ndarray
     """The node's bytes up to its last key (the rest HDF5 reads but never decodes)."""
@@ -73,8 +73,8 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
     """The template of a group (its header's chunks, what in them may vary, and its symbol
     table); ``None`` when its B-tree is more than one node or a node is not allowed."""
     heap = table.heap
-    parsed = table.node(table.btree)
-    if parsed is None or parsed[0].level:
+    parsed = table.node(table.btree)  # one node: a node's children would not parse below
+    if parsed is None:
         return None
     node = parsed[0]
     snods = []
@@ -107,7 +107,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
     names, slots, hard = [], [], []
     for name, _ in entries:
         found_at = table.find(name)
-        if found_at is None or name in names:
+        if isinstance(found_at, Search):  # names out of order: HDF5's search misses it too
             continue
         snod, position = found_at
         names.append(name)
@@ -115,7 +115,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
         hard.append(int(snod.entries["cache"][position]) != SOFT_LINK)
     return GroupTemplate(
         chunks, list(sources), symbol_table, np.frombuffer(heap.prefix, dtype=np.uint8),
-        heap.data_address == heap.address + HEAP_PREFIX, np.frombuffer(heap.data, dtype=np.uint8),
+        np.frombuffer(heap.data, dtype=np.uint8),
         np.frombuffer(node.data, dtype=np.uint8, count=NODE_HEADER + 16 * len(node.children) + 8),
         snods, names, slots, hard)
 
@@ -170,8 +170,6 @@ def match(template: GroupTemplate, read: ReadRanges, sb: Superblock, addresses: 
     heap, prefix, (btree,) = rows.fetch(heap, HEAP_PREFIX, template.heap_prefix,
                                         np.arange(HEAP_PREFIX) < 24, btree)
     data_at = _column(prefix, 24)
-    (data_at, btree) = rows.keep((data_at == heap + np.uint64(HEAP_PREFIX))
-                                 == template.heap_contiguous, data_at, btree)
     _, _, (btree,) = rows.fetch(data_at, len(template.heap_data), template.heap_data, None,
                                 btree)
     node_fixed = np.ones(len(template.node), dtype=bool)
@@ -238,8 +236,8 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
     root_header, root_table = root
     episodes = np.unique(np.asarray(episode_ids, dtype=np.int64))
     headers: dict[bytes, np.ndarray] = {b"": np.array(
-        [_link(root_table.find(b"episode_%d" % e)) for e in episodes.tolist()],
-        dtype=np.int64)}
+        [_link(entry) for entry in root_table.find_all(
+            [b"episode_%d" % e for e in episodes.tolist()])], dtype=np.int64)}
     kinds: set[bytes] = set()
     for path in set(paths):
         parts = path.split(b"/")
@@ -277,10 +275,11 @@ _UNSURE: Final = -2
 """A soft link, a group no template matches, an address past any file: left to HDF5."""
 
 
-def _link(entry: tuple[Snod, int] | None) -> int:
-    """What a search's entry says: its object header, :data:`_ABSENT` or :data:`_UNSURE`."""
-    if entry is None:
-        return _ABSENT
+def _link(entry: Found) -> int:
+    """What a search's end says: its entry's object header, :data:`_ABSENT` or
+    :data:`_UNSURE`."""
+    if isinstance(entry, Search):
+        return _ABSENT if entry is Search.ABSENT else _UNSURE
     snod, position = entry
     if int(snod.entries["cache"][position]) == SOFT_LINK:
         return _UNSURE

@@ -1,33 +1,30 @@
-"""Where HDF5's lookup of ``episode_<e>/<path>`` leads, read from the file's own bytes.
+"""Where HDF5's lookup of a name in a group leads, read from the file's own bytes.
 
 A full read of a file compares every offset-index entry it uses with HDF5
 (:mod:`.entry_checks`), and finding an entry's object header by HDF5's own lookup
 (``H5Lget_info``) costs 8-18 us: with one entry per leaf per episode, most of a first pass.
 h5py writes every group in HDF5's original format, a *symbol table*: a B-tree whose leaves are
-symbol-table nodes of entries sorted by name, the names kept in the group's local heap.
-HDF5 finds a name by binary search, so here a name resolves only where every node a search
-could visit is well formed and sorted: then the search can end at one entry only, the one
-holding that name, and that entry's address is what HDF5 answers.
+symbol-table nodes of entries sorted by name, the names kept in the group's local heap. Here
+those structures are parsed and HDF5's search for a name is replayed over them
+(:meth:`SymbolTable.find_all`: the binary search of ``H5B_find`` at each node, then the
+node's binary search by ``strcmp``), so the entry found is the one HDF5 finds in the same
+bytes, sorted or not. A structure is parsed only when it is one HDF5 decodes the same way
+(``docs/format.md``, "Paths resolved from symbol tables"):
 
-The root group is parsed whole, once (:func:`parse_group`). The groups at one path under every
-episode (``episode_<e>``, ``episode_<e>/observations``...) are the same bytes but for the
-addresses they hold and their attributes' values, so one of each layout is parsed and checked
-against HDF5's own lookups, and the others are compared with it as numpy arrays: a *group
-template*. An entry is resolved (``docs/format.md``, "Agreement by header template") only when:
+* the superblock is version 0 or 1 with 8-byte addresses and lengths, base address 0, no
+  driver-information block and nonzero K values;
+* a group's object header is version 1, its chunks (followed through continuation messages,
+  at most 8 of at most 4,096 bytes) hold only nil, continuation, attribute, modification time
+  and exactly one symbol table message, none flagged, each a multiple of 8 bytes, as many as
+  the header counts; HDF5 decodes neither attributes nor times to look a name up;
+* its local heap is version 0 and its free list, decoded as HDF5 decodes it, ends inside the
+  heap's data; every key and name a search compares is a NUL-terminated string inside them;
+* its B-tree nodes (a search follows at most 8) have 1 to 2K children, its symbol-table nodes
+  are version 1 with 1 to 2K entries of known cache types;
+* every structure lies inside the end of allocation.
 
-* the superblock is version 0 or 1 with 8-byte addresses and lengths, base address 0 and no
-  driver-information block;
-* each group's object header is version 1, its messages only symbol table (exactly one),
-  continuation, attribute, modification time and nil, none shared, every chunk inside the end
-  of allocation; HDF5 decodes neither attributes nor times to look a name up;
-* its local heap is version 0, its free list ends inside the heap, and every name and key is
-  a NUL-terminated string inside it;
-* every B-tree node is a group node of its parent's level less one, 1 to 2K children, its keys
-  in order and every name under a child between that child's keys; every symbol-table node
-  version 1 with 1 to 2K entries of known cache types, its names strictly increasing;
-* no two of these structures, nor the superblock, share a byte.
-
-Anything else leaves the entry to HDF5: this only ever answers sooner, never differently.
+Which groups may be resolved this way, and when HDF5's cache makes the answer its own, is
+:mod:`.group_templates`' policy; anything else is left to HDF5.
 """
 
 from __future__ import annotations
@@ -35,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Final
 
 import numpy as np
@@ -135,7 +133,8 @@ def parse_header(read: ReadRanges, address: int, sb: Superblock) -> GroupHeader 
     counted = 0
     while pending:
         chunk_at, length, source, source_at = pending.pop(0)
-        if (len(header.chunks) == _MOST_CHUNKS or length > _PREFIX + _LONGEST_CHUNK
+        at = 0 if header.chunks else _PREFIX
+        if (len(header.chunks) == _MOST_CHUNKS or length - at > _LONGEST_CHUNK
                 or not _inside(chunk_at, length, sb)):
             return None
         (data,) = read([(chunk_at, length)])
@@ -145,8 +144,7 @@ def parse_header(read: ReadRanges, address: int, sb: Superblock) -> GroupHeader 
         header.varying.append([])
         if index:
             header.sources.append((source, source_at))
-        at = _PREFIX if index == 0 else 0
-        if length - at < 8 or (length - at) % 8:
+        if length - at < 8:  # a chunk without a message
             return None
         while at < length:
             if at + 8 > length:
@@ -189,7 +187,7 @@ class LocalHeap:
         the heap (HDF5 would compare past it)."""
         found = []
         for offset in offsets:
-            end = self.data.find(b"\0", offset) if offset < len(self.data) else -1
+            end = self.data.find(b"\0", offset)
             if end < 0:
                 return None
             found.append(self.data[offset:end])
@@ -233,11 +231,17 @@ class Node:
 
 def parse_node(read: ReadRanges, address: int, sb: Superblock) -> Node | None:
     """The group B-tree node at ``address`` (the whole node HDF5 reads, inside the end)."""
-    length = sb.node_length
-    if not _inside(address, length, sb):
-        return None
-    (data,) = read([(address, length)])
-    data = bytes(data)
+    return parse_nodes(read, [address], sb)[0]
+
+
+def parse_nodes(read: ReadRanges, addresses: Sequence[int], sb: Superblock
+                ) -> list[Node | None]:
+    """:func:`parse_node` of each address, read together."""
+    return [None if data is None else _node(address, data, sb) for address, data
+            in zip(addresses, _read_inside(read, addresses, sb.node_length, sb), strict=True)]
+
+
+def _node(address: int, data: bytes, sb: Superblock) -> Node | None:
     if data[:5] != b"TREE\0":
         return None
     level, used = data[5], struct.unpack_from("<H", data, 6)[0]
@@ -245,7 +249,16 @@ def parse_node(read: ReadRanges, address: int, sb: Superblock) -> Node | None:
         return None
     values = struct.unpack_from(f"<{2 * used + 1}Q", data, NODE_HEADER)
     return Node(address, data, level, [int(v) for v in values[0::2]],
-                 [int(v) for v in values[1::2]])
+                [int(v) for v in values[1::2]])
+
+
+def _read_inside(read: ReadRanges, addresses: Sequence[int], length: int, sb: Superblock
+                 ) -> list[bytes | None]:
+    """``length`` bytes at each address, ``None`` where they would pass the end."""
+    inside = [address for address in addresses if _inside(address, length, sb)]
+    found = dict(zip(inside, (bytes(data) for data in read([(a, length) for a in inside])),
+                     strict=True)) if inside else {}
+    return [found.get(address) for address in addresses]
 
 
 @dataclass
@@ -257,11 +270,17 @@ class Snod:
 
 def parse_snod(read: ReadRanges, address: int, sb: Superblock) -> Snod | None:
     """The symbol-table node at ``address``: version 1, 1 to 2K entries of known cache types."""
-    length = sb.snod_length
-    if not _inside(address, length, sb):
-        return None
-    (data,) = read([(address, length)])
-    data = bytes(data)
+    return parse_snods(read, [address], sb)[0]
+
+
+def parse_snods(read: ReadRanges, addresses: Sequence[int], sb: Superblock
+                ) -> list[Snod | None]:
+    """:func:`parse_snod` of each address, read together."""
+    return [None if data is None else _snod(address, data, sb) for address, data
+            in zip(addresses, _read_inside(read, addresses, sb.snod_length, sb), strict=True)]
+
+
+def _snod(address: int, data: bytes, sb: Superblock) -> Snod | None:
     count = struct.unpack_from("<H", data, 6)[0]
     if data[:6] != b"SNOD\x01\x00" or not 0 < count <= 2 * sb.leaf_k:
         return None
@@ -269,6 +288,19 @@ def parse_snod(read: ReadRanges, address: int, sb: Superblock) -> Snod | None:
     if (entries["cache"] > SOFT_LINK).any():
         return None
     return Snod(address, data, entries)
+
+
+class Search(Enum):
+    """How a search ended without an entry."""
+
+    ABSENT = "absent"
+    """No entry of the name: HDF5's search ends there too."""
+    UNSURE = "unsure"
+    """At a structure not parsed here (or deeper than followed): left to HDF5."""
+
+
+Found = tuple["Snod", int] | Search
+"""Where a search ends: an entry's symbol-table node and position in it, or why none."""
 
 
 class SymbolTable:
@@ -279,36 +311,45 @@ class SymbolTable:
         self.nodes: dict[int, tuple[Node, list[bytes]] | None] = {}
         self.snods: dict[int, tuple[Snod, list[bytes]] | None] = {}
 
-    def find(self, name: bytes) -> tuple[Snod, int] | None:
-        """The entry HDF5's search for ``name`` ends at (``H5B_find``, then the node's binary
-        search): its node and position; ``None`` when the search finds nothing or meets a
-        structure the module's docstring does not allow."""
-        address, level = self.btree, -1
-        for _ in range(_DEEPEST_TREE):
-            parsed = self.node(address)
-            if parsed is None or (level >= 0 and parsed[0].level != level):
-                return None
-            node, keys = parsed
-            low, high, position, compared = 0, len(node.children), 0, 1
-            while low < high and compared:
-                position = (low + high) // 2
-                compared = (-1 if name <= keys[position]
-                            else 1 if name > keys[position + 1] else 0)
-                if compared < 0:
-                    high = position
-                else:
-                    low = position + 1
-            if compared:
-                return None
-            if not node.level:
-                return self._entry(node.children[position], name)
-            address, level = node.children[position], node.level - 1
-        return None
+    def find(self, name: bytes) -> Found:
+        """Where HDF5's search for ``name`` ends (``H5B_find``, then the node's binary
+        search): the entry's node and position, :attr:`Search.ABSENT` when it ends without
+        one, :attr:`Search.UNSURE` when it meets a structure the module's docstring does not
+        allow (HDF5 would read it, and may fail or find something)."""
+        return self.find_all([name])[0]
 
-    def _entry(self, address: int, name: bytes) -> tuple[Snod, int] | None:
-        parsed = self.snod(address)
+    def find_all(self, names: Sequence[bytes]) -> list[Found]:
+        """:meth:`find` of each name, the searches a level at a time: the nodes of each level
+        read together."""
+        found: list[Found] = [Search.UNSURE] * len(names)  # beyond the depth followed too
+        searching = dict.fromkeys(range(len(names)), self.btree)
+        for _ in range(_DEEPEST_TREE):  # a node may lead back up: HDF5 would never end
+            self._parse_nodes(set(searching.values()))
+            deeper: dict[int, int] = {}
+            leaves: dict[int, int] = {}
+            for number, address in searching.items():
+                parsed = self.nodes[address]
+                if parsed is None:
+                    continue
+                node, keys = parsed
+                position = _child(keys, names[number])
+                if position is None:
+                    found[number] = Search.ABSENT
+                else:  # a node's own level says what its children are
+                    into = deeper if node.level else leaves
+                    into[number] = node.children[position]
+            self._parse_snods(set(leaves.values()))
+            for number, address in leaves.items():
+                found[number] = self._entry(address, names[number])
+            if not deeper:
+                break
+            searching = deeper
+        return found
+
+    def _entry(self, address: int, name: bytes) -> Found:
+        parsed = self.snods[address]
         if parsed is None:
-            return None
+            return Search.UNSURE
         snod, names = parsed
         low, high, position, compared = 0, len(names), 0, 1
         while low < high and compared:
@@ -318,22 +359,30 @@ class SymbolTable:
                 high = position
             else:
                 low = position + 1
-        return None if compared else (snod, position)
+        return Search.ABSENT if compared else (snod, position)
 
     def node(self, address: int) -> tuple[Node, list[bytes]] | None:
-        if address not in self.nodes:
-            node = parse_node(self.read, address, self.sb)
-            keys = None if node is None else self.heap.strings(node.keys)
-            self.nodes[address] = None if node is None or keys is None else (node, keys)
+        """The node at ``address`` and its keys' strings; ``None`` if it is not allowed."""
+        self._parse_nodes({address})
         return self.nodes[address]
 
     def snod(self, address: int) -> tuple[Snod, list[bytes]] | None:
-        if address not in self.snods:
-            snod = parse_snod(self.read, address, self.sb)
+        """The symbol-table node at ``address`` and its names; ``None`` if not allowed."""
+        self._parse_snods({address})
+        return self.snods[address]
+
+    def _parse_nodes(self, addresses: set[int]) -> None:
+        new = sorted(addresses - self.nodes.keys())
+        for address, node in zip(new, parse_nodes(self.read, new, self.sb), strict=True):
+            keys = None if node is None else self.heap.strings(node.keys)
+            self.nodes[address] = None if node is None or keys is None else (node, keys)
+
+    def _parse_snods(self, addresses: set[int]) -> None:
+        new = sorted(addresses - self.snods.keys())
+        for address, snod in zip(new, parse_snods(self.read, new, self.sb), strict=True):
             names = (None if snod is None
                      else self.heap.strings(snod.entries["name"].tolist()))
             self.snods[address] = None if snod is None or names is None else (snod, names)
-        return self.snods[address]
 
     def spans(self) -> Spans:
         """The heap, and every node parsed so far."""
@@ -343,6 +392,20 @@ class SymbolTable:
         found += [(np.array(list(self.nodes), dtype=np.uint64), self.sb.node_length),
                   (np.array(list(self.snods), dtype=np.uint64), self.sb.snod_length)]
         return found
+
+
+def _child(keys: list[bytes], name: bytes) -> int | None:
+    """The child ``H5B_find`` follows for ``name`` among a node's keys (the name greater than
+    the child's left key and at most its right one); ``None``: the search ends there."""
+    low, high, position, compared = 0, len(keys) - 1, 0, 1
+    while low < high and compared:
+        position = (low + high) // 2
+        compared = -1 if name <= keys[position] else 1 if name > keys[position + 1] else 0
+        if compared < 0:
+            high = position
+        else:
+            low = position + 1
+    return None if compared else position
 
 
 def open_group(read: ReadRanges, address: int, sb: Superblock

@@ -20,8 +20,9 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from hdf5_files import Mutation, dataset_names, mutated_copies
 
-from marl_minari.format import entry_checks, group_templates, layout, symbol_tables
+from marl_minari.format import entry_checks, group_templates, symbol_tables
 from marl_minari.format.in_file import hard_link_address
 
 SPREAD = "mpe2/simple_spread_v3"
@@ -34,14 +35,11 @@ def _leaves(path: Path, episodes: int) -> Lookups:
     found: Lookups = ([], [])
     with h5py.File(path, "r") as file:
         for episode_id in range(episodes):
-            names: list[str] = []
-            file[f"episode_{episode_id}"].visititems(
-                lambda name, node, into=names: into.append(name)
-                if isinstance(node, h5py.Dataset) else None)
-            for name in [*sorted(names), "missing", "observations/missing"]:
+            names = dataset_names(file[f"episode_{episode_id}"])
+            for name in [*names, "missing", "observations/missing"]:
                 found[0].append(episode_id)
                 found[1].append(name.encode())
-            for link in ("linked", "outside", "soft_group/agent_0"):
+            for link in ("linked", "outside", "soft_group/agent_0", "alias"):
                 if link.split("/")[0] in file[f"episode_{episode_id}"]:
                     found[0].append(episode_id)
                     found[1].append(link.encode())
@@ -53,7 +51,9 @@ def _hdf5(path: Path, lookups: Lookups) -> np.ndarray:
     with h5py.File(path, "r") as file:
         found = [hard_link_address(file.id, b"episode_%d/%s" % (episode_id, leaf))
                  for episode_id, leaf in zip(*lookups, strict=True)]
-        return np.array([-1 if address is None else address for address in found])
+    # -2: a hard link to an address past any file (HDF5's undefined address among them)
+    return np.array([-1 if address is None else -2 if address >= 1 << 62 else address
+                     for address in found], dtype=np.int64)
 
 
 def _resolved(path: Path, lookups: Lookups) -> group_templates.Resolved | None:
@@ -70,10 +70,11 @@ def _addresses(path: Path, lookups: Lookups) -> np.ndarray:
 
 
 def _many_episodes(path: Path, episodes: int = 300) -> None:
-    """Enough episodes for the root's B-tree to have two levels."""
+    """Enough episodes for the root's B-tree to have two levels, and a group like theirs that
+    is not one."""
     with h5py.File(path, "w") as file:
-        for episode_id in range(episodes):
-            group = file.create_group(f"episode_{episode_id}")
+        for episode_id in [*range(episodes), -1]:
+            group = file.create_group(f"episode_{episode_id}" if episode_id >= 0 else "another")
             group.attrs["total_steps"] = episode_id
             group.create_dataset("rewards", data=np.arange(3, dtype=np.float32))
             group.create_dataset("observations/agent_0", data=np.zeros((4, 2), np.float32))
@@ -86,6 +87,8 @@ def _odd_groups(path: Path, episodes: int = 6) -> None:
             group = file.create_group(f"episode_{episode_id}")
             group.create_dataset("rewards", data=np.arange(3, dtype=np.float32))
             group.create_dataset("observations/agent_0", data=np.zeros((4, 2), np.float32))
+            for number in range(10):  # two symbol-table nodes
+                group.create_dataset(f"wide/leaf_{number}", data=np.zeros(1))
             if episode_id % 2:
                 group["observations"].attrs["note"] = "odd"
                 group.attrs["seed"] = episode_id
@@ -96,12 +99,8 @@ def _odd_groups(path: Path, episodes: int = 6) -> None:
                 for number in range(300):
                     group.create_dataset(f"many/leaf_{number}", data=np.zeros(1))
         file["episode_5/soft_group"] = h5py.SoftLink("/episode_4/observations")
-
-
-@pytest.fixture(scope="module")
-def recorded_file(_recording_cache: Callable[..., tuple[Path, Any]]) -> tuple[Path, int]:
-    folder, _ = _recording_cache(SPREAD, 5, {}, {"max_cycles": 6})
-    return folder / "data" / layout.MAIN_FILE_NAME, 5
+        file["episode_3/alias"] = h5py.SoftLink("/episode_3/rewards")
+        file["episode_6"] = h5py.SoftLink("/episode_1")
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +126,6 @@ def _structures(path: Path, lookups: Lookups) -> list[tuple[int, int]]:
     assert resolved is not None
     return [(int(address), length) for addresses, length in resolved.spans
             for address in addresses.tolist()]
-
-
-Mutation = Callable[[bytearray, np.random.Generator], str]
 
 
 def _mutations(structures: list[tuple[int, int]], snods: list[int]) -> list[Mutation]:
@@ -195,7 +191,7 @@ def _plain(path: Path, episodes: int) -> Lookups:
     """The paths of the odd file through plain groups only: all but episode 2's, the links
     and the group of many links."""
     return _only(_leaves(path, episodes), lambda episode_id, leaf: episode_id != 2
-                 and not leaf.startswith((b"many", b"soft", b"linked", b"outside")))
+                 and not leaf.startswith((b"many", b"soft", b"linked", b"outside", b"alias")))
 
 
 def _lookups(which: str, path: Path, episodes: int) -> Lookups:
@@ -206,6 +202,8 @@ def _lookups(which: str, path: Path, episodes: int) -> Lookups:
     (2, b"rewards"),  # a group with an external link: HDF5 keeps its links in its header
     (2, b"linked"),  # a soft link
     (5, b"soft_group/agent_0"),  # through a soft link
+    (3, b"alias"),  # a soft link in a group of the original format
+    (6, b"rewards"),  # an episode that is a soft link
     (4, b"many/leaf_7")])  # a group whose B-tree has two levels
 def test_a_path_through_a_group_not_vouched_for_leaves_every_path_to_hdf5(
         odd_groups_file: tuple[Path, int], episode_id: int, leaf: bytes) -> None:
@@ -230,24 +228,20 @@ def test_a_resolved_address_is_always_hdf5s(
     assert sb is not None
     snods = [address for address, length in structures if length == sb.snod_length]
     mutations = _mutations(structures, snods)
-    original = path.read_bytes()
-    rng = np.random.default_rng(20261128)
     mutated = tmp_path / "mutated.hdf5"
     opened = agreed = 0
-    for round_number in range(160):
-        data = bytearray(original)
-        mutation = mutations[round_number % len(mutations)]
-        what = mutation(data, rng)
-        mutated.write_bytes(bytes(data))
+    for _, what in mutated_copies(path.read_bytes(), mutations, mutated, 160, 20261128):
         try:
             expected = _hdf5(mutated, lookups)
         except OSError:  # HDF5 cannot open the file at all: nothing to compare
             continue
         opened += 1
-        found = _addresses(mutated, lookups)
-        resolved = found >= 0
-        assert (found[resolved] == expected[resolved]).all(), (mutation.__name__, what)
-        agreed += int(resolved.sum())
+        resolved = _resolved(mutated, lookups)
+        if resolved is None:  # all left to HDF5
+            continue
+        # every path resolved as HDF5 finds it, or absent where HDF5 finds nothing
+        assert (resolved.addresses == expected).all(), what
+        agreed += int((resolved.addresses >= 0).sum())
     assert opened > 100 and agreed > 0
 
 
@@ -268,22 +262,24 @@ def test_groups_of_a_second_layout_get_their_own_template(
     assert 1 <= made.count(b"") <= 8 and made.count(b"observations") >= 1
 
 
-def test_a_template_hdf5_does_not_confirm_resolves_nothing(
-        recorded_file: tuple[Path, int]) -> None:
+@pytest.mark.parametrize("moved", [b"actions/agent_0", b"episode_0/actions", b"episode_0"])
+def test_a_link_hdf5_finds_elsewhere_resolves_nothing(
+        recorded_file: tuple[Path, int], moved: bytes) -> None:
     path, episodes = recorded_file
     lookups = _leaves(path, episodes)
     with h5py.File(path, "r") as file:
         raw = entry_checks._local_raw(file)
         assert raw is not None
 
-        def lying(leaf: bytes) -> int | None:  # HDF5 finding the actions elsewhere
+        def lying(leaf: bytes) -> int | None:  # HDF5 finding one link elsewhere
             found = hard_link_address(file.id, leaf)
-            return found + 8 if found is not None and b"actions/" in leaf else found
+            return found + 8 if found is not None and leaf.endswith(moved) else found
 
         assert group_templates.resolve(raw.read_ranges, raw.size, *lookups, lying) is None
         others = _only(lookups, lambda _, leaf: not leaf.startswith(b"actions/"))
-        resolved = group_templates.resolve(raw.read_ranges, raw.size, *others, lying)
-    assert resolved is not None and (resolved.addresses >= 0).sum() > len(others[0]) // 2
+        if moved == b"actions/agent_0":  # paths not through that group's template
+            resolved = group_templates.resolve(raw.read_ranges, raw.size, *others, lying)
+            assert resolved is not None and (resolved.addresses >= 0).sum() > len(others[0]) // 2
 
 
 def test_structures_sharing_bytes_resolve_nothing(odd_groups_file: tuple[Path, int],
@@ -356,12 +352,16 @@ def test_a_free_list_that_never_ends_is_refused() -> None:
 
 
 class _Bytes:
-    """A file's bytes, read as the resolver reads them."""
+    """A file's bytes, read as the resolver reads them: a range past the end is refused, as
+    every byte supplier refuses it."""
 
     def __init__(self, data: bytes | bytearray) -> None:
         self.data = bytes(data)
 
     def __call__(self, ranges: Any) -> list[bytes]:
+        for offset, length in ranges:
+            if offset < 0 or offset + length > len(self.data):
+                raise ValueError(f"range {offset}+{length} past {len(self.data)} bytes")
         return [self.data[offset:offset + length] for offset, length in ranges]
 
 
@@ -407,7 +407,20 @@ def test_a_superblock_of_another_shape_is_not_parsed(
     data, _ = small_file
     assert symbol_tables.read_superblock(_Bytes(data), len(data)) is not None
     assert symbol_tables.read_superblock(_changed(data, at, value), len(data)) is None
-    assert symbol_tables.read_superblock(_Bytes(data[:90]), 90) is None
+    assert symbol_tables.read_superblock(_Bytes(data[:60]), 60) is None
+
+
+def test_a_version_1_superblock_is_read_and_no_other_as_one() -> None:
+    # version 1 puts the indexed-storage K (and 2 reserved bytes) before the base address
+    block = (b"\x89HDF\r\n\x1a\n" + bytes([1, 0, 0, 0, 0, 8, 8, 0])
+             + struct.pack("<HHI", 4, 16, 0) + struct.pack("<HH", 32, 0)
+             + struct.pack("<4Q", 0, symbol_tables.UNDEFINED, 4096, symbol_tables.UNDEFINED)
+             + struct.pack("<QQI4x16x", 0, 100, 0))
+    data = block + bytes(4096 - len(block))
+    sb = symbol_tables.read_superblock(_Bytes(data), len(data))
+    assert sb == symbol_tables.Superblock(end=4096, leaf_k=4, internal_k=16, root=100,
+                                          length=100)
+    assert symbol_tables.read_superblock(_changed(data, 8, b"\x02"), len(data)) is None
 
 
 def _sb(data: bytes) -> symbol_tables.Superblock:
@@ -496,7 +509,8 @@ def test_a_local_heap_is_parsed_only_as_hdf5_decodes_it(
             _changed(data, heap + 8, struct.pack("<Q", 1 << 40)),  # past the end
             _changed(data, heap + 24, struct.pack("<Q", len(data) - 8)),  # data past it
             _free_list(data, heap, heap_data, first=size - 8),  # a block past the data
-            _free_list(data, heap, heap_data, (size - 16, 0, 8), first=size - 16),  # next 0
+            # a next block at 0 (HDF5's error), though a block there would end the list
+            _free_list(data, heap, heap_data, (size - 16, 0, 8), (0, 1, 8), first=size - 16),
             _free_list(data, heap, heap_data, (size - 16, 1, 32), first=size - 16),  # long
             _free_list(data, heap, heap_data, (size - 32, size - 16, 8), (size - 16, size - 32,
                                                                           8), first=size - 32)):
@@ -504,6 +518,20 @@ def test_a_local_heap_is_parsed_only_as_hdf5_decodes_it(
     ends = _free_list(data, heap, heap_data, (size - 32, size - 16, 8), (size - 16, 1, 8),
                       first=size - 32)
     assert symbol_tables.parse_heap(ends, heap, sb) is not None
+    assert symbol_tables.parse_heap(_Bytes(data), len(data) - 8, sb) is None
+    empty = bytearray(data)
+    struct.pack_into("<QQ", empty, heap + 8, 0, 1)  # no bytes, no free list
+    assert symbol_tables.parse_heap(_Bytes(empty), heap, sb) is None
+
+
+def test_a_local_heap_larger_than_any_group_needs_is_not_read() -> None:
+    size = 65 << 20
+    prefix = b"HEAP\0\0\0\0" + struct.pack("<3Q", size, 1, 64)
+    read = _Bytes(prefix + bytes(64 + size - len(prefix)))
+    sb = symbol_tables.Superblock(end=64 + size, leaf_k=4, internal_k=16, root=0, length=96)
+    assert symbol_tables.parse_heap(read, 0, sb) is None
+    smaller = _Bytes(b"HEAP\0\0\0\0" + struct.pack("<3Q", 64, 1, 64) + bytes(96))
+    assert symbol_tables.parse_heap(smaller, 0, sb) is not None
 
 
 def test_nodes_are_parsed_only_as_hdf5_decodes_them(
@@ -523,3 +551,213 @@ def test_nodes_are_parsed_only_as_hdf5_decodes_them(
                     _changed(data, snod + 8 + 16, b"\x03")):  # an unknown cache type
         assert symbol_tables.parse_snod(refused, snod, sb) is None
     assert symbol_tables.parse_snod(_Bytes(data), len(data) - 100, sb) is None
+
+
+Message = tuple[int, bytes]
+_TABLE: Message = (0x11, struct.pack("<QQ", 800, 900))
+_CHUNK_AT = 4096
+
+
+def _crafted(*chunks: list[Message], count: int | None = None,
+             lengths: dict[int, int] | None = None) -> tuple[_Bytes, symbol_tables.Superblock]:
+    """A version-1 object header at address 0: chunk ``i`` holds ``chunks[i]``' messages (type,
+    body) and, but for the last, a continuation to the next, at ``4096 * (i + 1)``;
+    ``count``: the messages it says it holds (all, by default); ``lengths``: a chunk's length
+    as its continuation (or prefix) says, where not its messages' length."""
+    lengths = lengths or {}
+    bodies = []
+    for index, messages in enumerate(chunks):
+        if index + 1 < len(chunks):
+            following = chunks[index + 1]
+            size = lengths.get(index + 1, sum(8 + len(body) for _, body in following) + 24
+                               * (index + 2 < len(chunks)))
+            messages = [*messages, (0x10, struct.pack("<QQ", _CHUNK_AT * (index + 1), size))]
+        bodies.append(b"".join(struct.pack("<HHB3x", kind, len(body), 0) + body
+                               for kind, body in messages))
+    total = count if count is not None else sum(len(m) for m in chunks) + len(chunks) - 1
+    first = struct.pack("<BBHII4x", 1, 0, total, 1, lengths.get(0, len(bodies[0])))
+    image = bytearray(_CHUNK_AT * (len(chunks) + 1))
+    image[:16 + len(bodies[0])] = first + bodies[0]
+    for index, body in enumerate(bodies[1:], start=1):
+        image[_CHUNK_AT * index:_CHUNK_AT * index + len(body)] = body
+    return _Bytes(image), symbol_tables.Superblock(len(image), 4, 16, 0, 96)
+
+
+def _parsed(read_sb: tuple[_Bytes, symbol_tables.Superblock]) -> bool:
+    read, sb = read_sb
+    return symbol_tables.parse_header(read, 0, sb) is not None
+
+
+def test_a_crafted_header_is_parsed_exactly_when_hdf5_would_decode_it_as_a_group() -> None:
+    attribute: Message = (0xC, bytes(48))
+    assert _parsed(_crafted([_TABLE, attribute]))
+    assert _parsed(_crafted([attribute], [_TABLE], [attribute]))
+    assert _parsed(_crafted(*([[attribute]] * 7), [_TABLE]))  # 8 chunks
+    assert not _parsed(_crafted(*([[attribute]] * 8), [_TABLE]))  # 9
+    assert _parsed(_crafted([_TABLE], [(0xC, bytes(4088))]))  # 4,096 bytes
+    assert not _parsed(_crafted([_TABLE], [(0xC, bytes(4096))]))
+    assert not _parsed(_crafted([_TABLE, (0xC, bytes(4096))]))
+    assert not _parsed(_crafted([_TABLE], [], count=2))  # a continuation to nothing
+    assert not _parsed(_crafted([_TABLE], [attribute], lengths={1: 60}))  # part of a message
+    assert not _parsed(_crafted([_TABLE, (0xC, bytes(44))]))  # a size HDF5 calls unaligned
+    assert not _parsed(_crafted([_TABLE, (0x10, bytes(8))]))  # a continuation cut short
+    assert not _parsed(_crafted([(0x11, bytes(8))]))  # a symbol table cut short
+    assert not _parsed(_crafted([_TABLE], [_TABLE]))  # two
+    assert not _parsed(_crafted([attribute]))  # none
+    assert not _parsed(_crafted([_TABLE, attribute], count=3))
+
+
+def test_a_template_whose_node_does_not_parse_resolves_nothing(
+        odd_groups_file: tuple[Path, int], tmp_path: Path) -> None:
+    path, episodes = odd_groups_file
+    lookups = _plain(path, episodes)
+    assert b"wide/leaf_9" in lookups[1]
+    data = bytearray(path.read_bytes())
+    sb = _sb(bytes(data))
+    with h5py.File(path, "r") as file:
+        wide = hard_link_address(file.id, b"episode_0/wide")
+    assert wide is not None
+    table = _symbol_table_message(data, wide)
+    btree = struct.unpack_from("<Q", data, table)[0]
+    node = symbol_tables.parse_node(_Bytes(data), btree, sb)
+    assert node is not None and len(node.children) == 2
+    data[node.children[1]:node.children[1] + 4] = b"SNOX"  # the template's second node
+    broken = tmp_path / "broken.hdf5"
+    broken.write_bytes(bytes(data))
+    assert _resolved(broken, lookups) is None
+    assert _resolved(path, lookups) is not None
+
+
+def test_more_layouts_than_tried_resolve_nothing(
+        many_episodes_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    path, episodes = many_episodes_file
+    lookups = _leaves(path, episodes)
+    assert _resolved(path, lookups) is not None
+    monkeypatch.setattr(group_templates, "_MOST_TEMPLATES", 1)  # the file has several
+    assert _resolved(path, lookups) is None
+
+
+def test_a_link_to_no_address_is_not_taken_for_a_missing_name(
+        odd_groups_file: tuple[Path, int], tmp_path: Path) -> None:
+    path, episodes = odd_groups_file
+    lookups = _plain(path, episodes)
+    data = bytearray(path.read_bytes())
+    with h5py.File(path, "r") as file:
+        group = hard_link_address(file.id, b"episode_3")
+        rewards = hard_link_address(file.id, b"episode_3/rewards")
+    assert group is not None and rewards is not None
+    table = _symbol_table_message(data, group)
+    sb = _sb(bytes(data))
+    node = symbol_tables.parse_node(_Bytes(data), struct.unpack_from("<Q", data, table)[0], sb)
+    assert node is not None
+    snod = symbol_tables.parse_snod(_Bytes(data), node.children[0], sb)
+    assert snod is not None
+    position = snod.entries["header"].tolist().index(rewards)
+    struct.pack_into("<Q", data, snod.address + 8 + 40 * position + 8, symbol_tables.UNDEFINED)
+    undefined = tmp_path / "undefined.hdf5"
+    undefined.write_bytes(bytes(data))
+    assert _hdf5(undefined, ([3], [b"rewards"])).tolist() == [-2]  # a hard link, nowhere
+    assert _resolved(undefined, lookups) is None
+
+
+def _checks(path: Path, lookups: Lookups) -> list[entry_checks.EntryCheck]:
+    """Each dataset of ``lookups`` as the index would claim it (where HDF5 says it lies)."""
+    checks = []
+    with h5py.File(path, "r") as file:
+        for episode_id, leaf in zip(*lookups, strict=True):
+            found = file.get(f"episode_{episode_id}/{leaf.decode()}")
+            if isinstance(found, h5py.Dataset):
+                checks.append(entry_checks.EntryCheck(
+                    episode_id, leaf, found.id.get_offset(), found.id.get_type(), found.shape))
+    return checks
+
+
+@pytest.mark.parametrize("wrong", ["a first header elsewhere", "a header on a group's bytes"])
+def test_a_resolution_hdf5_would_not_make_is_compared_again_with_its_lookups(
+        recorded_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch, wrong: str) -> None:
+    path, episodes = recorded_file
+    checks = _checks(path, _leaves(path, episodes))
+    with h5py.File(path, "r") as file:
+        expected = [entry_checks.agrees(entry_checks.episode_group(file, c.episode_id), c)
+                    for c in checks]
+    real = group_templates.resolve
+
+    def misled(*args: Any) -> group_templates.Resolved | None:
+        resolved = real(*args)
+        assert resolved is not None
+        if wrong == "a first header elsewhere":
+            resolved.addresses[0] += 8
+        else:  # a dataset's header inside a structure of the groups
+            resolved.spans.append((np.array([resolved.addresses[1]], dtype=np.uint64), 1))
+        return resolved
+
+    monkeypatch.setattr(group_templates, "resolve", misled)
+    looked_up = 0
+    lookup = entry_checks._header_address
+
+    def counting(*args: Any) -> int:
+        nonlocal looked_up
+        looked_up += 1
+        return lookup(*args)
+
+    monkeypatch.setattr(entry_checks, "_header_address", counting)
+    with h5py.File(path, "r") as file:
+        assert entry_checks.compare_entries(file, checks) == expected
+    assert looked_up >= len(checks)  # every entry's path looked up by HDF5 again
+
+
+def _root_node(data: bytes) -> symbol_tables.Node:
+    sb = _sb(data)
+    node = symbol_tables.parse_node(
+        _Bytes(data), struct.unpack_from("<Q", data, _symbol_table_message(data, sb.root))[0], sb)
+    assert node is not None
+    return node
+
+
+@pytest.mark.parametrize("change", [
+    "a node leading back to itself", "a node that does not parse",
+    "a symbol-table node that does not parse", "a soft link with a header address"])
+def test_a_root_search_hdf5_would_not_end_the_same_way_resolves_nothing(
+        many_episodes_file: tuple[Path, int], tmp_path: Path, change: str) -> None:
+    path, episodes = many_episodes_file
+    lookups = _leaves(path, episodes)
+    data = bytearray(path.read_bytes())
+    root = _root_node(bytes(data))
+    assert root.level == 1
+    if change == "a node leading back to itself":
+        struct.pack_into("<Q", data, root.address + 32, root.address)  # its first child
+    elif change == "a node that does not parse":
+        data[root.children[0]:root.children[0] + 4] = b"TREX"
+    elif change == "a symbol-table node that does not parse":
+        first_leaf = symbol_tables.parse_node(_Bytes(data), root.children[0], _sb(bytes(data)))
+        assert first_leaf is not None and first_leaf.level == 0
+        data[first_leaf.children[0] + 4] = 2  # its version
+    else:  # episode_5 a soft link (to episode_1) whose entry holds another group's header
+        with h5py.File(path, "r") as file:
+            fifth, other = (hard_link_address(file.id, name)
+                            for name in (b"episode_5", b"another"))
+        sb = _sb(bytes(data))
+        table = symbol_tables.open_group(_Bytes(data), sb.root, sb)
+        assert table is not None
+        entry = table[1].find(b"episode_5")
+        assert not isinstance(entry, symbol_tables.Search)
+        snod, position = entry
+        assert int(snod.entries["header"][position]) == fifth
+        at = snod.address + 8 + 40 * position
+        link = table[1].heap.data.index(b"episode_1\0")
+        struct.pack_into("<QIIQ", data, at + 8, other, 2, 0, link)
+    changed = tmp_path / "changed.hdf5"
+    changed.write_bytes(bytes(data))
+    assert _resolved(changed, lookups) is None
+
+
+def test_an_episode_not_in_the_file_is_absent_as_for_hdf5(
+        many_episodes_file: tuple[Path, int]) -> None:
+    path, episodes = many_episodes_file
+    lookups = _leaves(path, 3)
+    lookups = (lookups[0] + [300, 999], lookups[1] + [b"rewards", b"rewards"])
+    # episode_300 sorts among the others (its node holds no such name), episode_999 after
+    # every key of the root's node
+    found = _addresses(path, lookups)
+    assert (found == _hdf5(path, lookups)).all() and found[-2:].tolist() == [-1, -1]
+    assert (found[:-2] >= 0).sum() == 2 * 3
