@@ -73,7 +73,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
     """The template of a group (its header's chunks, what in them may vary, and its symbol
     table); ``None`` when its B-tree is more than one node or a node is not allowed."""
     heap = table.heap
-    parsed = table.node(table.btree)  # one node: a node's children would not parse below
+    parsed = table.node(table.btree)  # one node, or a search of a name below is unsure
     if parsed is None:
         return None
     node = parsed[0]
@@ -107,7 +107,9 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
     names, slots, hard = [], [], []
     for name, _ in entries:
         found_at = table.find(name)
-        if isinstance(found_at, Search):  # names out of order: HDF5's search misses it too
+        if found_at is Search.UNSURE:  # e.g. a node whose level says its children are nodes
+            return None
+        if found_at is Search.ABSENT:  # names out of order: HDF5's search misses it too
             continue
         snod, position = found_at
         names.append(name)

@@ -761,3 +761,20 @@ def test_an_episode_not_in_the_file_is_absent_as_for_hdf5(
     found = _addresses(path, lookups)
     assert (found == _hdf5(path, lookups)).all() and found[-2:].tolist() == [-1, -1]
     assert (found[:-2] >= 0).sum() == 2 * 3
+
+
+def test_a_template_whose_node_says_its_children_are_nodes_resolves_nothing(
+        recorded_file: tuple[Path, int], tmp_path: Path) -> None:
+    path, episodes = recorded_file
+    lookups = _leaves(path, episodes)
+    data = bytearray(path.read_bytes())
+    with h5py.File(path, "r") as file:
+        group = hard_link_address(file.id, b"episode_0/observations")
+    assert group is not None
+    btree = struct.unpack_from("<Q", data, _symbol_table_message(data, group))[0]
+    assert data[btree + 5] == 0
+    data[btree + 5] = 1  # its level: HDF5 reads its symbol-table nodes as B-tree nodes
+    changed = tmp_path / "changed.hdf5"
+    changed.write_bytes(bytes(data))
+    assert _hdf5(changed, ([0], [b"observations/agent_0"])).tolist() == [-1]
+    assert _resolved(changed, lookups) is None
