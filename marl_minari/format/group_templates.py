@@ -78,7 +78,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
         return None
     node = parsed[0]
     snods = []
-    entries: list[tuple[bytes, int]] = []
+    entries: list[bytes] = []
     for child in node.children:
         found = table.snod(child)
         if found is None:
@@ -95,8 +95,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
                 fixed[at + 24:at + 40] = False
             header_at.append(at + 8)
         snods.append((data, fixed, header_at))
-        entries += [(name, cache) for name, cache in zip(names, snod.entries["cache"].tolist(),
-                                                           strict=True)]
+        entries += names
     chunks = []
     for (_, data_bytes), ranges in zip(header_chunks, varying, strict=True):
         fixed = np.ones(len(data_bytes), dtype=bool)
@@ -105,7 +104,7 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
         chunks.append((np.frombuffer(data_bytes, dtype=np.uint8), fixed))
     at_node = {address: index for index, address in enumerate(node.children)}
     names, slots, hard = [], [], []
-    for name, _ in entries:
+    for name in entries:
         found_at = table.find(name)
         if found_at is Search.UNSURE:  # e.g. a node whose level says its children are nodes
             return None

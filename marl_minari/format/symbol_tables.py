@@ -37,9 +37,8 @@ from typing import Final
 
 import numpy as np
 
-from marl_minari.format.header_template import UNDEFINED, ReadRanges
+from marl_minari.format.header_template import ReadRanges, end_of_allocation
 
-_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
 _NIL, _ATTRIBUTE, _CONTINUATION, _SYMBOL_TABLE, _MODIFIED = 0x0, 0xC, 0x10, 0x11, 0x12
 _OPAQUE_BODIES: Final = frozenset({_ATTRIBUTE, _MODIFIED})
 """Messages HDF5 does not decode to look a name up: their bodies may differ between groups."""
@@ -86,24 +85,22 @@ class Superblock:
 
 
 def read_superblock(read: ReadRanges, file_size: int) -> Superblock | None:
-    """The superblock at offset 0 when it is version 0 or 1 with every address a file offset
-    (8-byte addresses and lengths, base 0, no driver block, the file that long) and the root
+    """The superblock at offset 0 when it is version 0 or 1, every address in it a file offset
+    (:func:`~.header_template.end_of_allocation`), nonzero group K values, and the root
     group's entry caching nothing or a symbol table; ``None`` otherwise."""
-    if file_size < 100:
+    end = end_of_allocation(read, file_size)  # at least the 96 bytes read below
+    if end is None:
         return None
-    (head,) = read([(0, 100)])
+    (head,) = read([(0, 96)])
     block = bytes(head)
-    version = block[8]
-    if block[:8] != _SIGNATURE or version not in (0, 1) or (block[13], block[14]) != (8, 8):
-        return None
+    # Versions 2 and 3 keep their base address, which must be 0, where these K values lie:
+    # neither is read as one of version 0 or 1.
     leaf_k, internal_k = struct.unpack_from("<HH", block, 16)
-    base_at = 24 if version == 0 else 28
-    base, _, end, driver = struct.unpack_from("<4Q", block, base_at)
-    _, root, cache = struct.unpack_from("<QQI", block, base_at + 32)
-    if (base != 0 or driver != UNDEFINED or end > file_size or not leaf_k or not internal_k
-            or cache not in (0, 1)):
+    root_at = (24 if block[8] == 0 else 28) + 32  # the root group's entry, after 4 addresses
+    _, root, cache = struct.unpack_from("<QQI", block, root_at)
+    if not leaf_k or not internal_k or cache not in (0, 1):
         return None
-    return Superblock(int(end), leaf_k, internal_k, int(root), base_at + 32 + ENTRY_BYTES)
+    return Superblock(end, leaf_k, internal_k, int(root), root_at + ENTRY_BYTES)
 
 
 @dataclass

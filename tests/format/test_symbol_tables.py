@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hdf5_files import Mutation, dataset_names, mutated_copies
 
-from marl_minari.format import entry_checks, group_templates, symbol_tables
+from marl_minari.format import entry_checks, group_templates, header_template, symbol_tables
 from marl_minari.format.in_file import hard_link_address
 
 SPREAD = "mpe2/simple_spread_v3"
@@ -142,7 +142,7 @@ def _mutations(structures: list[tuple[int, int]], snods: list[int]) -> list[Muta
         at = address + 8 * int(rng.integers(max(1, length // 8)))
         value = struct.unpack_from("<Q", data, at)[0]
         value = int(rng.choice([value + 1, value - 1, value + 8, value - 8, value + 40, 0, 1,
-                                symbol_tables.UNDEFINED, len(data), len(data) - 8,
+                                header_template.UNDEFINED, len(data), len(data) - 8,
                                 int(rng.choice(addresses)), int(rng.integers(1 << 16))]))
         struct.pack_into("<Q", data, at, value % (1 << 64))
         return f"word at {at} set to {value}"
@@ -330,6 +330,8 @@ def test_new_style_groups_are_left_to_hdf5(tmp_path: Path) -> None:
             file.create_dataset(f"episode_{episode_id}/rewards", data=np.zeros(2))
     lookups = _leaves(path, 3)
     assert (_addresses(path, lookups) == -1).all()
+    data = path.read_bytes()
+    assert data[8] == 3 and symbol_tables.read_superblock(_Bytes(data), len(data)) is None
 
 
 def test_a_free_list_that_never_ends_is_refused() -> None:
@@ -414,7 +416,7 @@ def test_a_version_1_superblock_is_read_and_no_other_as_one() -> None:
     # version 1 puts the indexed-storage K (and 2 reserved bytes) before the base address
     block = (b"\x89HDF\r\n\x1a\n" + bytes([1, 0, 0, 0, 0, 8, 8, 0])
              + struct.pack("<HHI", 4, 16, 0) + struct.pack("<HH", 32, 0)
-             + struct.pack("<4Q", 0, symbol_tables.UNDEFINED, 4096, symbol_tables.UNDEFINED)
+             + struct.pack("<4Q", 0, header_template.UNDEFINED, 4096, header_template.UNDEFINED)
              + struct.pack("<QQI4x16x", 0, 100, 0))
     data = block + bytes(4096 - len(block))
     sb = symbol_tables.read_superblock(_Bytes(data), len(data))
@@ -613,14 +615,8 @@ def test_a_template_whose_node_does_not_parse_resolves_nothing(
     lookups = _plain(path, episodes)
     assert b"wide/leaf_9" in lookups[1]
     data = bytearray(path.read_bytes())
-    sb = _sb(bytes(data))
-    with h5py.File(path, "r") as file:
-        wide = hard_link_address(file.id, b"episode_0/wide")
-    assert wide is not None
-    table = _symbol_table_message(data, wide)
-    btree = struct.unpack_from("<Q", data, table)[0]
-    node = symbol_tables.parse_node(_Bytes(data), btree, sb)
-    assert node is not None and len(node.children) == 2
+    node = _group_node(bytes(data), _header_of(path, b"episode_0/wide"))
+    assert len(node.children) == 2
     data[node.children[1]:node.children[1] + 4] = b"SNOX"  # the template's second node
     broken = tmp_path / "broken.hdf5"
     broken.write_bytes(bytes(data))
@@ -642,18 +638,12 @@ def test_a_link_to_no_address_is_not_taken_for_a_missing_name(
     path, episodes = odd_groups_file
     lookups = _plain(path, episodes)
     data = bytearray(path.read_bytes())
-    with h5py.File(path, "r") as file:
-        group = hard_link_address(file.id, b"episode_3")
-        rewards = hard_link_address(file.id, b"episode_3/rewards")
-    assert group is not None and rewards is not None
-    table = _symbol_table_message(data, group)
-    sb = _sb(bytes(data))
-    node = symbol_tables.parse_node(_Bytes(data), struct.unpack_from("<Q", data, table)[0], sb)
-    assert node is not None
-    snod = symbol_tables.parse_snod(_Bytes(data), node.children[0], sb)
+    rewards = _header_of(path, b"episode_3/rewards")
+    node = _group_node(bytes(data), _header_of(path, b"episode_3"))
+    snod = symbol_tables.parse_snod(_Bytes(data), node.children[0], _sb(bytes(data)))
     assert snod is not None
     position = snod.entries["header"].tolist().index(rewards)
-    struct.pack_into("<Q", data, snod.address + 8 + 40 * position + 8, symbol_tables.UNDEFINED)
+    struct.pack_into("<Q", data, snod.address + 8 + 40 * position + 8, header_template.UNDEFINED)
     undefined = tmp_path / "undefined.hdf5"
     undefined.write_bytes(bytes(data))
     assert _hdf5(undefined, ([3], [b"rewards"])).tolist() == [-2]  # a hard link, nowhere
@@ -706,12 +696,24 @@ def test_a_resolution_hdf5_would_not_make_is_compared_again_with_its_lookups(
     assert looked_up >= len(checks)  # every entry's path looked up by HDF5 again
 
 
-def _root_node(data: bytes) -> symbol_tables.Node:
-    sb = _sb(data)
-    node = symbol_tables.parse_node(
-        _Bytes(data), struct.unpack_from("<Q", data, _symbol_table_message(data, sb.root))[0], sb)
+def _header_of(path: Path, name: bytes) -> int:
+    """Where HDF5 finds the object ``name`` of the intact file."""
+    with h5py.File(path, "r") as file:
+        address = hard_link_address(file.id, name)
+    assert address is not None
+    return address
+
+
+def _group_node(data: bytes, header: int) -> symbol_tables.Node:
+    """The node the B-tree of the group whose object header is at ``header`` starts at."""
+    btree = struct.unpack_from("<Q", data, _symbol_table_message(data, header))[0]
+    node = symbol_tables.parse_node(_Bytes(data), btree, _sb(data))
     assert node is not None
     return node
+
+
+def _root_node(data: bytes) -> symbol_tables.Node:
+    return _group_node(data, _sb(data).root)
 
 
 @pytest.mark.parametrize("change", [
@@ -768,10 +770,7 @@ def test_a_template_whose_node_says_its_children_are_nodes_resolves_nothing(
     path, episodes = recorded_file
     lookups = _leaves(path, episodes)
     data = bytearray(path.read_bytes())
-    with h5py.File(path, "r") as file:
-        group = hard_link_address(file.id, b"episode_0/observations")
-    assert group is not None
-    btree = struct.unpack_from("<Q", data, _symbol_table_message(data, group))[0]
+    btree = _group_node(bytes(data), _header_of(path, b"episode_0/observations")).address
     assert data[btree + 5] == 0
     data[btree + 5] = 1  # its level: HDF5 reads its symbol-table nodes as B-tree nodes
     changed = tmp_path / "changed.hdf5"
