@@ -20,10 +20,8 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,14 +31,15 @@ import blake3
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError, MarlMinariError
+from marl_minari.format.header_template import rows_reader
 from marl_minari.format.ids import parse_dataset_id
 
 from .backend import Backend, RangesIgnored
+from .block_memory import BlockMemory
 from .blocks import (
     MIN_BLOCK_SIZE,
     Block,
     adjacent_runs,
-    block_digests,
     covering_blocks,
     joined_windows,
     merged_ranges,
@@ -52,6 +51,7 @@ from .manifest import FileEntry, Manifest
 from .published import read_manifest
 from .settings import RemoteSettings
 from .stream_settings import StreamSettings, TransferCounts
+from .whole_copy import check_blocks_of_whole, fetch_whole, whole_block
 
 logger = logging.getLogger("marl_minari.registry")
 
@@ -93,8 +93,7 @@ class RemoteFile:
     def _setup(self) -> None:
         self._blocks = self.entry.blocks
         self._cache = self.settings.cache()
-        self._memory: OrderedDict[int, bytes | memoryview] = OrderedDict()
-        self._memory_bytes = 0
+        self._memory = BlockMemory(len(self._blocks), self.settings.memory_bytes)
         self._lock = threading.Lock()
         self._whole_fd: int | None = None
         self._whole_temporary: Path | None = None
@@ -157,6 +156,41 @@ class RemoteFile:
             self._failures.last = exc
             raise
 
+    def read_rows(self, addresses: np.ndarray, length: int) -> np.ndarray:
+        """``length`` verified bytes at each of ``addresses``, as ``(len(addresses), length)``
+        uint8 rows: :meth:`read_ranges` of those ranges, gathered by numpy from the blocks in
+        memory (the many small structures the offset-index comparisons read at once).
+
+        Raises:
+            CorruptedDataError, RemoteError: as :meth:`read_ranges`.
+        """
+        try:
+            return self._read_rows(np.asarray(addresses, dtype=np.int64).reshape(-1), length)
+        except MarlMinariError as exc:
+            self._failures.last = exc
+            raise
+
+    def _read_rows(self, addresses: np.ndarray, length: int) -> np.ndarray:
+        block_size = self.entry.block_size
+        by_ranges = rows_reader(self._read_ranges)
+        if (block_size is None or self._whole_fd is not None or not 0 < length <= block_size
+                or not len(addresses) or int(addresses.min()) < 0
+                or int(addresses.max()) + length > self.size):
+            return by_ranges(addresses, length)  # which names a range outside the file
+        touched = np.sort(np.concatenate([addresses // block_size,
+                                          (addresses + length - 1) // block_size]))
+        touched = touched[np.concatenate([[True], touched[1:] != touched[:-1]])]
+        if len(touched) * block_size > self._memory.max_bytes:
+            return by_ranges(addresses, length)  # memory would drop blocks before the gather
+        absent = self._memory.absent(touched)
+        if len(absent):
+            self._blocks_bytes(absent.tolist())  # kept in memory as they are verified
+        rows, filled = self._memory.gather(addresses, length, block_size)
+        rest = np.flatnonzero(~filled)  # rows over two buffers, or dropped by another thread
+        if len(rest):
+            rows[rest] = by_ranges(addresses[rest], length)
+        return rows
+
     @property
     def failure(self) -> MarlMinariError | None:
         """The last error ``read_ranges`` raised in this thread (see :meth:`clear_failure`)."""
@@ -201,7 +235,7 @@ class RemoteFile:
         absent: list[int] = []
         remembered: list[tuple[int, memoryview]] = []
         for number in covering_blocks(ranges, self._block_bytes()):
-            data = self._remembered(number)
+            data = self._memory.get(number)
             if data is None:
                 absent.append(number)
             else:
@@ -242,7 +276,9 @@ class RemoteFile:
         holds are left for the read, which checks them in the memory it copies from."""
         if self.entry.block_size is None or self._whole_fd is not None:
             return
-        absent = [self._blocks[n] for n in sorted(set(numbers)) if self._remembered(n) is None]
+        wanted = sorted(set(numbers))
+        kept = self._memory.get_many(wanted)
+        absent = [self._blocks[n] for n in wanted if n not in kept]
         held = self._cache.holds(self.pinned_digest, absent, self._blocks)
         with contextlib.suppress(RangesIgnored):  # cached blocks are read (and checked) later
             self._blocks_bytes([block.number for block in absent if block.number not in held])
@@ -314,39 +350,18 @@ class RemoteFile:
         return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
 
     def _blocks_bytes(self, numbers: list[int]) -> dict[int, bytes | memoryview]:
-        found: dict[int, bytes | memoryview] = {}
-        for number in numbers:
-            data = self._remembered(number)
-            if data is not None:
-                found[number] = data
+        found = self._memory.get_many(numbers)
         absent = [number for number in numbers if number not in found]
         if absent:  # a buffer per fetched run's size: a remembered block keeps it alive
             cached = self._cache.read_blocks(self.pinned_digest, [self._blocks[n] for n in absent],
                                              self._blocks, self.settings.max_request_bytes)
             for number, data in cached.items():
-                self._remember(number, data)
+                self._memory.put(number, data)
             found.update(cached)
             missing = [number for number in absent if number not in found]
             if missing:
                 found.update(self._fetch(missing))
         return found
-
-    def _remembered(self, number: int) -> bytes | memoryview | None:
-        with self._lock:
-            data = self._memory.get(number)
-            if data is not None:
-                self._memory.move_to_end(number)
-            return data
-
-    def _remember(self, number: int, data: bytes | memoryview) -> None:
-        with self._lock:
-            if number in self._memory:
-                return
-            self._memory[number] = data
-            self._memory_bytes += len(data)
-            while self._memory_bytes > self.settings.memory_bytes and len(self._memory) > 1:
-                _, dropped = self._memory.popitem(last=False)
-                self._memory_bytes -= len(dropped)
 
     def _fetch(self, missing: list[int]) -> dict[int, bytes | memoryview]:
         backend = self._backend()
@@ -388,7 +403,7 @@ class RemoteFile:
                 bad = bad or block
                 continue
             found[block.number] = piece  # a view of the run's buffer: no copy
-            self._remember(block.number, piece)
+            self._memory.put(block.number, piece)
         self._cache.put_verified(self.pinned_digest, [b for b in run if b.number in found],
                                  view, start)
         if bad is not None:
@@ -410,29 +425,18 @@ class RemoteFile:
         with self._lock:
             if self._whole_fd is not None:
                 return
-            whole = Block(0, 0, self.size, self.entry.check_algorithm, self.entry.check_digest)
-            cached = self._cache.path(whole)
-            if cached is None:
-                cached = self._fetch_whole(whole, ignored)
-            self._check_blocks_of_whole(cached)
-            self._whole_fd = os.open(cached, os.O_RDONLY)
+            copy = self._cache.path(whole_block(self.entry))
+            if copy is None:
+                self._warn_whole(ignored)
+                copy, temporary = fetch_whole(self._backend(), self.key, self.entry,
+                                              self._cache, f"{self.name} (from mirror "
+                                              f"{self.mirror})", self.counts)
+                if temporary:
+                    self._whole_temporary = copy
+            check_blocks_of_whole(copy, self.entry, self.name)
+            self._whole_fd = os.open(copy, os.O_RDONLY)
 
-    def _check_blocks_of_whole(self, copy: Path) -> None:
-        """Check a whole-file copy against the range digests too (:attr:`pinned_digest`):
-        a manifest whose two kinds of digests describe different files is refused."""
-        if self.entry.block_size is None or self.entry.block_blake3 is None:
-            return
-        _, _, found = block_digests(copy, self.entry.block_size)
-        if found != self.entry.block_blake3:
-            first = next((n for n, (a, b) in enumerate(
-                zip(found, self.entry.block_blake3, strict=False)) if a != b), len(found))
-            raise CorruptedDataError(
-                f"{self.name}: the manifest's range digests and whole-file digest describe "
-                f"different files (block {first} of the verified whole file differs from its "
-                "range digest): the published manifest is inconsistent; ask the registry's "
-                "owner to publish the dataset again as a new version")
-
-    def _fetch_whole(self, whole: Block, ignored: RangesIgnored | None) -> Path:
+    def _warn_whole(self, ignored: RangesIgnored | None) -> None:
         if ignored is not None:
             reason = (f"{self.mirror} ignores HTTP Range requests, so {self.name} "
                       f"({self.size} bytes) was downloaded whole and verified before any of it "
@@ -445,24 +449,6 @@ class RemoteFile:
                       "marl-minari to read it in place")
         warnings.warn(reason, StreamingWarning, stacklevel=4)
         logger.warning("%s", reason)
-        folder = self._cache.folder if self._cache.max_bytes else Path(tempfile.gettempdir())
-        folder.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp", dir=folder)
-        os.close(handle)
-        target = Path(name)
-        try:
-            size, digest = self._backend().get_file(self.key, target, self.size,
-                                                    whole.algorithm, None)
-            self.counts.add(size)
-            self.counts.whole_downloads += 1
-            self.entry.check_arrived(f"{self.name} (from mirror {self.mirror})", size, digest)
-            kept = self._cache.adopt(whole, target)
-        except BaseException:
-            target.unlink(missing_ok=True)
-            raise
-        if kept == target:
-            self._whole_temporary = target
-        return kept
 
     def _backend(self) -> Backend:
         """The calling thread's backend, its deadline started afresh: each ``read_ranges``

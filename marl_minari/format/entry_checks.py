@@ -69,6 +69,13 @@ class RawFile(Protocol):
                     ) -> Sequence[bytes | memoryview]: ...
 
 
+def _rows_of(raw: RawFile) -> header_template.ReadRows:
+    """``raw``'s own gather of many small rows where it has one (``read_rows``, as
+    ``registry.remote_file.RemoteFile``), else a range per row."""
+    read_rows = getattr(raw, "read_rows", None)
+    return read_rows if read_rows is not None else header_template.rows_reader(raw.read_ranges)
+
+
 class _LocalRaw:
     def __init__(self, descriptor: int) -> None:
         self._descriptor = descriptor
@@ -143,10 +150,8 @@ def _compare_paths(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
                 if addresses[position] + template.length <= end
                 and _same_type(checks[position].expected_type, first.expected_type,
                                same_type)]
-        pieces = raw.read_ranges([(addresses[position], template.length)
-                                  for position in rest])
-        headers = np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(
-            len(rest), template.length)
+        headers = _rows_of(raw)(np.array([addresses[p] for p in rest], dtype=np.int64),
+                                template.length)
         agreed = header_template.matches(
             template, headers, np.array([checks[p].offset for p in rest], dtype=np.int64),
             np.array([checks[p].shape[0] for p in rest], dtype=np.int64), end)
@@ -171,7 +176,8 @@ def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFil
     if from_bytes and wanted:
         resolved = group_templates.resolve(
             raw.read_ranges, raw.size, [checks[p].episode_id for p in wanted],
-            [checks[p].path for p in wanted], partial(hard_link_address, file.id))
+            [checks[p].path for p in wanted], partial(hard_link_address, file.id),
+            _rows_of(raw))
     if resolved is not None:
         for position, address in zip(wanted, resolved.addresses.tolist(), strict=True):
             addresses[position] = address

@@ -22,7 +22,7 @@ from typing import Final
 
 import numpy as np
 
-from marl_minari.format.header_template import ReadRanges
+from marl_minari.format.header_template import ReadRanges, ReadRows, rows_reader
 from marl_minari.format.symbol_tables import (
     ENTRY_BYTES,
     HEAP_PREFIX,
@@ -124,8 +124,8 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
 class _Rows:
     """The groups still matching a template: their positions and what they were read at."""
 
-    def __init__(self, read: ReadRanges, sb: Superblock, addresses: np.ndarray) -> None:
-        self.read, self.sb = read, sb
+    def __init__(self, read_rows: ReadRows, sb: Superblock, addresses: np.ndarray) -> None:
+        self.read_rows, self.sb = read_rows, sb
         self.alive = np.arange(len(addresses))
         self.spans: list[tuple[np.ndarray, int]] = []
 
@@ -143,8 +143,7 @@ class _Rows:
         fits = (addresses <= np.uint64(self.sb.end - length) if self.sb.end >= length
                 else np.zeros(len(addresses), dtype=bool))
         addresses, *carried_list = self.keep(fits, addresses, *carried)
-        pieces = self.read([(int(at), length) for at in addresses.tolist()])
-        rows = np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(len(addresses), length)
+        rows = self.read_rows(addresses.astype(np.int64), length)
         same = ((rows == expected).all(axis=1) if fixed is None
                 else (rows[:, fixed] == expected[fixed]).all(axis=1))
         addresses, rows, *carried_list = self.keep(same, addresses, rows, *carried_list)
@@ -152,11 +151,11 @@ class _Rows:
         return addresses, rows, carried_list
 
 
-def match(template: GroupTemplate, read: ReadRanges, sb: Superblock, addresses: np.ndarray
+def match(template: GroupTemplate, read_rows: ReadRows, sb: Superblock, addresses: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, Spans]:
     """Which groups whose headers are at ``addresses`` repeat ``template``: ``(positions,
     (positions, names) child addresses, the structures read for them)``."""
-    rows = _Rows(read, sb, addresses)
+    rows = _Rows(read_rows, sb, addresses)
     chunk_rows: list[np.ndarray] = []
     at = addresses.astype(np.uint64)
     for index, (data, fixed) in enumerate(template.chunks):
@@ -218,7 +217,8 @@ Confirm = Callable[[bytes], "int | None"]
 
 
 def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
-            paths: Sequence[bytes], confirm: Confirm) -> Resolved | None:
+            paths: Sequence[bytes], confirm: Confirm, read_rows: ReadRows | None = None
+            ) -> Resolved | None:
     """Where each ``episode_<episode_ids[i]>/<paths[i]>`` leads by a hard link, as HDF5's
     lookup answers (``-1``: the name is not there), or ``None``: nothing is resolved.
 
@@ -228,7 +228,8 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
     structures read here, and its metadata cache never holds one where another is asked for
     (a group left to it could put its heap where a matched group's node lies: HDF5 would then
     fail on that group's paths after reading the other's, not before). ``confirm`` is HDF5's
-    lookup, for the first group of each template.
+    lookup, for the first group of each template. ``read_rows`` reads the same bytes as
+    ``read``, the groups' structures many at once (by default, a range each).
     """
     sb = read_superblock(read, file_size)
     root = None if sb is None else open_group(read, sb.root, sb)
@@ -250,7 +251,8 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
         if kind not in headers:
             parent, _, name = kind.rpartition(b"/")
             headers[kind] = children[parent].get(name, np.full(len(episodes), _ABSENT))
-        found = _resolve_kind(read, sb, kind, episodes, headers[kind], confirm)
+        found = _resolve_kind(read, read_rows or rows_reader(read), sb, kind, episodes,
+                              headers[kind], confirm)
         if found is None:
             return None
         children[kind], kind_spans = found
@@ -287,8 +289,8 @@ def _link(entry: Found) -> int:
     return int(_addresses(snod.entries["header"][position:position + 1])[0])
 
 
-def _resolve_kind(read: ReadRanges, sb: Superblock, kind: bytes, episodes: np.ndarray,
-                  headers: np.ndarray, confirm: Confirm
+def _resolve_kind(read: ReadRanges, read_rows: ReadRows, sb: Superblock, kind: bytes,
+                  episodes: np.ndarray, headers: np.ndarray, confirm: Confirm
                   ) -> tuple[dict[bytes, np.ndarray], Spans] | None:
     """The links of the groups at ``kind`` under each episode (``headers``: their object
     headers, or :data:`_ABSENT`): ``name -> (episodes,)`` addresses, :data:`_ABSENT` or
@@ -307,7 +309,7 @@ def _resolve_kind(read: ReadRanges, sb: Superblock, kind: bytes, episodes: np.nd
                                        int(headers[first]), confirm)
         if template is None:
             return None
-        alive, addresses, matched_spans = match(template, read, sb,
+        alive, addresses, matched_spans = match(template, read_rows, sb,
                                                 headers[remaining].astype(np.uint64))
         rows = remaining[alive]
         for column, (name, hard) in enumerate(zip(template.names, template.hard,

@@ -34,6 +34,19 @@ import numpy as np
 ReadRanges = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
 """The bytes of each ``(offset, length)`` range of a file, in the order asked."""
 
+ReadRows = Callable[[np.ndarray, int], np.ndarray]
+"""``length`` bytes at each of a file's offsets, as ``(offsets, length)`` uint8 rows."""
+
+
+def rows_reader(read: ReadRanges) -> ReadRows:
+    """:data:`ReadRows` by ``read``, one range per row (a supplier may offer a faster one)."""
+
+    def read_rows(addresses: np.ndarray, length: int) -> np.ndarray:
+        pieces = read([(at, length) for at in addresses.tolist()])
+        return np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(len(addresses), length)
+
+    return read_rows
+
 UNDEFINED: Final = 0xFFFF_FFFF_FFFF_FFFF
 """HDF5's undefined address (and unlimited dimension)."""
 

@@ -543,5 +543,5 @@ def test_a_path_with_one_entry_is_compared_by_hdf5_and_nothing_looked_up(
     assert looked_up == [] and resolved == [] and superblocks == []
     two = [*one_episode, one_episode[0]._replace(episode_id=3)]
     assert _compared(path, two) == _hdf5_verdicts(path, two)
-    assert [(episode_ids, paths) for _, _, episode_ids, paths, _ in resolved] == [
+    assert [(episode_ids, paths) for _, _, episode_ids, paths, *_ in resolved] == [
         ([2, 3], [one_episode[0].path] * 2)]  # a path with two entries: both looked up
