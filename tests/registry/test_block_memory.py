@@ -76,3 +76,29 @@ def test_a_gather_makes_its_blocks_recently_used() -> None:
     memory.gather(np.array([0]), 4, SIZE)  # block 0 used after block 1
     _put_run(memory, data, 2, 1)
     assert memory.get(0) is not None and memory.get(1) is None
+
+
+def test_rows_over_two_buffers_are_left_even_where_their_offsets_line_up() -> None:
+    """Block 0 at the start of one buffer, block 1 one block into another (a run read back
+    with a damaged block before it): the row over both is not copied from either."""
+    data = _file(2)
+    memory = BlockMemory(2, 1 << 20)
+    first = np.concatenate([data[:SIZE], np.zeros(SIZE, dtype=np.uint8)])
+    second = np.concatenate([np.zeros(SIZE, dtype=np.uint8), data[SIZE:]])
+    memory.put(0, memoryview(first)[:SIZE])
+    memory.put(1, memoryview(second)[SIZE:])
+    rows, filled = memory.gather(np.array([4, SIZE - 4, SIZE + 4]), 8, SIZE)
+    assert filled.tolist() == [True, False, True]
+    assert (rows[0] == data[4:12]).all() and (rows[2] == data[SIZE + 4:SIZE + 12]).all()
+
+
+def test_a_block_put_twice_is_kept_once() -> None:
+    """Two threads may fetch one block: the second copy is not kept nor counted."""
+    data = _file(2)
+    memory = BlockMemory(2, 2 * SIZE)
+    _put_run(memory, data, 0, 1)
+    again = weakref.ref(_put_run(memory, data, 0, 1))
+    _put_run(memory, data, 1, 1)
+    gc.collect()
+    assert again() is None
+    assert memory.get(0) is not None and memory.get(1) is not None

@@ -390,6 +390,8 @@ def test_rows_past_the_end_are_refused(streamable: Path, registry_dir: Path,
         source.read_rows(np.array([0, source.size - 4]), 8)
     with pytest.raises(CorruptedDataError, match="reaches past"):
         source.read_rows(np.array([-1]), 8)
+    assert source.counts.bytes == 0  # refused before any block is fetched
+    assert source.read_rows(np.array([], dtype=np.int64), 8).shape == (0, 8)
 
 
 def test_a_row_longer_than_a_block_never_spans_an_unverified_one(
