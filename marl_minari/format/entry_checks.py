@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import h5py
 import numpy as np
@@ -46,18 +46,21 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
     read by ``pread``, and none for any other), every entry left by HDF5. Entries of one episode
     should be next to each other: its group is opened once per run of them.
     """
-    results: list[bool | None] = [None] * len(checks)  # None: not compared yet
+    results = np.full(len(checks), _UNCOMPARED, dtype=np.int8)
     _compare_by_templates(file, checks, raw, results)
     group: h5py.h5g.GroupID | None = None
     current = -1
-    for position, check in enumerate(checks):
-        if results[position] is not None:
-            continue
+    for position in np.flatnonzero(results == _UNCOMPARED).tolist():
+        check = checks[position]
         if check.episode_id != current:
             current = check.episode_id
             group = episode_group(file, current)
         results[position] = group is not None and agrees(group, check)
-    return [bool(result) for result in results]
+    return (results == 1).tolist()
+
+
+_UNCOMPARED: Final = -1
+"""A result not known yet (else ``0``: disagrees, ``1``: agrees)."""
 
 
 class RawFile(Protocol):
@@ -93,15 +96,18 @@ def _local_raw(file: h5py.File) -> RawFile | None:
 
 
 def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
-                          raw: RawFile | None, results: list[bool | None],
+                          raw: RawFile | None, results: np.ndarray,
                           from_bytes: bool = True) -> None:
     """Fill in ``results`` the first entry of each path that has several (compared by HDF5)
-    and the entries whose object headers match its template; leave the others ``None``.
+    and the entries whose object headers match its template; leave the others
+    :data:`_UNCOMPARED`.
     A path with one entry makes no template: nothing is looked up or read for it."""
     kinds: dict[tuple[bytes, tuple[int, ...]], list[int]] = {}
     for position, check in enumerate(checks):
         kinds.setdefault((check.path, check.shape[1:]), []).append(position)
-    if all(len(positions) == 1 for positions in kinds.values()):
+    paths = [np.array(positions, dtype=np.int64) for positions in kinds.values()
+             if len(positions) > 1]
+    if not paths:
         return
     raw = raw if raw is not None else _local_raw(file)
     if raw is None:
@@ -109,23 +115,23 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
     end = header_template.end_of_allocation(raw.read_ranges, raw.size)
     if end is None:
         return
-    several = [len(kinds[(check.path, check.shape[1:])]) > 1 for check in checks]
-    addresses, group_spans = _header_addresses(file, checks, raw, several, from_bytes)
-    header_spans = _compare_paths(file, checks, raw, list(kinds.values()), addresses, end,
-                                  results, group_spans is not None)
+    addresses, group_spans = _header_addresses(file, checks, raw, np.concatenate(paths),
+                                               from_bytes)
+    header_spans = _compare_paths(file, checks, raw, paths, addresses, end, results,
+                                  group_spans is not None)
     if group_spans is None or (header_spans is not None
                                and symbol_tables.disjoint(group_spans + header_spans)):
         return
     # Found from the bytes, a header HDF5 finds elsewhere or one sharing bytes with a group's
     # structures (HDF5 would not read both): never in a file HDF5 wrote, but then everything
     # again with HDF5's own lookups.
-    results[:] = [None] * len(results)
+    results[:] = _UNCOMPARED
     _compare_by_templates(file, checks, raw, results, from_bytes=False)
 
 
 def _compare_paths(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
-                   paths: list[list[int]], addresses: list[int], end: int,
-                   results: list[bool | None], confirm_first: bool
+                   paths: list[np.ndarray], addresses: np.ndarray, end: int,
+                   results: np.ndarray, confirm_first: bool
                    ) -> symbol_tables.Spans | None:
     """Compare the entries of each path (``paths``: positions in ``checks``) whose headers
     are at ``addresses``: the first by HDF5, the others by its template. The headers read
@@ -133,59 +139,58 @@ def _compare_paths(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
     first entry's header somewhere else."""
     spans: symbol_tables.Spans = []
     for positions in paths:
-        found = [position for position in positions if addresses[position] >= 0]
+        found = positions[addresses[positions] >= 0]
         if len(found) < 2:
             continue
-        first = checks[found[0]]
-        if confirm_first and _header_address(file.id, first) != addresses[found[0]]:
+        head = int(found[0])
+        first = checks[head]
+        if confirm_first and _header_address(file.id, first) != addresses[head]:
             return None
         group = episode_group(file, first.episode_id)
-        results[found[0]] = group is not None and agrees(group, first)
-        template = (_template(first, addresses[found[0]], raw)
-                    if results[found[0]] else None)
+        agreed_first = group is not None and agrees(group, first)
+        results[head] = agreed_first
+        template = _template(first, int(addresses[head]), raw) if agreed_first else None
         if template is None:
             continue
+        rest = found[1:][addresses[found[1:]] + template.length <= end]
         same_type: dict[int, bool] = {}
-        rest = [position for position in found[1:]
-                if addresses[position] + template.length <= end
-                and _same_type(checks[position].expected_type, first.expected_type,
-                               same_type)]
-        headers = _rows_of(raw)(np.array([addresses[p] for p in rest], dtype=np.int64),
-                                template.length)
+        rest = rest[np.array([_same_type(checks[p].expected_type, first.expected_type,
+                                         same_type) for p in rest.tolist()], dtype=bool)]
+        headers = _rows_of(raw)(addresses[rest], template.length)
         agreed = header_template.matches(
-            template, headers, np.array([checks[p].offset for p in rest], dtype=np.int64),
-            np.array([checks[p].shape[0] for p in rest], dtype=np.int64), end)
-        matched = [found[0], *np.asarray(rest, dtype=np.int64)[agreed].tolist()]
-        for position in matched[1:]:
-            results[position] = True
-        spans.append((np.array([addresses[p] for p in matched], dtype=np.uint64),
+            template, headers,
+            np.array([checks[p].offset for p in rest.tolist()], dtype=np.int64),
+            np.array([checks[p].shape[0] for p in rest.tolist()], dtype=np.int64), end)
+        matched = rest[agreed]
+        results[matched] = 1
+        spans.append((addresses[np.concatenate([found[:1], matched])].astype(np.uint64),
                       template.length))
     return spans
 
 
 def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
-                      several: Sequence[bool], from_bytes: bool
-                      ) -> tuple[list[int], symbol_tables.Spans | None]:
+                      wanted: np.ndarray, from_bytes: bool
+                      ) -> tuple[np.ndarray, symbol_tables.Spans | None]:
     """Where each entry of a path with several entries has its object header (``-1``: none
     by a hard link, or its path has one entry), and the group structures read to find them
     (``None``: HDF5 found them). Found from the file's bytes (:mod:`.group_templates`,
     ``from_bytes``) where the file allows, else by HDF5's lookups."""
-    wanted = [position for position, many in enumerate(several) if many]
-    addresses = [-1] * len(checks)
+    wanted = np.sort(wanted)  # in the order given: episode by episode
+    addresses = np.full(len(checks), -1, dtype=np.int64)
     resolved = None
-    if from_bytes and wanted:
+    if from_bytes and len(wanted):
+        wanted_checks = [checks[p] for p in wanted.tolist()]
         resolved = group_templates.resolve(
-            raw.read_ranges, raw.size, [checks[p].episode_id for p in wanted],
-            [checks[p].path for p in wanted], partial(hard_link_address, file.id),
+            raw.read_ranges, raw.size, [check.episode_id for check in wanted_checks],
+            [check.path for check in wanted_checks], partial(hard_link_address, file.id),
             _rows_of(raw))
     if resolved is not None:
-        for position, address in zip(wanted, resolved.addresses.tolist(), strict=True):
-            addresses[position] = address
+        addresses[wanted] = resolved.addresses
         return addresses, resolved.spans
     # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
     # each episode's groups while their links are read: path by path costs 3 us more each.
     root = file.id
-    for position in wanted:
+    for position in wanted.tolist():
         addresses[position] = _header_address(root, checks[position])
     return addresses, None
 

@@ -186,7 +186,7 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
                                   and _remembered_by_writer(file) == index.fingerprint)
         if binding.whole_file:
             return [np.ones(len(leaf.episode_ids), dtype=bool) for leaf in leaves]
-        states, checks, targets = [], [], []
+        states, checks, compared = [], [], []
         for leaf in leaves:
             ids = np.asarray(leaf.episode_ids, dtype=np.int64)
             rows = np.asarray(leaf.rows, dtype=np.int64)
@@ -203,20 +203,26 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             todo = np.flatnonzero(state[ids] == 0)
             expected_type = h5py.h5t.py_create(dtype)
             encoded = leaf.path.encode()
-            offsets = index.offsets[leaf.path][ids[todo]].tolist()
-            for position, episode_id, offset, count in zip(
-                    todo.tolist(), ids[todo].tolist(), offsets, rows[todo].tolist(),
-                    strict=True):
-                checks.append(EntryCheck(episode_id, encoded, offset, expected_type,
-                                         (count, *leaf.row_shape)))
-                targets.append((state, position, ids))
+            episodes = ids[todo]
+            checks += [EntryCheck(episode_id, encoded, offset, expected_type,
+                                  (count, *leaf.row_shape))
+                       for episode_id, offset, count in zip(
+                           episodes.tolist(), index.offsets[leaf.path][episodes].tolist(),
+                           rows[todo].tolist(), strict=True)]
+            compared.append((state, episodes))
         if checks and before_comparing is not None:
             before_comparing()
-        order = sorted(range(len(checks)), key=lambda n: checks[n].episode_id)
-        results = entry_checks.compare_entries(file, [checks[n] for n in order], raw)
-        for n, agreed in zip(order, results, strict=True):
-            state, position, ids = targets[n]
-            state[ids[position]] = 1 if agreed else -1
+        # Episode by episode (each group opened once), the leaves' entries in a leaf's order.
+        order = np.argsort(np.concatenate([np.zeros(0, dtype=np.int64)]
+                                          + [episodes for _, episodes in compared]),
+                           kind="stable")
+        agreed = np.empty(len(checks), dtype=bool)
+        agreed[order] = entry_checks.compare_entries(
+            file, [checks[n] for n in order.tolist()], raw)
+        start = 0
+        for state, episodes in compared:
+            state[episodes] = np.where(agreed[start:start + len(episodes)], 1, -1)
+            start += len(episodes)
         binding.remember(index.content, len(checks))
         return [state[ids] == 1 for state, ids in states]
 
