@@ -148,7 +148,8 @@ def main() -> None:
             assert raw is not None
             resolved = group_templates.resolve(
                 raw.read_ranges, raw.size, [c.episode_id for c in checks],
-                [c.path for c in checks], partial(hard_link_address, file.id))
+                [c.path for c in checks], partial(hard_link_address, file.id),
+                entry_checks._rows_of(raw))
             return 0 if resolved is None else int((resolved.addresses >= 0).sum())
 
         ways: dict[str, Callable[[h5py.File], int]] = {
