@@ -39,7 +39,10 @@ class ByteRanges(Protocol):
     ``read_windows(ranges)``, the verified bytes covering them as ``(file offset, bytes)``
     windows that do not overlap, each valid until the next is asked for: the range reader
     then copies each window's pieces out before asking for the next
-    (:func:`~marl_minari.storage.range_reader.scatter_windows`).
+    (:func:`~marl_minari.storage.range_reader.scatter_windows`); and ``read_rows(offsets,
+    length)``, the bytes of many ranges of one length as one ``(offsets, length)`` uint8
+    array: the offset-index comparisons then gather the small structures they read, one
+    per episode, through it instead of a range each.
     """
 
     name: str
