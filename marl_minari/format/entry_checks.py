@@ -36,31 +36,95 @@ class EntryCheck(NamedTuple):
     shape: tuple[int, ...]
 
 
+class LeafChecks(NamedTuple):
+    """The entries of one leaf to compare, as columns: for each, what the reader would read as
+    ``rows[i]`` rows of ``row_shape`` and ``expected_type`` at ``offsets[i]``."""
+
+    path: bytes
+    """The dataset's path under each ``episode_<episode_ids[i]>``."""
+    expected_type: h5py.h5t.TypeID
+    row_shape: tuple[int, ...]
+    episode_ids: np.ndarray
+    offsets: np.ndarray
+    rows: np.ndarray
+
+    def entry(self, index: int) -> EntryCheck:
+        """Entry ``index`` on its own."""
+        return EntryCheck(int(self.episode_ids[index]), self.path, int(self.offsets[index]),
+                          self.expected_type, (int(self.rows[index]), *self.row_shape))
+
+
 def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
                     raw: RawFile | None = None) -> list[bool]:
-    """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given.
+    """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given:
+    :func:`compare_leaves` of the entries grouped by path, type and row shape."""
+    kinds: dict[tuple[bytes, tuple[int, ...]], list[tuple[h5py.h5t.TypeID, list[int]]]] = {}
+    for position, check in enumerate(checks):
+        types = kinds.setdefault((check.path, check.shape[1:]), [])
+        for expected_type, positions in types:
+            if check.expected_type is expected_type or check.expected_type.equal(expected_type):
+                positions.append(position)
+                break
+        else:
+            types.append((check.expected_type, [position]))
+    groups = [positions for types in kinds.values() for _, positions in types]
+    leaves = []
+    for positions in groups:
+        first = checks[positions[0]]
+        leaves.append(LeafChecks(
+            first.path, first.expected_type, first.shape[1:],
+            np.array([checks[p].episode_id for p in positions], dtype=np.int64),
+            np.array([checks[p].offset for p in positions], dtype=np.int64),
+            np.array([checks[p].shape[0] for p in positions], dtype=np.int64)))
+    results = [False] * len(checks)
+    for positions, agreed in zip(groups, compare_leaves(file, leaves, raw),
+                                 strict=True):
+        for position, verdict in zip(positions, agreed.tolist(), strict=True):
+            results[position] = verdict
+    return results
 
-    The entries of a path that has several are compared together: one of them by HDF5, the
+
+def compare_leaves(file: h5py.File, leaves: Sequence[LeafChecks],
+                   raw: RawFile | None = None) -> list[np.ndarray]:
+    """For each leaf, ``(entries,)`` bool: whether each of its entries agrees with ``file``
+    (see :func:`agrees`).
+
+    The entries of a leaf that has several are compared together: one of them by HDF5, the
     others against its object header where the file allows (:mod:`.header_template`: ``raw``
     supplies the headers' bytes, the same bytes HDF5 reads; ``None``: a local file's own,
-    read by ``pread``, and none for any other), every entry left by HDF5. Entries of one episode
-    should be next to each other: its group is opened once per run of them.
+    read by ``pread``, and none for any other), every entry left by HDF5, episode by episode
+    (each episode group opened once).
     """
-    results = np.full(len(checks), _UNCOMPARED, dtype=np.int8)
-    _compare_by_templates(file, checks, raw, results)
+    results = [np.full(len(leaf.episode_ids), _UNCOMPARED, dtype=np.int8) for leaf in leaves]
+    _compare_by_templates(file, leaves, raw, results)
     group: h5py.h5g.GroupID | None = None
     current = -1
-    for position in np.flatnonzero(results == _UNCOMPARED).tolist():
-        check = checks[position]
+    for k, index in _by_episode(leaves, {k: np.flatnonzero(result == _UNCOMPARED)
+                                         for k, result in enumerate(results)}):
+        check = leaves[k].entry(index)
         if check.episode_id != current:
             current = check.episode_id
             group = episode_group(file, current)
-        results[position] = group is not None and agrees(group, check)
-    return (results == 1).tolist()
+        results[k][index] = group is not None and agrees(group, check)
+    return [result == 1 for result in results]
 
 
 _UNCOMPARED: Final = -1
 """A result not known yet (else ``0``: disagrees, ``1``: agrees)."""
+
+
+def _by_episode(leaves: Sequence[LeafChecks], chosen: Mapping[int, np.ndarray]
+                ) -> list[tuple[int, int]]:
+    """``(leaf, entry)`` of the entries ``chosen`` (their positions, by leaf), episode by
+    episode, so that HDF5's metadata cache holds each episode's groups while they are read
+    (a leaf's in their order within an episode)."""
+    leaf_of = np.concatenate([np.zeros(0, dtype=np.int64)]
+                             + [np.full(len(at), k) for k, at in chosen.items()])
+    index_of = np.concatenate([np.zeros(0, dtype=np.int64), *chosen.values()])
+    order = np.argsort(np.concatenate([np.zeros(0, dtype=np.int64)]
+                                      + [leaves[k].episode_ids[at] for k, at in chosen.items()]),
+                       kind="stable")
+    return list(zip(leaf_of[order].tolist(), index_of[order].tolist(), strict=True))
 
 
 class RawFile(Protocol):
@@ -95,19 +159,15 @@ def _local_raw(file: h5py.File) -> RawFile | None:
     return _LocalRaw(file.id.get_vfd_handle())
 
 
-def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
-                          raw: RawFile | None, results: np.ndarray,
+def _compare_by_templates(file: h5py.File, leaves: Sequence[LeafChecks],
+                          raw: RawFile | None, results: list[np.ndarray],
                           from_bytes: bool = True) -> None:
-    """Fill in ``results`` the first entry of each path that has several (compared by HDF5)
+    """Fill in ``results`` the first entry of each leaf that has several (compared by HDF5)
     and the entries whose object headers match its template; leave the others
-    :data:`_UNCOMPARED`.
-    A path with one entry makes no template: nothing is looked up or read for it."""
-    kinds: dict[tuple[bytes, tuple[int, ...]], list[int]] = {}
-    for position, check in enumerate(checks):
-        kinds.setdefault((check.path, check.shape[1:]), []).append(position)
-    paths = [np.array(positions, dtype=np.int64) for positions in kinds.values()
-             if len(positions) > 1]
-    if not paths:
+    :data:`_UNCOMPARED`. A leaf with one entry makes no template: nothing is looked up or
+    read for it."""
+    several = [k for k, leaf in enumerate(leaves) if len(leaf.episode_ids) > 1]
+    if not several:
         return
     raw = raw if raw is not None else _local_raw(file)
     if raw is None:
@@ -115,9 +175,8 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
     end = header_template.end_of_allocation(raw.read_ranges, raw.size)
     if end is None:
         return
-    addresses, group_spans = _header_addresses(file, checks, raw, np.concatenate(paths),
-                                               from_bytes)
-    header_spans = _compare_paths(file, checks, raw, paths, addresses, end, results,
+    addresses, group_spans = _header_addresses(file, leaves, raw, several, from_bytes)
+    header_spans = _compare_paths(file, leaves, raw, addresses, end, results,
                                   group_spans is not None)
     if group_spans is None or (header_spans is not None
                                and symbol_tables.disjoint(group_spans + header_spans)):
@@ -125,73 +184,69 @@ def _compare_by_templates(file: h5py.File, checks: Sequence[EntryCheck],
     # Found from the bytes, a header HDF5 finds elsewhere or one sharing bytes with a group's
     # structures (HDF5 would not read both): never in a file HDF5 wrote, but then everything
     # again with HDF5's own lookups.
-    results[:] = _UNCOMPARED
-    _compare_by_templates(file, checks, raw, results, from_bytes=False)
+    for result in results:
+        result[:] = _UNCOMPARED
+    _compare_by_templates(file, leaves, raw, results, from_bytes=False)
 
 
-def _compare_paths(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
-                   paths: list[np.ndarray], addresses: np.ndarray, end: int,
-                   results: np.ndarray, confirm_first: bool
-                   ) -> symbol_tables.Spans | None:
-    """Compare the entries of each path (``paths``: positions in ``checks``) whose headers
-    are at ``addresses``: the first by HDF5, the others by its template. The headers read
-    (for :func:`symbol_tables.disjoint`); ``None`` when ``confirm_first`` and HDF5 finds a
-    first entry's header somewhere else."""
+def _compare_paths(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile,
+                   addresses: dict[int, np.ndarray], end: int, results: list[np.ndarray],
+                   confirm_first: bool) -> symbol_tables.Spans | None:
+    """Compare the entries of each leaf ``k`` whose headers are at ``addresses[k]``: the
+    first by HDF5, the others by its template. The headers read (for
+    :func:`symbol_tables.disjoint`); ``None`` when ``confirm_first`` and HDF5 finds a first
+    entry's header somewhere else."""
     spans: symbol_tables.Spans = []
-    for positions in paths:
-        found = positions[addresses[positions] >= 0]
+    for k, at in addresses.items():
+        leaf = leaves[k]
+        found = np.flatnonzero(at >= 0)
         if len(found) < 2:
             continue
         head = int(found[0])
-        first = checks[head]
-        if confirm_first and _header_address(file.id, first) != addresses[head]:
+        first = leaf.entry(head)
+        if confirm_first and _header_address(file.id, first) != at[head]:
             return None
         group = episode_group(file, first.episode_id)
         agreed_first = group is not None and agrees(group, first)
-        results[head] = agreed_first
-        template = _template(first, int(addresses[head]), raw) if agreed_first else None
+        results[k][head] = agreed_first
+        template = _template(first, int(at[head]), raw) if agreed_first else None
         if template is None:
             continue
-        rest = found[1:][addresses[found[1:]] + template.length <= end]
-        same_type: dict[int, bool] = {}
-        rest = rest[np.array([_same_type(checks[p].expected_type, first.expected_type,
-                                         same_type) for p in rest.tolist()], dtype=bool)]
-        headers = _rows_of(raw)(addresses[rest], template.length)
-        agreed = header_template.matches(
-            template, headers,
-            np.array([checks[p].offset for p in rest.tolist()], dtype=np.int64),
-            np.array([checks[p].shape[0] for p in rest.tolist()], dtype=np.int64), end)
+        rest = found[1:][at[found[1:]] + template.length <= end]
+        headers = _rows_of(raw)(at[rest], template.length)
+        agreed = header_template.matches(template, headers, leaf.offsets[rest],
+                                         leaf.rows[rest], end)
         matched = rest[agreed]
-        results[matched] = 1
-        spans.append((addresses[np.concatenate([found[:1], matched])].astype(np.uint64),
+        results[k][matched] = 1
+        spans.append((at[np.concatenate([found[:1], matched])].astype(np.uint64),
                       template.length))
     return spans
 
 
-def _header_addresses(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile,
-                      wanted: np.ndarray, from_bytes: bool
-                      ) -> tuple[np.ndarray, symbol_tables.Spans | None]:
-    """Where each entry of a path with several entries has its object header (``-1``: none
-    by a hard link, or its path has one entry), and the group structures read to find them
-    (``None``: HDF5 found them). Found from the file's bytes (:mod:`.group_templates`,
-    ``from_bytes``) where the file allows, else by HDF5's lookups."""
-    wanted = np.sort(wanted)  # in the order given: episode by episode
-    addresses = np.full(len(checks), -1, dtype=np.int64)
+def _header_addresses(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile,
+                      several: list[int], from_bytes: bool
+                      ) -> tuple[dict[int, np.ndarray], symbol_tables.Spans | None]:
+    """Where the object header of each entry of the leaves ``several`` lies (``-1``: none by
+    a hard link), by leaf, and the group structures read to find them (``None``: HDF5 found
+    them). Found from the file's bytes (:mod:`.group_templates`, ``from_bytes``) where the
+    file allows, else by HDF5's lookups."""
     resolved = None
-    if from_bytes and len(wanted):
-        wanted_checks = [checks[p] for p in wanted.tolist()]
+    if from_bytes:
         resolved = group_templates.resolve(
-            raw.read_ranges, raw.size, [check.episode_id for check in wanted_checks],
-            [check.path for check in wanted_checks], partial(hard_link_address, file.id),
-            _rows_of(raw))
+            raw.read_ranges, raw.size,
+            np.concatenate([leaves[k].episode_ids for k in several]).tolist(),
+            [path for k in several for path in [leaves[k].path] * len(leaves[k].episode_ids)],
+            partial(hard_link_address, file.id), _rows_of(raw))
     if resolved is not None:
-        addresses[wanted] = resolved.addresses
-        return addresses, resolved.spans
-    # Looked up in the order given (episode by episode), so that HDF5's metadata cache holds
-    # each episode's groups while their links are read: path by path costs 3 us more each.
+        bounds = np.cumsum([0] + [len(leaves[k].episode_ids) for k in several]).tolist()
+        return ({k: resolved.addresses[bounds[n]:bounds[n + 1]]
+                 for n, k in enumerate(several)}, resolved.spans)
+    addresses = {k: np.full(len(leaves[k].episode_ids), -1, dtype=np.int64) for k in several}
+    # Episode by episode: path by path costs 3 us more each.
     root = file.id
-    for position in wanted.tolist():
-        addresses[position] = _header_address(root, checks[position])
+    for k, index in _by_episode(leaves, {k: np.arange(len(leaves[k].episode_ids))
+                                         for k in several}):
+        addresses[k][index] = _header_address(root, leaves[k].entry(index))
     return addresses, None
 
 
@@ -215,16 +270,6 @@ def _template(check: EntryCheck, address: int, raw: RawFile
     (header,) = raw.read_ranges([(address, length)])
     row_bytes = check.expected_type.get_size() * int(np.prod(check.shape[1:], dtype=np.int64))
     return header_template.make_template(header, check.offset, check.shape[0], row_bytes)
-
-
-def _same_type(candidate: h5py.h5t.TypeID, template_type: h5py.h5t.TypeID,
-               known: dict[int, bool]) -> bool:
-    if candidate is template_type:
-        return True
-    key = id(candidate)
-    if key not in known:
-        known[key] = bool(candidate.equal(template_type))
-    return known[key]
 
 
 def episode_group(file: h5py.File, episode_id: int) -> h5py.h5g.GroupID | None:

@@ -36,7 +36,7 @@ from numpy.typing import DTypeLike
 from marl_minari.format import comparison_record, entry_checks
 from marl_minari.format.comparison_record import PublishedBytes
 from marl_minari.format.digests import remembered_digests, stat_key
-from marl_minari.format.entry_checks import EntryCheck, RawFile
+from marl_minari.format.entry_checks import LeafChecks, RawFile
 from marl_minari.format.offset_index import (
     OffsetIndex,
     file_state,
@@ -186,7 +186,9 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
                                   and _remembered_by_writer(file) == index.fingerprint)
         if binding.whole_file:
             return [np.ones(len(leaf.episode_ids), dtype=bool) for leaf in leaves]
-        states, checks, compared = [], [], []
+        states: list[tuple[np.ndarray, np.ndarray]] = []
+        checks: list[LeafChecks] = []
+        compared: list[tuple[np.ndarray, np.ndarray]] = []
         for leaf in leaves:
             ids = np.asarray(leaf.episode_ids, dtype=np.int64)
             rows = np.asarray(leaf.rows, dtype=np.int64)
@@ -201,29 +203,18 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
                      if uniform else np.zeros(len(index.steps), dtype=np.int8))
             states.append((state, ids))
             todo = np.flatnonzero(state[ids] == 0)
-            expected_type = h5py.h5t.py_create(dtype)
-            encoded = leaf.path.encode()
             episodes = ids[todo]
-            checks += [EntryCheck(episode_id, encoded, offset, expected_type,
-                                  (count, *leaf.row_shape))
-                       for episode_id, offset, count in zip(
-                           episodes.tolist(), index.offsets[leaf.path][episodes].tolist(),
-                           rows[todo].tolist(), strict=True)]
+            checks.append(LeafChecks(
+                leaf.path.encode(), h5py.h5t.py_create(dtype), tuple(leaf.row_shape), episodes,
+                index.offsets[leaf.path][episodes].astype(np.int64), rows[todo]))
             compared.append((state, episodes))
-        if checks and before_comparing is not None:
+        count = sum(len(leaf_checks.episode_ids) for leaf_checks in checks)
+        if count and before_comparing is not None:
             before_comparing()
-        # Episode by episode (each group opened once), the leaves' entries in a leaf's order.
-        order = np.argsort(np.concatenate([np.zeros(0, dtype=np.int64)]
-                                          + [episodes for _, episodes in compared]),
-                           kind="stable")
-        agreed = np.empty(len(checks), dtype=bool)
-        agreed[order] = entry_checks.compare_entries(
-            file, [checks[n] for n in order.tolist()], raw)
-        start = 0
-        for state, episodes in compared:
-            state[episodes] = np.where(agreed[start:start + len(episodes)], 1, -1)
-            start += len(episodes)
-        binding.remember(index.content, len(checks))
+        for (state, episodes), agreed in zip(
+                compared, entry_checks.compare_leaves(file, checks, raw), strict=True):
+            state[episodes] = np.where(agreed, 1, -1)
+        binding.remember(index.content, count)
         return [state[ids] == 1 for state, ids in states]
 
 

@@ -549,8 +549,10 @@ def test_killed_process_loses_only_the_episode_in_flight(background: bool,
     claimed = int(result.stdout.split()[-1])
     assert claimed == 2 or background
     recordings = mm.list_recordings()
-    assert len(recordings) == 1 and claimed <= recordings[0].episodes <= 2
-    kept = recordings[0].episodes
+    kept = recordings[0].episodes if recordings else 0
+    assert len(recordings) <= 1 and claimed <= kept <= 2
+    if not kept:  # the background writer had stored nothing yet, and claimed nothing
+        return
     mm.recover_recording(recordings[0].path, "c4/recovered-v0", **META)
     dataset = mm.load_dataset("c4/recovered-v0")
     assert dataset.total_episodes == kept

@@ -12,6 +12,7 @@ and compare its answers with HDF5's on each.
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -694,6 +695,79 @@ def test_a_resolution_hdf5_would_not_make_is_compared_again_with_its_lookups(
     with h5py.File(path, "r") as file:
         assert entry_checks.compare_entries(file, checks) == expected
     assert looked_up >= len(checks)  # every entry's path looked up by HDF5 again
+
+
+def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one for each path HDF5 looks up for a comparison."""
+    calls: list[int] = []
+    lookup = entry_checks._header_address
+
+    def counting(*args: Any) -> int:
+        calls.append(1)
+        return lookup(*args)
+
+    monkeypatch.setattr(entry_checks, "_header_address", counting)
+    return calls
+
+
+def test_an_intact_file_has_hdf5_look_up_the_first_entry_of_each_path_only(
+        recorded_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    path, episodes = recorded_file
+    checks = _checks(path, _leaves(path, episodes))
+    paths = Counter(check.path for check in checks)
+    looked_up = _count_lookups(monkeypatch)
+    with h5py.File(path, "r") as file:
+        assert all(entry_checks.compare_entries(file, checks))
+    assert len(looked_up) == sum(1 for count in paths.values() if count > 1)
+
+
+def test_a_comparison_redone_by_hdf5_keeps_no_verdict_of_the_resolution(
+        recorded_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry whose index claims another episode's offset, resolved to that episode's
+    header: it matches there, but two entries sharing a header send the comparison back to
+    HDF5, which finds its own header and says it disagrees."""
+    path, episodes = recorded_file
+    checks = _checks(path, _leaves(path, episodes))
+    leaf = checks[0].path
+    same = [n for n, check in enumerate(checks) if check.path == leaf]
+    claimed, other = same[2], same[1]
+    checks[claimed] = checks[claimed]._replace(offset=checks[other].offset)
+    real = group_templates.resolve
+
+    def misled(read: Any, size: int, episode_ids: list[int], paths: list[bytes],
+               *rest: Any) -> group_templates.Resolved | None:
+        resolved = real(read, size, episode_ids, paths, *rest)
+        assert resolved is not None
+        at = {(episode, name): n
+              for n, (episode, name) in enumerate(zip(episode_ids, paths, strict=True))}
+        resolved.addresses[at[checks[claimed].episode_id, leaf]] = resolved.addresses[
+            at[checks[other].episode_id, leaf]]
+        return resolved
+
+    monkeypatch.setattr(group_templates, "resolve", misled)
+    with h5py.File(path, "r") as file:
+        got = entry_checks.compare_entries(file, checks)
+    assert got == [n != claimed for n in range(len(checks))]
+
+
+def test_entries_left_to_hdf5_open_each_episode_group_once(
+        recorded_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file HDF5 holds in memory (no descriptor to read headers from): every entry is
+    compared by HDF5, episode by episode, whatever the order of the leaves."""
+    path, episodes = recorded_file
+    checks = _checks(path, _leaves(path, episodes))
+    checks.sort(key=lambda check: check.path)  # leaf by leaf
+    opened: list[int] = []
+    real = entry_checks.episode_group
+
+    def counting(file: Any, episode_id: int) -> Any:
+        opened.append(episode_id)
+        return real(file, episode_id)
+
+    monkeypatch.setattr(entry_checks, "episode_group", counting)
+    with h5py.File(path, "r", driver="core") as file:
+        assert all(entry_checks.compare_entries(file, checks))
+    assert opened == sorted(set(opened)) and len(opened) == episodes
 
 
 def _header_of(path: Path, name: bytes) -> int:

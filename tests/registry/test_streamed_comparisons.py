@@ -145,11 +145,11 @@ import numpy as np
 import marl_minari as mm
 from marl_minari.format import entry_checks
 compared = []
-real = entry_checks.compare_entries
-def counting(file, checks, *args):
-    compared.extend(check.path.decode() for check in checks)
-    return real(file, checks, *args)
-entry_checks.compare_entries = counting
+real = entry_checks.compare_leaves
+def counting(file, leaves, *args):
+    compared.extend(leaf.path.decode() for leaf in leaves for _ in leaf.episode_ids)
+    return real(file, leaves, *args)
+entry_checks.compare_leaves = counting
 source = mm.open_source(sys.argv[1], streaming=True)
 arrays = source.read(source.episode_indices)
 print(json.dumps({"compared": len(compared),

@@ -20,11 +20,12 @@ def count_entry_checks(monkeypatch: pytest.MonkeyPatch, *, forget: bool = False)
         monkeypatch.setattr(index_trust, "_BINDINGS", {})
         monkeypatch.setattr(index_trust, "_UNSAVED", {})
     compared: list[Any] = []
-    real = entry_checks.compare_entries
+    real = entry_checks.compare_leaves
 
-    def counting(file: Any, checks: Sequence[entry_checks.EntryCheck], *args: Any) -> list[bool]:
-        compared.extend(b"episode_%d/%s" % (check.episode_id, check.path) for check in checks)
-        return real(file, checks, *args)
+    def counting(file: Any, leaves: Sequence[entry_checks.LeafChecks], *args: Any) -> Any:
+        compared.extend(b"episode_%d/%s" % (episode_id, leaf.path)
+                        for leaf in leaves for episode_id in leaf.episode_ids.tolist())
+        return real(file, leaves, *args)
 
-    monkeypatch.setattr(entry_checks, "compare_entries", counting)
+    monkeypatch.setattr(entry_checks, "compare_leaves", counting)
     return compared
