@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 from hdf5_files import Mutation, dataset_names, mutated_copies
+from index_checks import recorded_calls
 
 from marl_minari.format import entry_checks, group_templates, header_template, layout, offset_index
 from marl_minari.format.entry_checks import EntryCheck
@@ -56,19 +57,6 @@ def _compared_by_hdf5(monkeypatch: pytest.MonkeyPatch) -> list[EntryCheck]:
 
     monkeypatch.setattr(entry_checks, "agrees", counting)
     return compared
-
-
-def _calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[tuple[Any, ...]]:
-    """The arguments of every call of ``owner.name`` from now on."""
-    calls: list[tuple[Any, ...]] = []
-    real = getattr(owner, name)
-
-    def recording(*args: Any) -> Any:
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(owner, name, recording)
-    return calls
 
 
 def _checks_as_stored(path: Path, episodes: int) -> list[EntryCheck]:
@@ -535,9 +523,9 @@ def test_a_path_with_one_entry_is_compared_by_hdf5_and_nothing_looked_up(
     path, episodes = synthetic_file
     one_episode = [check for check in _checks_as_stored(path, episodes)
                    if check.episode_id == 2]  # a read of one episode: one entry per path
-    looked_up = _calls(monkeypatch, entry_checks, "hard_link_address")
-    resolved = _calls(monkeypatch, group_templates, "resolve")
-    superblocks = _calls(monkeypatch, header_template, "end_of_allocation")
+    looked_up = recorded_calls(monkeypatch, entry_checks, "hard_link_address")
+    resolved = recorded_calls(monkeypatch, group_templates, "resolve")
+    superblocks = recorded_calls(monkeypatch, header_template, "end_of_allocation")
     assert _compared(path, one_episode) == _hdf5_verdicts(path, one_episode)
     # nothing read beside HDF5's comparisons
     assert looked_up == [] and resolved == [] and superblocks == []

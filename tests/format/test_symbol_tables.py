@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 import pytest
 from hdf5_files import Mutation, dataset_names, mutated_copies
+from index_checks import recorded_calls
 
 from marl_minari.format import entry_checks, group_templates, header_template, symbol_tables
 from marl_minari.format.in_file import hard_link_address
@@ -697,25 +698,12 @@ def test_a_resolution_hdf5_would_not_make_is_compared_again_with_its_lookups(
     assert looked_up >= len(checks)  # every entry's path looked up by HDF5 again
 
 
-def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one for each path HDF5 looks up for a comparison."""
-    calls: list[int] = []
-    lookup = entry_checks._header_address
-
-    def counting(*args: Any) -> int:
-        calls.append(1)
-        return lookup(*args)
-
-    monkeypatch.setattr(entry_checks, "_header_address", counting)
-    return calls
-
-
 def test_an_intact_file_has_hdf5_look_up_the_first_entry_of_each_path_only(
         recorded_file: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
     path, episodes = recorded_file
     checks = _checks(path, _leaves(path, episodes))
     paths = Counter(check.path for check in checks)
-    looked_up = _count_lookups(monkeypatch)
+    looked_up = recorded_calls(monkeypatch, entry_checks, "_header_address")
     with h5py.File(path, "r") as file:
         assert all(entry_checks.compare_entries(file, checks))
     assert len(looked_up) == sum(1 for count in paths.values() if count > 1)
@@ -757,16 +745,10 @@ def test_entries_left_to_hdf5_open_each_episode_group_once(
     path, episodes = recorded_file
     checks = _checks(path, _leaves(path, episodes))
     checks.sort(key=lambda check: check.path)  # leaf by leaf
-    opened: list[int] = []
-    real = entry_checks.episode_group
-
-    def counting(file: Any, episode_id: int) -> Any:
-        opened.append(episode_id)
-        return real(file, episode_id)
-
-    monkeypatch.setattr(entry_checks, "episode_group", counting)
+    calls = recorded_calls(monkeypatch, entry_checks, "episode_group")
     with h5py.File(path, "r", driver="core") as file:
         assert all(entry_checks.compare_entries(file, checks))
+    opened = [episode_id for _, episode_id in calls]
     assert opened == sorted(set(opened)) and len(opened) == episodes
 
 

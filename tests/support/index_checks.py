@@ -1,5 +1,5 @@
 """Counting the offset-index entries a process compares with HDF5 (by HDF5 itself or against
-a header template HDF5 compared)."""
+a header template HDF5 compared), and the calls a comparison makes."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def count_entry_checks(monkeypatch: pytest.MonkeyPatch, *, forget: bool = False)
 
     monkeypatch.setattr(entry_checks, "compare_leaves", counting)
     return compared
+
+
+def recorded_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
+                   ) -> list[tuple[Any, ...]]:
+    """The arguments of every call of ``owner.name`` from now on."""
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(owner, name)
+
+    def recording(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
