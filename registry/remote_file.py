@@ -148,13 +148,8 @@ class RemoteFile:
                 not match the manifest (the message names the file, the range and the mirror).
             RemoteError: the remote failed or the deadline of this read passed.
         """
-        try:
+        with self._failure_recorded():
             return self._read_ranges(ranges)
-        except MarlMinariError as exc:
-            # HDF5 turns an error raised inside its read callback into one of its own
-            # ("episode_3 is missing"): the reader above it asks for this one instead.
-            self._failures.last = exc
-            raise
 
     def read_rows(self, addresses: np.ndarray, length: int) -> np.ndarray:
         """``length`` verified bytes at each of ``addresses``, as ``(len(addresses), length)``
@@ -164,11 +159,8 @@ class RemoteFile:
         Raises:
             CorruptedDataError, RemoteError: as :meth:`read_ranges`.
         """
-        try:
+        with self._failure_recorded():
             return self._read_rows(np.asarray(addresses, dtype=np.int64).reshape(-1), length)
-        except MarlMinariError as exc:
-            self._failures.last = exc
-            raise
 
     def _read_rows(self, addresses: np.ndarray, length: int) -> np.ndarray:
         block_size = self.entry.block_size
@@ -177,12 +169,11 @@ class RemoteFile:
                 or not len(addresses) or int(addresses.min()) < 0
                 or int(addresses.max()) + length > self.size):
             return by_ranges(addresses, length)  # which names a range outside the file
-        touched = np.sort(np.concatenate([addresses // block_size,
-                                          (addresses + length - 1) // block_size]))
-        touched = touched[np.concatenate([[True], touched[1:] != touched[:-1]])]
+        touched = covering_blocks(
+            np.stack([addresses, np.full(len(addresses), length)], axis=1), block_size)
         if len(touched) * block_size > self._memory.max_bytes:
             return by_ranges(addresses, length)  # memory would drop blocks before the gather
-        absent = self._memory.absent(touched)
+        absent = self._memory.absent(np.asarray(touched, dtype=np.int64))
         if len(absent):
             self._blocks_bytes(absent.tolist())  # kept in memory as they are verified
         rows, filled = self._memory.gather(addresses, length, block_size)
@@ -199,6 +190,16 @@ class RemoteFile:
     def clear_failure(self) -> None:
         """Forget :attr:`failure` (before an HDF5 call whose errors may hide one)."""
         self._failures.last = None
+
+    @contextlib.contextmanager
+    def _failure_recorded(self) -> Iterator[None]:
+        try:
+            yield
+        except MarlMinariError as exc:
+            # HDF5 turns an error raised inside its read callback into one of its own
+            # ("episode_3 is missing"): the reader above it asks for this one instead.
+            self._failures.last = exc
+            raise
 
     def _read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         if self._whole_copy_needed(ranges):
