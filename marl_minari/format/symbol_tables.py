@@ -30,10 +30,10 @@ Which groups may be resolved this way, and when HDF5's cache makes the answer it
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 
@@ -234,8 +234,7 @@ def parse_node(read: ReadRanges, address: int, sb: Superblock) -> Node | None:
 def parse_nodes(read: ReadRanges, addresses: Sequence[int], sb: Superblock
                 ) -> list[Node | None]:
     """:func:`parse_node` of each address, read together."""
-    return [None if data is None else _node(address, data, sb) for address, data
-            in zip(addresses, _read_inside(read, addresses, sb.node_length, sb), strict=True)]
+    return _parse_each(read, addresses, sb.node_length, sb, _node)
 
 
 def _node(address: int, data: bytes, sb: Superblock) -> Node | None:
@@ -249,20 +248,26 @@ def _node(address: int, data: bytes, sb: Superblock) -> Node | None:
                 [int(v) for v in values[1::2]])
 
 
-def _read_inside(read: ReadRanges, addresses: Sequence[int], length: int, sb: Superblock
-                 ) -> list[bytes | None]:
-    """``length`` bytes at each address, ``None`` where they would pass the end."""
-    inside = [address for address in addresses if _inside(address, length, sb)]
-    found = dict(zip(inside, (bytes(data) for data in read([(a, length) for a in inside])),
-                     strict=True)) if inside else {}
-    return [found.get(address) for address in addresses]
-
-
 @dataclass
 class Snod:
     address: int
     data: bytes
     entries: np.ndarray
+
+
+_Parsed = TypeVar("_Parsed", Node, Snod)
+
+
+def _parse_each(read: ReadRanges, addresses: Sequence[int], length: int, sb: Superblock,
+                parse: Callable[[int, bytes, Superblock], _Parsed | None]
+                ) -> list[_Parsed | None]:
+    """``parse`` of the ``length`` bytes at each address, read together; ``None`` where they
+    would pass the end."""
+    inside = [address for address in addresses if _inside(address, length, sb)]
+    found = dict(zip(inside, (bytes(data) for data in read([(a, length) for a in inside])),
+                     strict=True)) if inside else {}
+    return [None if address not in found else parse(address, found[address], sb)
+            for address in addresses]
 
 
 def parse_snod(read: ReadRanges, address: int, sb: Superblock) -> Snod | None:
@@ -273,8 +278,7 @@ def parse_snod(read: ReadRanges, address: int, sb: Superblock) -> Snod | None:
 def parse_snods(read: ReadRanges, addresses: Sequence[int], sb: Superblock
                 ) -> list[Snod | None]:
     """:func:`parse_snod` of each address, read together."""
-    return [None if data is None else _snod(address, data, sb) for address, data
-            in zip(addresses, _read_inside(read, addresses, sb.snod_length, sb), strict=True)]
+    return _parse_each(read, addresses, sb.snod_length, sb, _snod)
 
 
 def _snod(address: int, data: bytes, sb: Superblock) -> Snod | None:
