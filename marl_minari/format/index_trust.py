@@ -188,7 +188,6 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             return [np.ones(len(leaf.episode_ids), dtype=bool) for leaf in leaves]
         states: list[tuple[np.ndarray, np.ndarray]] = []
         checks: list[LeafChecks] = []
-        compared: list[tuple[np.ndarray, np.ndarray]] = []
         for leaf in leaves:
             ids = np.asarray(leaf.episode_ids, dtype=np.int64)
             rows = np.asarray(leaf.rows, dtype=np.int64)
@@ -207,13 +206,12 @@ def trusted_leaves(index: OffsetIndex, file: h5py.File, leaves: Sequence[LeafEnt
             checks.append(LeafChecks(
                 leaf.path.encode(), h5py.h5t.py_create(dtype), tuple(leaf.row_shape), episodes,
                 index.offsets[leaf.path][episodes].astype(np.int64), rows[todo]))
-            compared.append((state, episodes))
         count = sum(len(leaf_checks.episode_ids) for leaf_checks in checks)
         if count and before_comparing is not None:
             before_comparing()
-        for (state, episodes), agreed in zip(
-                compared, entry_checks.compare_leaves(file, checks, raw), strict=True):
-            state[episodes] = np.where(agreed, 1, -1)
+        for (state, _), leaf_checks, agreed in zip(
+                states, checks, entry_checks.compare_leaves(file, checks, raw), strict=True):
+            state[leaf_checks.episode_ids] = np.where(agreed, 1, -1)
         binding.remember(index.content, count)
         return [state[ids] == 1 for state, ids in states]
 
