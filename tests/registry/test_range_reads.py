@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import blake3
 import h5py
 import numpy as np
 import pytest
+from marl_minari.registry.backend import RangesIgnored
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
 from marl_minari.registry.remote_file import (
     RemoteFile,
@@ -199,6 +201,27 @@ def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
     windows = [(offset, bytes(window)) for offset, window
                in again.read_windows([(100, 50), (120, 50), (170, 5), (900, 10)])]
     assert windows == [(100, data[100:175]), (900, data[900:910])]
+
+
+def test_a_server_ignoring_range_serves_small_files_as_asked(
+        streamable: Path, registry_dir: Path, settings: StreamSettings,
+        http_server: Callable[[Path], str]) -> None:
+    """A range asking for a whole file is answered by a 200 too: those are the bytes asked,
+    so a small file needs neither the whole-file fallback nor its warning; any other range
+    answered 200 is still a server ignoring ranges."""
+    url = http_server(registry_dir)
+    metadata = (dataset_dir(DATASET) / "data/metadata.json").read_bytes()
+    source = open_remote_file(url, DATASET, "data/metadata.json", settings=settings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StreamingWarning)
+        assert read_whole(source) == metadata
+    assert source.counts.whole_downloads == 0
+    backend = registry.open_backend(url)
+    key = f"{DATASET}/data/metadata.json"
+    assert bytes(backend.read_range(key, 0, len(metadata))) == metadata
+    for offset, length in [(1, len(metadata)), (0, len(metadata) - 1), (0, len(metadata) + 1)]:
+        with pytest.raises(RangesIgnored):
+            backend.read_range(key, offset, length)
 
 
 def test_a_dataset_published_before_range_digests_is_verified_whole_first(
