@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from marl_minari.errors import RemoteError
 
 from .backend import Backend, RangesIgnored
-from .credentials import scrub, split_userinfo
+from .credentials import split_userinfo
 from .deadline import Deadline, DeadlineExceeded
 from .settings import RemoteSettings
 from .transfer import (
@@ -50,20 +50,21 @@ _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, OSError)
 before these)."""
 
 
-class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
-    """Follow redirects, but never carry credentials to another scheme, host or port."""
+class _CredentialsStayAtOrigin(urllib.request.HTTPRedirectHandler):
+    """Follow redirects as curl and ``requests`` do: credentials go to the registry's own
+    scheme, host and port only, never to another a redirect names (a Hugging Face
+    repository's large files redirect to a CDN whose signed URLs need none)."""
 
-    def __init__(self, origin: tuple[str, str], authenticated: bool) -> None:
+    def __init__(self, origin: tuple[str, str]) -> None:
         self._origin = origin
-        self._authenticated = authenticated
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
                          newurl: str) -> Any:
+        followed = super().redirect_request(req, fp, code, msg, headers, newurl)
         target = urlsplit(newurl)
-        if self._authenticated and (target.scheme, target.netloc) != self._origin:
-            raise RemoteError(scrub(f"refusing a redirect to {target.scheme}://{target.netloc} "
-                                    "with credentials attached"))
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        if followed is not None and (target.scheme, target.netloc) != self._origin:
+            followed.remove_header("Authorization")
+        return followed
 
 
 class _WatchedConnection(http.client.HTTPConnection):
@@ -164,7 +165,7 @@ class HttpBackend(Backend):
         elif token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._opener = urllib.request.build_opener(
-            _SameOriginRedirects((self.scheme, netloc), "Authorization" in self._headers),
+            _CredentialsStayAtOrigin((self.scheme, netloc)),
             _WatchedHTTPHandler(self.deadline), _WatchedHTTPSHandler(self.deadline))
 
     @property

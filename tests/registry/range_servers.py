@@ -120,3 +120,35 @@ class TricklingHandler(RangeHandler):
         drip(self.wfile, data, self.interval, self.give_up)
         self.close_connection = True
         return None
+
+
+class CredentialRecordingHandler(RangeHandler):
+    """Honours ranges and records the ``Authorization`` header of every request (``None``
+    where there was none): a CDN that must never see the registry's credentials."""
+
+    authorizations: ClassVar[list[str | None]] = []
+
+    def send_head(self) -> Any:
+        with self.lock:
+            self.authorizations.append(self.headers.get("Authorization"))
+        return super().send_head()
+
+
+class RedirectingHandler(CredentialRecordingHandler):
+    """Serves small files itself and answers a request for a file ending in ``target`` with a
+    302 to the same path under ``elsewhere`` (a Hugging Face repository: its large files
+    redirect to a CDN)."""
+
+    target: ClassVar[str] = "main_data.hdf5"
+    elsewhere: ClassVar[str] = ""
+
+    def send_head(self) -> Any:
+        if not self.path.endswith(self.target):
+            return super().send_head()
+        with self.lock:
+            self.authorizations.append(self.headers.get("Authorization"))
+        self.send_response(302)
+        self.send_header("Location", f"{self.elsewhere}{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import ssl
 import urllib.request
@@ -12,6 +13,8 @@ from typing import Any
 import minari
 import pytest
 from marl_minari.registry.kinds import open_backend
+from marl_strategies import assert_tree_equal
+from range_servers import CredentialRecordingHandler, RedirectingHandler, range_handler
 from registry_helpers import as_older_manifest
 
 import marl_minari as mm
@@ -52,6 +55,36 @@ def test_minari_functions_over_http(served: tuple[str, list[str]],
     monkeypatch.setenv("MINARI_REMOTE", url)
     dataset = minari.load_dataset("mpe2/spread/random-v0", download=True)
     assert dataset.total_episodes == 2
+
+
+def test_a_redirect_to_another_host_is_followed_without_the_credentials(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A registry whose data files redirect to another host (a Hugging Face repository and
+    its CDN): the download and the streamed read follow the redirect, as curl and
+    ``requests`` do, and the credentials go to the registry's own host only."""
+    dataset_id = small_dataset("mpe2/spread/random-v0")
+    registry.publish(dataset_id)
+    local = mm.open_source(dataset_id).read([1])
+    shutil.rmtree(dataset_dir(dataset_id))
+    cdn_handler = range_handler("Cdn", CredentialRecordingHandler, authorizations=[])
+    cdn = thread_server(registry_dir, cdn_handler)
+    origin_handler = range_handler("Origin", RedirectingHandler, authorizations=[],
+                                   elsewhere=cdn)
+    origin = thread_server(registry_dir, origin_handler)
+    credentialed = origin.replace("http://", "http://reader:pass-word-1@")
+
+    registry.download(dataset_id, credentialed)
+    assert mm.load_dataset(dataset_id).total_episodes == 2
+    shutil.rmtree(dataset_dir(dataset_id))
+    streamed = mm.open_source(f"{credentialed}/{dataset_id}", streaming=True).read([1])
+    assert_tree_equal(dataclasses.asdict(streamed), dataclasses.asdict(local))
+
+    assert any(path.endswith("main_data.hdf5") for path, _, _ in cdn_handler.served)
+    assert cdn_handler.authorizations and not any(cdn_handler.authorizations)
+    assert origin_handler.authorizations
+    assert all(seen is not None and seen.startswith("Basic ")
+               for seen in origin_handler.authorizations)
 
 
 def test_http_is_read_only(served: tuple[str, list[str]],
