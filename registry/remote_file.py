@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import threading
 import warnings
@@ -52,8 +51,6 @@ from .published import read_manifest
 from .settings import RemoteSettings
 from .stream_settings import StreamSettings, TransferCounts
 from .whole_copy import check_blocks_of_whole, fetch_whole, whole_block
-
-logger = logging.getLogger("marl_minari.registry")
 
 _DIGEST_LABELS: Final = {"sha256": "SHA-256", "blake3": "BLAKE3"}
 
@@ -449,7 +446,6 @@ class RemoteFile:
                       "was read; publish the dataset again as a new version (-vN+1) with this "
                       "marl-minari to read it in place")
         warnings.warn(reason, StreamingWarning, stacklevel=4)
-        logger.warning("%s", reason)
 
     def _backend(self) -> Backend:
         """The calling thread's backend, its deadline started afresh: each ``read_ranges``

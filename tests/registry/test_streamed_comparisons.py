@@ -18,8 +18,13 @@ import pytest
 from foreign_storage import OpenedFifo
 from forged_index import episode_leaves, swap_episodes_and_forge_index
 from index_checks import count_entry_checks
-from marl_minari.registry.blocks import block_digests
-from marl_minari.registry.remote_file import RemoteFile, StreamingWarning
+from marl_minari.registry.blocks import MIN_BLOCK_SIZE, block_digests
+from marl_minari.registry.remote_file import (
+    RemoteFile,
+    StreamingWarning,
+    StreamSettings,
+    open_remote_file,
+)
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, ForeignStorageError
@@ -41,6 +46,11 @@ def forget_comparisons(block_cache: Path, monkeypatch: pytest.MonkeyPatch) -> No
     """The default block cache in the test's folder, and nothing this process remembers of
     earlier tests (which published the same bytes)."""
     count_entry_checks(monkeypatch, forget=True)
+
+
+def manifest_block_size(manifest: dict[str, Any]) -> int:
+    (entry,) = [e for e in manifest["files"] if e["path"] == f"data/{layout.MAIN_FILE_NAME}"]
+    return int(entry["block_size"])
 
 
 def _stream(url: str) -> StreamingSource:
@@ -288,10 +298,13 @@ def test_a_forged_index_still_fails_with_an_honest_record_beside_it(
 
 
 def test_whole_file_and_range_digests_must_describe_the_same_file(
-        streamable: Path, registry_dir: Path, http_server: Callable[[Path], str]) -> None:
+        streamable: Path, registry_dir: Path, http_server: Callable[[Path], str],
+        tmp_path: Path) -> None:
     """A server that ignores Range makes the reader verify the whole file; a manifest whose
     whole-file digest names other bytes than its range digests is refused there, so both
-    ways of reading serve the bytes that :attr:`pinned_digest` names."""
+    ways of reading serve the bytes that :attr:`pinned_digest` names. (A request for the
+    whole file at once is answered as asked, and its blocks checked against the range
+    digests.)"""
     import blake3
 
     main = registry_dir / DATASET / "data" / layout.MAIN_FILE_NAME
@@ -306,9 +319,13 @@ def test_whole_file_and_range_digests_must_describe_the_same_file(
                          blake3=blake3.blake3(data).hexdigest())
     manifest_path.write_text(json.dumps(manifest))
     url = http_server(registry_dir)  # python -m http.server: 200 with the whole body
+    source = open_remote_file(url, DATASET, settings=StreamSettings(cache_dir=tmp_path / "c"))
     with pytest.warns(StreamingWarning), pytest.raises(
             CorruptedDataError, match="range digests and whole-file digest describe different"):
-        _stream(f"{url}/{DATASET}")
+        source.read_ranges([(MIN_BLOCK_SIZE, 10)])
+    last = (len(data) - 1) // manifest_block_size(manifest)  # the block of the byte changed
+    with pytest.raises(CorruptedDataError, match=rf"\(block {last}\).*BLAKE3 differs"):
+        _stream(f"{url}/{DATASET}")  # the open asks for every block of this small file
 
 
 def test_an_external_link_in_a_streamed_file_never_opens_the_file_it_names(
