@@ -38,6 +38,12 @@ class RangesIgnored(RemoteError):
     """A server answered a range request with the whole file (HTTP 200 instead of 206)."""
 
 
+class Forbidden(RemoteError):
+    """An ``http(s)://`` server refused to serve a file (HTTP 403). S3's HTTPS and website
+    endpoints answer so for a file they do not have (to a reader who may not list the
+    bucket) as well as for one the reader may not read."""
+
+
 @dataclass
 class Staging:
     """The files of one publish on their way to becoming a version (see :meth:`Backend.stage`)."""
@@ -185,6 +191,10 @@ class Backend(ABC):
         """A :class:`RemoteError` whose message carries no credentials."""
         detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
         return RemoteError(scrub(f"{message}{detail}", self.secrets))
+
+    def forbidden(self, message: str) -> Forbidden:
+        """A :class:`Forbidden` whose message carries no credentials."""
+        return Forbidden(scrub(message, self.secrets))
 
     def deadline_passed(self, what: str) -> RemoteError:
         """The error for ``what`` (``"download of <url>"``) still running at the deadline."""

@@ -183,6 +183,8 @@ class HttpBackend(Backend):
         if isinstance(exc, DeadlineExceeded) or self.deadline.expired():
             return self.deadline_passed(f"{'reading' if what == 'read' else 'download of'} "
                                         f"{where}")
+        if isinstance(exc, urllib.error.HTTPError) and exc.code == 403:
+            return self.forbidden(f"GET {where} answered HTTP 403 Forbidden")
         if isinstance(exc, urllib.error.HTTPError):
             return self.fail(f"GET {where} answered HTTP {exc.code}")
         return self.fail(f"cannot {what} {where}", exc)

@@ -11,9 +11,10 @@ from typing import Any, Final
 
 from marl_minari.errors import CorruptedDataError, RemoteError
 
+from .backend import Backend, Forbidden
 from .credentials import scrub, url_secrets
 from .deadline import Deadline
-from .index import listed_ids, read_index
+from .index import Index, listed_ids, read_index
 from .kinds import minari_remote_kinds, open_backend, resolve_remote, serves_remote, unknown_kind
 from .manifest import Manifest
 from .published import find_manifest, read_manifest
@@ -94,19 +95,23 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
 
     First the registry whose index (at its root) lists the id; for registries that lost
     their index, the first whose manifest describes the id. All requests, to every
-    candidate, share one deadline. Every registry must be of a kind this package serves.
+    candidate, share one deadline. Every registry must be of a kind this package serves. A
+    candidate whose host refuses a file (:class:`~.backend.Forbidden`: S3 and the hosts in
+    front of a bucket answer 403 for a file they do not have) publishes nothing there.
 
     Returns:
         The pair, or ``None`` when no candidate publishes its id.
 
     Raises:
         CorruptedDataError: no index lists the id, and a manifest at a candidate is damaged.
-        RemoteError: a registry failed to answer, or the deadline passed.
+        RemoteError: a registry failed to answer, or the deadline passed; every candidate
+            refused its index (:class:`~.backend.Forbidden`, saying what 403 may mean).
     """
     settings = settings if settings is not None else RemoteSettings.from_env()
     deadline = Deadline(settings)
     backends = [(open_backend(registry, settings=settings, deadline=deadline), registry,
                  dataset_id) for registry, dataset_id in candidates]
+    refused: list[Forbidden] = []
     # A URL can be read as several registries (one per dataset id its path could end in:
     # eight for a Hugging Face `resolve/main` URL of a namespaced id), and asked one after
     # the other each would cost a round trip: all indexes are asked for at once, and looked
@@ -116,10 +121,13 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
     pool = ThreadPoolExecutor(max(1, min(MAX_PARALLEL_INDEXES, len(backends) - 1)),
                               thread_name_prefix="marl-minari-registry-index")
     try:
-        later = [pool.submit(read_index, backend) for backend, _, _ in backends[1:]]
+        later = [pool.submit(_index_unless_refused, backend) for backend, _, _ in backends[1:]]
         for position, (backend, registry, dataset_id) in enumerate(backends):
-            index = read_index(backend) if not position else later[position - 1].result()
-            if dataset_id in index["datasets"]:
+            index = (_index_unless_refused(backend) if not position
+                     else later[position - 1].result())
+            if isinstance(index, Forbidden):
+                refused.append(index)
+            elif dataset_id in index["datasets"]:
                 return registry, dataset_id
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -130,6 +138,21 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
                 return registry, dataset_id
         except CorruptedDataError as exc:  # at a wrong split: the manifest names its own id
             damaged = damaged or exc
+        except Forbidden:
+            pass
     if damaged is not None:
         raise damaged
+    if refused and len(refused) == len(backends):
+        raise Forbidden(f"{refused[0]}; every registry along the URL refused its index. Hosts "
+                        "such as S3 answer 403 for a file they do not have as well as for one "
+                        "you may not read: check the URL and the dataset id, or give "
+                        "credentials (user:password@ in the URL, or a token)")
     return None
+
+
+def _index_unless_refused(backend: Backend) -> Index | Forbidden:
+    """The registry's index, or the host's refusal to serve it."""
+    try:
+        return read_index(backend)
+    except Forbidden as exc:
+        return exc

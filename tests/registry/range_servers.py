@@ -152,3 +152,22 @@ class RedirectingHandler(CredentialRecordingHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
         return None
+
+
+class PublicBucketHandler(RangeHandler):
+    """A public-read S3 bucket's HTTPS endpoint (or its static website): files are served
+    with ranges, and a file that is not there is ``403 AccessDenied``, as S3 answers a reader
+    who may not list the bucket; with ``refuse_all``, every file is (a private bucket)."""
+
+    refuse_all: ClassVar[bool] = False
+
+    def send_head(self) -> Any:
+        if self.refuse_all or not Path(self.translate_path(self.path)).is_file():
+            body = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+            self.send_response(403)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
+        return super().send_head()

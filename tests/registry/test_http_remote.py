@@ -14,7 +14,12 @@ import minari
 import pytest
 from marl_minari.registry.kinds import open_backend
 from marl_strategies import assert_tree_equal
-from range_servers import CredentialRecordingHandler, RedirectingHandler, range_handler
+from range_servers import (
+    CredentialRecordingHandler,
+    PublicBucketHandler,
+    RedirectingHandler,
+    range_handler,
+)
 from registry_helpers import as_older_manifest
 
 import marl_minari as mm
@@ -85,6 +90,32 @@ def test_a_redirect_to_another_host_is_followed_without_the_credentials(
     assert origin_handler.authorizations
     assert all(seen is not None and seen.startswith("Basic ")
                for seen in origin_handler.authorizations)
+
+
+def test_a_bucket_answering_403_for_missing_files_is_found_along_the_url(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A public S3 bucket over HTTPS (or its website) answers 403 for a file it does not
+    have, as for the indexes of the registries a URL could also be read as: those publish
+    nothing, and the dataset is found, streamed and downloaded; a bucket that refuses
+    everything is one error saying what 403 may mean."""
+    dataset_id = small_dataset("mpe2/spread/random-v0")
+    registry.publish(dataset_id)
+    local = mm.open_source(dataset_id).read([0, 1])
+    shutil.rmtree(dataset_dir(dataset_id))
+    bucket = thread_server(registry_dir, range_handler("Bucket", PublicBucketHandler))
+    url = f"{bucket}/{dataset_id}"  # also read as registries .../mpe2/spread and .../mpe2
+
+    streamed = mm.open_source(url, streaming=True).read([0, 1])
+    assert_tree_equal(dataclasses.asdict(streamed), dataclasses.asdict(local))
+    assert mm.load_dataset(url).total_episodes == 2  # downloaded
+    with pytest.raises(DatasetNotFoundError, match="no registry along"):
+        mm.open_source(f"{bucket}/mpe2/spread/other-v0", streaming=True)
+
+    private = thread_server(registry_dir, range_handler("Private", PublicBucketHandler,
+                                                        refuse_all=True))
+    with pytest.raises(RemoteError, match="403.*refused its index.*credentials"):
+        mm.open_source(f"{private}/{dataset_id}", streaming=True)
 
 
 def test_http_is_read_only(served: tuple[str, list[str]],
