@@ -18,6 +18,11 @@ honours ``Range`` and counts every request and byte. Then, each with an empty bl
    first pass's offset-index comparisons read from disk), then the first source's next pass
    (its blocks in memory).
 
+5. where a first pass's floor lies, same run: the open alone (``open_source``), and fetching
+   and verifying every block of the data file with nothing compared or copied
+   (``RemoteFile.prefetch_ranges`` of the whole file), with the disk cache and without it
+   (``cache_bytes=0``), against the same plain download.
+
 Minari's ``load_dataset(download=True)`` (and OG-MARL's downloader) move 100% of the files
 before the first episode; ``registry.download`` too, printed beside::
 
@@ -298,6 +303,32 @@ def main() -> None:
               f"{min(second):.3f} s = {min(plain) / min(second):.2f}x the download's speed; "
               f"{again[1]} bytes in {again[0]} requests moved; the same source's next pass "
               f"{min(same):.3f} s = {min(plain) / min(same):.2f}x")
+        # 5: the first pass's floor: the open, and every block fetched and verified alone
+        opened, cached, uncached, plain = [], [], [], []
+        for repeat in range(args.repeats):
+            fresh_cache(root, f"floor-{repeat}")
+            started = time.perf_counter()
+            mm.open_source(url, streaming=True)
+            opened.append(time.perf_counter() - started)
+            for budget, times in ((None, cached), (0, uncached)):
+                fresh_cache(root, f"floor-{repeat}-{budget}")
+                data_file = registry.open_remote_file(
+                    url.removesuffix(f"/{DATASET}"), DATASET,
+                    settings=registry.StreamSettings(cache_bytes=budget))
+                started = time.perf_counter()
+                data_file.prefetch_ranges([(0, data_file.size)])
+                times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            with urllib.request.urlopen(f"{url}/data/main_data.hdf5") as response, \
+                    open(root / "plain.hdf5", "wb") as out:
+                shutil.copyfileobj(response, out, 1 << 20)
+            plain.append(time.perf_counter() - started)
+        print(f"floor of a first pass: the open {min(opened):.3f} s; every block fetched and "
+              f"verified, nothing compared or copied, {min(cached):.3f} s with the disk cache, "
+              f"{min(uncached):.3f} s without it; plain download {min(plain):.3f} s: the open "
+              f"and the uncached fetch alone are {min(plain) / (min(opened) + min(uncached)):.2f}x "
+              "the download's speed")
+
         # 3: subsample 1%
         fresh_cache(root, "subsample")
         mm.subsample(mm.open_source(url, streaming=True), "bench/remote-subset-v0",
