@@ -31,8 +31,9 @@ from .manifest import MANIFEST_FILE_NAME, FileEntry, Manifest, local_manifest
 from .minari_remote import MinariRemote, open_remote, register_remote_kinds
 from .publish import PublishResult, publish, validate_local_dataset
 from .reindex import reindex
-from .remote_file import RemoteFile, StreamingWarning, StreamSettings, open_remote_file
+from .remote_file import RemoteFile, StreamSettings, open_remote_file
 from .settings import RemoteSettings
+from .stream_warnings import StreamingWarning
 
 __all__ = [
     "DEFAULT_REGISTRY_PATH",

@@ -15,7 +15,9 @@ the name of its digest (``blake3-<hex>``, ``sha256-<hex>``), checked the first t
 uses it. Every entry is written under a temporary name and renamed into place, so several
 processes can fill one cache at once and a write cut short leaves no entry. Only bytes that
 matched their digest are ever put here. When the entries pass the cache's byte budget, the
-least recently used ones (whole packs) are deleted.
+least recently used ones (whole packs) are deleted. Writing is best effort: a cache that
+cannot be written (a read-only or full disk, a path through a file) is left alone, and
+reads go on without it (:attr:`BlockCache.write_failure` says why).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class BlockCache:
         """Per file, the pack to read each cached block from (see :meth:`_holders`)."""
         self._written = 0
         self._lock = threading.Lock()
+        self.write_failure: OSError | None = None
+        """Why the cache could not be written, the first time it could not."""
 
     def path(self, block: Block) -> Path | None:
         """The verified entry of ``block``, or ``None`` when there is none (or it was damaged
@@ -104,7 +108,7 @@ class BlockCache:
         path = self.folder / _entry_name(block)
         try:
             status = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         identity = (status.st_ino, status.st_mtime_ns)
         if self._checked.get(path.name) != identity:
@@ -224,14 +228,18 @@ class BlockCache:
             raise ValueError(f"{len(data)} bytes given for {size} bytes of blocks")
         folder = self.pack_folder(key)
         pack = Pack(run[0].number, len(run))
-        folder.mkdir(parents=True, exist_ok=True)
         temporary = folder / f".{pack.name}.{uuid.uuid4().hex}.tmp"
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             with open(temporary, "wb") as out:
                 out.write(data)
             os.replace(temporary, folder / pack.name)
+        except OSError as exc:
+            self.cannot_write(exc)
+            return
         finally:
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
         known = self._packs.get(key)
         if known is not None:
             _hold(known, pack)
@@ -276,15 +284,20 @@ class BlockCache:
         The file stays usable even when it is larger than the budget: it is then the only
         entry kept.
         """
-        if not self.max_bytes:
+        if not self.max_bytes or self.write_failure:
             return verified_file
-        self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / _entry_name(block)
-        os.replace(verified_file, target)
+        os.replace(verified_file, target)  # made in this folder, which could be written
         status = target.stat()
         self._checked[target.name] = (status.st_ino, status.st_mtime_ns)
         self._grew(block.length, keep=target.name)
         return target
+
+    def cannot_write(self, failure: OSError) -> None:
+        """Remember that the cache could not be written (the first ``failure``): whole-file
+        copies are then kept out of it."""
+        if self.write_failure is None:
+            self.write_failure = failure
 
     def _grew(self, count: int, keep: str | None = None) -> None:
         with self._lock:

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,13 +49,10 @@ from .manifest import FileEntry, Manifest
 from .published import read_manifest
 from .settings import RemoteSettings
 from .stream_settings import StreamSettings, TransferCounts
+from .stream_warnings import warn_uncached, warn_whole_download
 from .whole_copy import check_blocks_of_whole, fetch_whole, whole_block
 
 _DIGEST_LABELS: Final = {"sha256": "SHA-256", "blake3": "BLAKE3"}
-
-
-class StreamingWarning(UserWarning):
-    """A remote file had to be downloaded whole before it could be read by ranges."""
 
 
 class RemoteFile:
@@ -97,6 +93,7 @@ class RemoteFile:
         self._failures = threading.local()
         self._backends = threading.local()
         self._pinned: str | None = None
+        self._said_uncached = False
 
     @property
     def fingerprint(self) -> str | None:
@@ -359,6 +356,7 @@ class RemoteFile:
             missing = [number for number in absent if number not in found]
             if missing:
                 found.update(self._fetch(missing))
+                self._say_if_uncached()
         return found
 
     def _fetch(self, missing: list[int]) -> dict[int, bytes | memoryview]:
@@ -425,27 +423,20 @@ class RemoteFile:
                 return
             copy = self._cache.path(whole_block(self.entry))
             if copy is None:
-                self._warn_whole(ignored)
+                warn_whole_download(self.name, self.mirror, self.size, ignored is not None)
                 copy, temporary = fetch_whole(self._backend(), self.key, self.entry,
                                               self._cache, f"{self.name} (from mirror "
                                               f"{self.mirror})", self.counts)
                 if temporary:
                     self._whole_temporary = copy
+                self._say_if_uncached()
             check_blocks_of_whole(copy, self.entry, self.name)
             self._whole_fd = os.open(copy, os.O_RDONLY)
 
-    def _warn_whole(self, ignored: RangesIgnored | None) -> None:
-        if ignored is not None:
-            reason = (f"{self.mirror} ignores HTTP Range requests, so {self.name} "
-                      f"({self.size} bytes) was downloaded whole and verified before any of it "
-                      "was read; serve the registry from a host that honours Range (nginx, "
-                      "a CDN, S3) to read it in place")
-        else:
-            reason = (f"{self.name} was published without range digests, so it "
-                      f"({self.size} bytes) was downloaded whole and verified before any of it "
-                      "was read; publish the dataset again as a new version (-vN+1) with this "
-                      "marl-minari to read it in place")
-        warnings.warn(reason, StreamingWarning, stacklevel=4)
+    def _say_if_uncached(self) -> None:
+        if self._cache.write_failure is not None and not self._said_uncached:
+            self._said_uncached = True
+            warn_uncached(self._cache.folder, self._cache.write_failure)
 
     def _backend(self) -> Backend:
         """The calling thread's backend, its deadline started afresh: each ``read_ranges``

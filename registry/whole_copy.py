@@ -33,11 +33,7 @@ def fetch_whole(backend: Backend, key: str, entry: FileEntry, cache: BlockCache,
         RemoteError: the registry failed.
     """
     whole = whole_block(entry)
-    folder = cache.folder if cache.max_bytes else Path(tempfile.gettempdir())
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp", dir=folder)
-    os.close(handle)
-    target = Path(name)
+    target = _scratch_file(cache)
     try:
         size, digest = backend.get_file(key, target, entry.size, whole.algorithm, None)
         counts.add(size)
@@ -48,6 +44,23 @@ def fetch_whole(backend: Backend, key: str, entry: FileEntry, cache: BlockCache,
         target.unlink(missing_ok=True)
         raise
     return kept, kept == target
+
+
+def _scratch_file(cache: BlockCache) -> Path:
+    """A new empty file for a whole-file download: in the cache's folder (it is then moved
+    into the cache), else in the system's temporary folder."""
+    if cache.max_bytes and not cache.write_failure:
+        try:
+            cache.folder.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp", dir=cache.folder)
+        except OSError as exc:
+            cache.cannot_write(exc)
+        else:
+            os.close(handle)
+            return Path(name)
+    handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp")
+    os.close(handle)
+    return Path(name)
 
 
 def check_blocks_of_whole(copy: Path, entry: FileEntry, shown_as: str) -> None:

@@ -18,9 +18,14 @@ machine (``docs/format.md``, *Remembered entry comparisons*).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
+import tempfile
+import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -63,6 +68,39 @@ SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_
 """The files a streaming source fetches whole when it opens (the index only if published)."""
 COMPARISONS_FILE_NAME: Final = "entry_comparisons.json"
 COMPARISONS_KEY_NAME: Final = ".entry_comparisons.key"
+
+
+def _small_files_folder(wanted: Path) -> Path:
+    """``wanted`` (made if need be), the folder that keeps a streamed version's small files;
+    where it cannot be made (a read-only or full disk), a folder of this process's own for it,
+    deleted when the process ends, said once with a warning."""
+    try:
+        wanted.mkdir(parents=True, exist_ok=True)
+        return wanted
+    except OSError as exc:
+        failure = exc
+    with _OWN_FOLDERS_LOCK:
+        own = _OWN_FOLDERS.get(wanted)
+        if own is not None:
+            return own
+        made = Path(tempfile.mkdtemp(prefix="marl-minari-stream-"))
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        own = _OWN_FOLDERS[wanted] = made / "data"
+        own.mkdir()
+    from marl_minari.registry.stream_warnings import StreamingWarning
+
+    warnings.warn(
+        f"the cache folder {wanted.parents[2]} cannot be written "
+        f"({failure.strerror or type(failure).__name__}): a streamed dataset's metadata and "
+        f"offset index are kept in {own} for this process only; set MARL_MINARI_CACHE to a "
+        "folder this user can write", StreamingWarning, stacklevel=5)
+    return own
+
+
+_OWN_FOLDERS: dict[Path, Path] = {}
+"""Folders this process made for the small files of versions whose cache folder it could not
+write, by the folder it could not make."""
+_OWN_FOLDERS_LOCK = threading.Lock()
 
 
 def _holds_small(entry: Any, target: Path) -> bool:
@@ -160,8 +198,8 @@ class StreamingSource(DatasetSource):
         file's ``open_blocks`` meanwhile: all depend on the manifest alone, so the requests
         of those not held already go out together (on a first open, one round trip instead
         of three)."""
-        folder = (self.settings.cache().folder.parent / "streams"
-                  / self.manifest_digest[:32] / "data")
+        folder = _small_files_folder(self.settings.cache().folder.parent / "streams"
+                                     / self.manifest_digest[:32] / "data")
         missing = [entry for entry in self.small_entries
                    if not _holds_small(entry, folder / Path(entry.path).name)]
         fetches = [partial(self._download_small, entry, folder / Path(entry.path).name)
@@ -196,7 +234,6 @@ class StreamingSource(DatasetSource):
 
         data = read_whole(RemoteFile(self.registry, self.published_id, entry,
                                      settings=self.settings))
-        target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         try:
             temporary.write_bytes(data)

@@ -20,12 +20,12 @@ from marl_minari.registry.backend import RangesIgnored
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
 from marl_minari.registry.remote_file import (
     RemoteFile,
-    StreamingWarning,
     StreamSettings,
     open_remote_file,
     read_whole,
 )
 from marl_minari.registry.settings import RemoteSettings
+from marl_minari.registry.stream_warnings import StreamingWarning
 from range_servers import (
     LyingHandler,
     RangeHandler,
@@ -204,6 +204,28 @@ def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
     windows = [(offset, bytes(window)) for offset, window
                in again.read_windows([(100, 50), (120, 50), (170, 5), (900, 10)])]
     assert windows == [(100, data[100:175]), (900, data[900:910])]
+
+
+def test_a_whole_file_fallback_needs_no_writable_cache(
+        streamable: Path, registry_dir: Path, tmp_path: Path,
+        http_server: Callable[[Path], str]) -> None:
+    """A server ignoring Range, and a cache folder that cannot be made: the whole-file copy
+    is verified in a temporary file of its own, read from, and deleted when closed."""
+    url = http_server(registry_dir)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    data = streamable.read_bytes()
+    source = open_remote_file(url, DATASET,
+                              settings=StreamSettings(cache_dir=blocked / "cache"))
+    with pytest.warns(StreamingWarning) as said:
+        got = source.read_ranges([(MIN_BLOCK_SIZE, 10), (5, 5)])
+    assert [bytes(p) for p in got] == [data[MIN_BLOCK_SIZE:][:10], data[5:10]]
+    assert any("ignores HTTP Range" in str(w.message) for w in said)
+    assert any("cannot be written" in str(w.message) for w in said)
+    copy = source._whole_temporary
+    assert copy is not None and copy.is_file() and blocked.read_text() == ""
+    source.close()
+    assert not copy.exists()
 
 
 def test_a_server_ignoring_range_serves_small_files_as_asked(

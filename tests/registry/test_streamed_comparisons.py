@@ -21,10 +21,10 @@ from index_checks import count_entry_checks
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE, block_digests
 from marl_minari.registry.remote_file import (
     RemoteFile,
-    StreamingWarning,
     StreamSettings,
     open_remote_file,
 )
+from marl_minari.registry.stream_warnings import StreamingWarning
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, ForeignStorageError

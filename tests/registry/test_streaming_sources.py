@@ -16,6 +16,7 @@ import pytest
 from index_checks import count_entry_checks
 from marl_minari.registry import StreamSettings
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
+from marl_minari.registry.stream_warnings import StreamingWarning
 from range_servers import RangeHandler, range_handler
 from registry_helpers import cached_block_numbers
 
@@ -90,6 +91,30 @@ def test_a_published_dataset_streams_episode_by_episode(
     episodes = list(source.episodes())
     assert [(e.seed, e.options) for e in episodes] == attributes
     assert [e.id for e in episodes] == list(range(12))
+
+
+def test_a_cache_folder_that_cannot_be_written_is_read_without(
+        local_copy: tuple[MultiAgentArrays, list[Any]], served: Callable[..., tuple[str, Any]],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder that cannot be made (a read-only home, a full disk; here a path through
+    a file) is no reason to fail a read: the small files go to a folder of the process's own,
+    the blocks are not kept, each says so once, and a second pass fetches again."""
+    expected, _ = local_copy
+    url, handler = served()
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("MARL_MINARI_CACHE", str(blocked / "blocks"))
+    with pytest.warns(StreamingWarning) as said:
+        source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+        assert_same(source.read(np.arange(12)), expected)
+    messages = [str(warning.message) for warning in said]
+    assert sum("metadata and offset index are kept in" in m for m in messages) == 1
+    assert sum("block cache" in m and "cannot be written" in m for m in messages) == 1
+    assert source.local_data_path.is_dir() and blocked.read_text() == ""
+    handler.served.clear()
+    assert_same(mm.open_source(f"{url}/{DATASET}", streaming=True).read(np.arange(12)),
+                expected)
+    assert any(path.endswith(layout.MAIN_FILE_NAME) for path, _, _ in handler.served)
 
 
 def test_load_dataset_streaming_reads_episodes_and_arrays(

@@ -1,0 +1,49 @@
+"""What reading in place tells its user when it cannot read as it should: a file that had to
+be downloaded whole first, a block cache that cannot be written. Reading goes on; each says
+what to change."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+_UNCACHED_FOLDERS: set[str] = set()
+"""Block cache folders this process has said cannot be written."""
+_UNCACHED_LOCK = threading.Lock()
+
+
+class StreamingWarning(UserWarning):
+    """A remote file had to be downloaded whole before it could be read by ranges, or its
+    verified blocks cannot be kept in the block cache."""
+
+
+def warn_whole_download(name: str, mirror: str, size: int, ranges_ignored: bool) -> None:
+    """Say that the published file ``name`` (``size`` bytes) was downloaded whole and
+    verified before any of it was read: ``mirror`` ignores ``Range`` (``ranges_ignored``),
+    or its manifest has no range digests."""
+    if ranges_ignored:
+        reason = (f"{mirror} ignores HTTP Range requests, so {name} ({size} bytes) was "
+                  "downloaded whole and verified before any of it was read; serve the registry "
+                  "from a host that honours Range (nginx, a CDN, S3) to read it in place")
+    else:
+        reason = (f"{name} was published without range digests, so it ({size} bytes) was "
+                  "downloaded whole and verified before any of it was read; publish the "
+                  "dataset again as a new version (-vN+1) with this marl-minari to read it in "
+                  "place")
+    warnings.warn(reason, StreamingWarning, stacklevel=5)
+
+
+def warn_uncached(folder: Path, failure: OSError) -> None:
+    """Say, once per process and folder, that the block cache at ``folder`` cannot be
+    written (``failure``): reading goes on without it."""
+    with _UNCACHED_LOCK:
+        if str(folder) in _UNCACHED_FOLDERS:
+            return
+        _UNCACHED_FOLDERS.add(str(folder))
+    warnings.warn(
+        f"the block cache at {folder} cannot be written "
+        f"({failure.strerror or type(failure).__name__}): streamed files are read without it, "
+        "so each pass fetches their blocks again; set MARL_MINARI_CACHE to a folder this user "
+        "can write, or MARL_MINARI_CACHE_BYTES=0 to read without a disk cache",
+        StreamingWarning, stacklevel=5)
