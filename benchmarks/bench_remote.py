@@ -200,6 +200,16 @@ def timed_pass_in_new_process(url: str) -> float:
     return float(child.stdout.split()[-1])
 
 
+def timed_plain_download(url: str, target: Path) -> float:
+    """Seconds one plain ``urllib`` GET takes to copy the dataset's data file to ``target``
+    (what a user without marl-minari would do)."""
+    started = time.perf_counter()
+    with urllib.request.urlopen(f"{url}/data/main_data.hdf5") as response, \
+            open(target, "wb") as out:
+        shutil.copyfileobj(response, out, 1 << 20)
+    return time.perf_counter() - started
+
+
 def timed_pass(url: str) -> None:
     """``--timed-pass``: the child of :func:`timed_pass_in_new_process`; imports untimed.
 
@@ -286,11 +296,7 @@ def main() -> None:
             started = time.perf_counter()
             source.read(source.episode_indices)  # the same source: its blocks in memory
             same.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            with urllib.request.urlopen(f"{url}/data/main_data.hdf5") as response, \
-                    open(root / "plain.hdf5", "wb") as out:
-                shutil.copyfileobj(response, out, 1 << 20)
-            plain.append(time.perf_counter() - started)
+            plain.append(timed_plain_download(url, root / "plain.hdf5"))
             shutil.rmtree(root / "datasets" / "bench" / "remote-v0", ignore_errors=True)
             started = time.perf_counter()
             registry.download(DATASET, f"file://{registry_dir}", force=True)
@@ -318,11 +324,7 @@ def main() -> None:
                 started = time.perf_counter()
                 data_file.prefetch_ranges([(0, data_file.size)])
                 times.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            with urllib.request.urlopen(f"{url}/data/main_data.hdf5") as response, \
-                    open(root / "plain.hdf5", "wb") as out:
-                shutil.copyfileobj(response, out, 1 << 20)
-            plain.append(time.perf_counter() - started)
+            plain.append(timed_plain_download(url, root / "plain.hdf5"))
         print(f"floor of a first pass: the open {min(opened):.3f} s; every block fetched and "
               f"verified, nothing compared or copied, {min(cached):.3f} s with the disk cache, "
               f"{min(uncached):.3f} s without it; plain download {min(plain):.3f} s: the open "
