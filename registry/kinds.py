@@ -136,8 +136,11 @@ def open_backend(remote: str | None = None, *, token: str | None = None,
     loader = BACKENDS.get(kind)
     if loader is None:
         if kind in minari_remote_kinds():
+            hub = ("; a marl-minari registry kept in a Hugging Face dataset repository is "
+                   "downloaded and read in place through its https://huggingface.co/datasets/"
+                   "ORG/REPO/resolve/main URL" if kind == "hf" else "")
             raise RemoteError(
                 f"{kind}:// remotes are served by Minari's own backend, without manifests: "
-                "use minari.upload_dataset / minari.download_dataset for them")
+                f"use minari.upload_dataset / minari.download_dataset for them{hub}")
         raise unknown_kind(remote)
     return loader()(name, token, settings=settings, deadline=deadline)

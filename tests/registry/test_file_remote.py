@@ -202,6 +202,9 @@ def test_download_refuses_existing_local_dataset_unless_forced(
 def test_hf_kind_is_left_to_minari(registry_dir: Path) -> None:
     with pytest.raises(RemoteError, match="minari.download_dataset"):
         registry.download("some/dataset-v0", remote="hf://farama-minari")
+    with pytest.raises(RemoteError, match="read in place through its https://huggingface.co/"
+                                          "datasets/ORG/REPO/resolve/main URL"):
+        mm.open_source("hf://farama-minari/mpe2/spread/random-v0", streaming=True)
     with pytest.raises(RemoteError, match="unknown remote kind"):
         registry.download("some/dataset-v0", remote="ftp://example")
 
