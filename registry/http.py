@@ -7,7 +7,7 @@ makes listing one request; downloads check every file against the manifest.
 
 Credentials, if the server needs them, go in the URL's user-info (``https://user:pass@host``,
 sent as HTTP Basic auth) or in Minari's ``token`` (sent as a Bearer token). They never appear in
-errors or logs, and a redirect to another host is refused while credentials are attached.
+errors or logs, and a redirect to another host is followed without them.
 
 Every request spends from its operation's :class:`~.deadline.Deadline`: each wait for the
 server is bounded by ``http_timeout`` (or what is left of the deadline), the deadline is
@@ -21,8 +21,8 @@ from __future__ import annotations
 import base64
 import functools
 import http.client
-import socket
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -88,47 +88,58 @@ class _WatchedHTTPHandler(urllib.request.HTTPHandler):
         return self.do_open(functools.partial(_WatchedConnection, deadline=self._deadline), req)
 
 
-class _WatchedTLSContext(ssl.SSLContext):
-    """Python's default client TLS context, whose sockets are watched before the handshake."""
+class _WatchedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection whose socket the deadline's watchdog watches from before the TLS
+    handshake on (a server that stalls the handshake is cut at the deadline too)."""
 
-    deadline: Deadline
+    def __init__(self, *args: Any, deadline: Deadline, context: ssl.SSLContext,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, context=context, **kwargs)
+        self._deadline = deadline
+        self._tls = context
 
-    def wrap_socket(self, sock: socket.socket, server_side: bool = False,
-                    do_handshake_on_connect: bool = True, suppress_ragged_eofs: bool = True,
-                    server_hostname: str | bytes | None = None,
-                    session: ssl.SSLSession | None = None) -> ssl.SSLSocket:
-        wrapped = super().wrap_socket(sock, server_side, False, suppress_ragged_eofs,
-                                      server_hostname, session)
-        self.deadline.watch(wrapped)
-        if do_handshake_on_connect:
-            wrapped.do_handshake()
-        return wrapped
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP (through a proxy's tunnel, if any)
+        tunnel = getattr(self, "_tunnel_host", None)  # what set_tunnel named: a proxied host
+        wrapped = self._tls.wrap_socket(self.sock, server_hostname=tunnel or self.host,
+                                        do_handshake_on_connect=False)
+        self._deadline.watch(wrapped)
+        wrapped.do_handshake()
+        self.sock = wrapped
 
 
 class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
-    """HTTPS with :func:`_tls_context`, made on the first HTTPS request: loading the system's
-    certificates takes 30-100 ms with OpenSSL 3, which an ``http://`` registry (or a
-    redirect-free one) never needs to pay, and a backend that makes no request neither."""
+    """HTTPS through :func:`_system_tls_context`, made on the process's first HTTPS request:
+    loading the system's certificates takes 20-100 ms, which an ``http://`` registry never
+    needs to pay, and which the several backends of one streaming open (each candidate
+    registry of a URL, each published file) pay once between them."""
 
     def __init__(self, deadline: Deadline) -> None:
         # Not HTTPSHandler.__init__: from Python 3.12 on it makes a default TLS context (the
         # system's certificates loaded) for every handler, and every backend builds one.
         urllib.request.AbstractHTTPHandler.__init__(self)
         self._deadline = deadline
-        self._made: ssl.SSLContext | None = None
 
     def https_open(self, req: Any) -> Any:
-        if self._made is None:
-            self._made = _tls_context(self._deadline)
-        return self.do_open(http.client.HTTPSConnection, req, context=self._made)
+        return self.do_open(functools.partial(_WatchedHTTPSConnection, deadline=self._deadline),
+                            req, context=_system_tls_context())
 
 
-def _tls_context(deadline: Deadline) -> ssl.SSLContext:
-    """What ``ssl.create_default_context()`` makes (certificates and host names checked)."""
-    context = _WatchedTLSContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_default_certs()
-    context.deadline = deadline
-    return context
+def _system_tls_context() -> ssl.SSLContext:
+    """What ``ssl.create_default_context()`` makes (certificates and host names checked),
+    once per process: a context may be shared by threads, and holds nothing of a request.
+    Made under a lock: the candidate registries of one URL are asked at once."""
+    with _SYSTEM_TLS_LOCK:
+        if not _SYSTEM_TLS:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.load_default_certs()
+            _SYSTEM_TLS.append(context)
+        return _SYSTEM_TLS[0]
+
+
+_SYSTEM_TLS: list[ssl.SSLContext] = []
+"""The process's client TLS context, once made (:func:`_system_tls_context`)."""
+_SYSTEM_TLS_LOCK = threading.Lock()
 
 
 class HttpBackend(Backend):

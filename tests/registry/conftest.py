@@ -1,5 +1,6 @@
 """Real servers on 127.0.0.1 for the registry tests: a static HTTP server process, a
-misbehaving HTTP server that drops connections, and moto's standalone S3 server.
+misbehaving HTTP server that drops connections, HTTPS servers whose certificates a test
+authority issues, and moto's standalone S3 server.
 
 Also makes ``registry_helpers`` importable in any import mode.
 """
@@ -7,6 +8,7 @@ Also makes ``registry_helpers`` importable in any import mode.
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -183,3 +185,42 @@ def streamable(registry_dir: Path, record_parallel: Callable[..., Any]) -> Path:
     assert local.stat().st_size > 4 * MIN_BLOCK_SIZE
     return local
 
+
+
+@pytest.fixture
+def tls_authority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A certificate authority this process's TLS context trusts for the test, as if it were
+    the system's (``SSL_CERT_FILE``, read when the context loads the system's certificates;
+    the process's context is made again before and after)."""
+    import trustme
+    from marl_minari.registry import http
+
+    authority = trustme.CA()
+    bundle = tmp_path / "authority.pem"
+    authority.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.setattr(http, "_SYSTEM_TLS", [])
+    yield authority
+
+
+@pytest.fixture
+def https_server() -> Iterator[Callable[[Path, type[Any], Any], str]]:
+    """``serve(directory, handler_class, authority)`` -> ``https://127.0.0.1:<port>``: a real
+    HTTPS server on a thread, its certificate for 127.0.0.1 issued by ``authority``."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(directory: Path, handler: type[Any], authority: Any) -> str:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        authority.issue_cert(LOOPBACK).configure_cert(context)
+        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
+        server.socket = context.wrap_socket(server.socket, server_side=True,
+                                            do_handshake_on_connect=False)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"https://{LOOPBACK}:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -10,6 +10,8 @@ server would stop on its own; nothing here depends on how fast the machine is.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 from marl_minari.registry import RemoteSettings
-from registry_helpers import DrippingHandler, no_partial_dataset
+from registry_helpers import LOOPBACK, DrippingHandler, drip, no_partial_dataset
 
 from marl_minari import registry
 from marl_minari.errors import RemoteError
@@ -51,11 +53,21 @@ def _fails_in_time(call: Callable[[], Any]) -> BaseException:
     return outcome[0]
 
 
+HEADER_INTERVAL = 1.5
+"""Seconds between the bytes of a trickled status line and headers: each byte arrives within
+the socket timeout, and the 80 bytes take longer than :data:`OUTER`, so that only the
+watchdog, not their end, ends the operation in time."""
+
+
+def _dripping(names: tuple[str, ...], headers_too: bool = False) -> type[Any]:
+    return type("Handler", (DrippingHandler,), {
+        "drip": names, "interval": HEADER_INTERVAL if headers_too else 1.0,
+        "give_up": SERVER_GIVES_UP, "headers_too": headers_too})
+
+
 def _trickling(thread_server: Callable[[Path, type[Any]], str], directory: Path,
                names: tuple[str, ...], headers_too: bool = False) -> str:
-    handler = type("Handler", (DrippingHandler,), {
-        "drip": names, "interval": 1.0, "give_up": SERVER_GIVES_UP, "headers_too": headers_too})
-    return thread_server(directory, handler)
+    return thread_server(directory, _dripping(names, headers_too))
 
 
 def _assert_deadline(error: BaseException, name: str) -> None:
@@ -91,6 +103,16 @@ def test_trickled_headers_end_at_the_deadline(
     _assert_deadline(error, "_index.json")
 
 
+def test_trickled_headers_over_https_end_at_the_deadline(
+        published: str, registry_dir: Path,
+        https_server: Callable[[Path, type[Any], Any], str], tls_authority: Any) -> None:
+    # The same through TLS: the connection's socket is watched as it is wrapped.
+    url = https_server(registry_dir, _dripping(("_index.json",), headers_too=True),
+                       tls_authority)
+    error = _fails_in_time(lambda: registry.list_datasets(url, settings=SETTINGS))
+    _assert_deadline(error, "_index.json")
+
+
 def test_resolving_a_url_ends_at_the_deadline(
         published: str, registry_dir: Path, monkeypatch: pytest.MonkeyPatch,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
@@ -110,3 +132,24 @@ def test_a_steady_server_is_not_cut_off(published: str, registry_dir: Path,
     url = http_server(registry_dir)
     assert [d.dataset_id for d in registry.list_datasets(url, settings=SETTINGS)] == [published]
     assert registry.download(published, url, settings=SETTINGS).is_dir()
+
+
+def test_a_trickled_tls_handshake_ends_at_the_deadline() -> None:
+    """A server that accepts and sends its TLS handshake one byte a second (a record header,
+    then the record's bytes): no read waits long enough to time out, so only the deadline,
+    which watches the socket from before the handshake, can end it."""
+    listener = socket.create_server((LOOPBACK, 0))
+    record = b"\x16\x03\x03\x40\x00" + bytes(0x4000)  # a 16 KiB handshake record
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection, contextlib.suppress(OSError):  # the client hung up, as it should
+            drip(connection.makefile("wb", buffering=0), record, 1.0, SERVER_GIVES_UP)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        failure = _fails_in_time(lambda: registry.list_datasets(
+            f"https://{LOOPBACK}:{listener.getsockname()[1]}/registry", settings=SETTINGS))
+    finally:
+        listener.close()
+    assert isinstance(failure, RemoteError) and "deadline" in str(failure), failure

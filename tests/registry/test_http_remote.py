@@ -17,6 +17,7 @@ from marl_strategies import assert_tree_equal
 from range_servers import (
     CredentialRecordingHandler,
     PublicBucketHandler,
+    RangeHandler,
     RedirectingHandler,
     range_handler,
 )
@@ -118,6 +119,47 @@ def test_a_bucket_answering_403_for_missing_files_is_found_along_the_url(
         mm.open_source(f"{private}/{dataset_id}", streaming=True)
 
 
+def test_a_registry_over_https_is_read_with_the_certificates_loaded_once(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        https_server: Callable[[Path, type[Any], Any], str], tls_authority: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real TLS server: the dataset is found along the URL, streamed and downloaded, the
+    server's certificate checked; the system's certificates are loaded once for all the
+    backends of these operations (each candidate registry, the manifest, each published
+    file), not once each (20-100 ms apiece)."""
+    dataset_id = small_dataset("mpe2/spread/random-v0")
+    registry.publish(dataset_id)
+    local = mm.open_source(dataset_id).read([0, 1])
+    shutil.rmtree(dataset_dir(dataset_id))
+    url = https_server(registry_dir, range_handler("Tls", RangeHandler), tls_authority)
+    loads: list[int] = []
+    load = ssl.SSLContext.load_default_certs
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
+                        lambda self, *args: (loads.append(1), load(self, *args))[1])
+
+    streamed = mm.open_source(f"{url}/{dataset_id}", streaming=True).read([0, 1])
+    assert_tree_equal(dataclasses.asdict(streamed), dataclasses.asdict(local))
+    registry.download(dataset_id, url)
+    assert mm.load_dataset(dataset_id).total_episodes == 2
+    assert len(loads) == 1
+
+
+def test_a_certificate_no_trusted_authority_issued_is_refused(
+        registry_dir: Path, small_dataset: Callable[..., str],
+        https_server: Callable[[Path, type[Any], Any], str], tls_authority: Any) -> None:
+    import trustme
+
+    dataset_id = small_dataset("mpe2/spread/random-v0")
+    registry.publish(dataset_id)
+    shutil.rmtree(dataset_dir(dataset_id))
+    url = https_server(registry_dir, RangeHandler, trustme.CA())  # not the trusted one
+    with pytest.raises(RemoteError, match="CERTIFICATE_VERIFY_FAILED"):
+        registry.download(dataset_id, url)
+    with pytest.raises(RemoteError, match="CERTIFICATE_VERIFY_FAILED"):
+        mm.open_source(f"{url}/{dataset_id}", streaming=True)
+    assert not dataset_dir(dataset_id).exists()
+
+
 def test_http_is_read_only(served: tuple[str, list[str]],
                            small_dataset: Callable[..., str]) -> None:
     url, _ = served
@@ -157,6 +199,9 @@ def test_the_system_certificates_are_loaded_on_the_first_https_request_not_befor
     (30-100 ms with OpenSSL 3) cost a far reader more than its reads. From Python 3.12 on,
     urllib's ``HTTPSHandler`` makes a default TLS context when it is constructed: the stand-in
     below does that on any Python."""
+    from marl_minari.registry import http
+
+    monkeypatch.setattr(http, "_SYSTEM_TLS", [])  # as in a new process
     loads: list[str] = []
     monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
                         lambda self, *args: loads.append("certificates"))
@@ -172,7 +217,10 @@ def test_the_system_certificates_are_loaded_on_the_first_https_request_not_befor
     for url in ("https://registry.invalid/datasets", "http://registry.invalid/datasets"):
         open_backend(url)
     assert loads == []
-    # the first HTTPS request loads them, and fails on a server that speaks no TLS
+    # the first HTTPS request loads them, and fails on a server that speaks no TLS; the
+    # process's later backends use them as they are
+    with pytest.raises(RemoteError, match="127.0.0.1:1"):
+        registry.list_datasets("https://127.0.0.1:1/registry")
     with pytest.raises(RemoteError, match="127.0.0.1:1"):
         registry.list_datasets("https://127.0.0.1:1/registry")
     assert loads == ["certificates"]
