@@ -61,8 +61,10 @@ def remote_list(
 
 
 def download(
-    dataset_id: Annotated[str, typer.Argument(metavar="DATASET_ID",
-                                              help="Published dataset id.")],
+    dataset_id: Annotated[str, typer.Argument(
+        metavar="DATASET_ID",
+        help="Published dataset id, or the dataset's URL (its registry followed by the id, "
+             "as open_source takes it; then no --remote).")],
     remote: RemoteOption = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing local dataset with the published copy.")] = False,
@@ -73,6 +75,10 @@ def download(
     """Download a dataset, verify every file against its manifest, install it atomically."""
     from marl_minari.registry import download as run_download
 
+    if remote is None and "://" in dataset_id:  # a dataset's URL: which registry, which id
+        from marl_minari.sources.remote import split_remote_source
+
+        remote, dataset_id = split_remote_source(dataset_id)
     path = run_download(dataset_id, remote, force=force, progress=True, strict=strict)
     typer.echo(f"downloaded {dataset_id} to {path}")
     typer.echo(f"load it with: minari.load_dataset({dataset_id!r})")

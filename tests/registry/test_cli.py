@@ -61,3 +61,22 @@ def test_list_empty_and_bad_id(app: typer.Typer, registry_dir: Path) -> None:
     assert result.exit_code == 0 and "no datasets" in result.output, result.output
     result = runner.invoke(app, ["download", "../../etc/x-v0"])
     assert result.exit_code == 2 and "malformed dataset id" in result.output
+
+
+def test_download_takes_a_dataset_url(app: typer.Typer, registry_dir: Path,
+                                      small_dataset: Callable[..., str],
+                                      http_server: Callable[[Path], str]) -> None:
+    """The URL a user copies (the registry followed by the id, as ``open_source`` takes it)
+    downloads like the id with ``--remote``; a URL naming no published dataset is one
+    ``error:`` line."""
+    runner = CliRunner()
+    dataset_id = small_dataset()
+    assert runner.invoke(app, ["publish", dataset_id]).exit_code == 0
+    minari.delete_dataset(dataset_id)
+    url = http_server(registry_dir)
+    result = runner.invoke(app, ["download", f"{url}/{dataset_id}"])
+    assert result.exit_code == 0, result.output
+    assert f"downloaded {dataset_id} to" in result.output
+    assert minari.load_dataset(dataset_id).total_episodes == 2
+    result = runner.invoke(app, ["download", f"{url}/mpe2/spread/other-v0"])
+    assert result.exit_code == 1 and result.output.startswith("error: no registry along")
