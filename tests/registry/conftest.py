@@ -102,23 +102,40 @@ def http_server() -> Iterator[Callable[[Path], str]]:
 
 
 @pytest.fixture
-def thread_server() -> Iterator[Callable[[Path, type[Any]], str]]:
-    """``serve(directory, handler_class)`` -> ``http://127.0.0.1:<port>``: a real HTTP server
-    on a thread with a misbehaving handler (see ``registry_helpers``)."""
+def running_servers() -> Iterator[list[ThreadingHTTPServer]]:
+    """The servers a test started on threads (:func:`serve_on_thread`), stopped after it."""
     servers: list[ThreadingHTTPServer] = []
-
-    def serve(directory: Path, handler: type[Any]) -> str:
-        directory.mkdir(parents=True, exist_ok=True)
-        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://{LOOPBACK}:{server.server_address[1]}"
-
-    yield serve
+    yield servers
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+def serve_on_thread(servers: list[ThreadingHTTPServer], directory: Path, handler: type[Any],
+                    tls: ssl.SSLContext | None = None) -> int:
+    """Serve ``directory`` with ``handler`` on a thread (through ``tls`` when given), kept in
+    ``servers``; its port."""
+    directory.mkdir(parents=True, exist_ok=True)
+    server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    servers.append(server)
+    return int(server.server_address[1])
+
+
+@pytest.fixture
+def thread_server(running_servers: list[ThreadingHTTPServer]
+                  ) -> Callable[[Path, type[Any]], str]:
+    """``serve(directory, handler_class)`` -> ``http://127.0.0.1:<port>``: a real HTTP server
+    on a thread with a misbehaving handler (see ``registry_helpers``)."""
+
+    def serve(directory: Path, handler: type[Any]) -> str:
+        return f"http://{LOOPBACK}:{serve_on_thread(running_servers, directory, handler)}"
+
+    return serve
 
 
 @pytest.fixture
@@ -199,28 +216,19 @@ def tls_authority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
     bundle = tmp_path / "authority.pem"
     authority.cert_pem.write_to_path(str(bundle))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
-    monkeypatch.setattr(http, "_SYSTEM_TLS", [])
+    monkeypatch.setattr(http, "_system_tls", None)
     yield authority
 
 
 @pytest.fixture
-def https_server() -> Iterator[Callable[[Path, type[Any], Any], str]]:
+def https_server(running_servers: list[ThreadingHTTPServer]
+                 ) -> Callable[[Path, type[Any], Any], str]:
     """``serve(directory, handler_class, authority)`` -> ``https://127.0.0.1:<port>``: a real
     HTTPS server on a thread, its certificate for 127.0.0.1 issued by ``authority``."""
-    servers: list[ThreadingHTTPServer] = []
 
     def serve(directory: Path, handler: type[Any], authority: Any) -> str:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        authority.issue_cert(LOOPBACK).configure_cert(context)
-        server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
-        server.socket = context.wrap_socket(server.socket, server_side=True,
-                                            do_handshake_on_connect=False)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"https://{LOOPBACK}:{server.server_address[1]}"
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        authority.issue_cert(LOOPBACK).configure_cert(tls)
+        return f"https://{LOOPBACK}:{serve_on_thread(running_servers, directory, handler, tls)}"
 
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return serve

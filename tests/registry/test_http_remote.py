@@ -201,7 +201,7 @@ def test_the_system_certificates_are_loaded_on_the_first_https_request_not_befor
     below does that on any Python."""
     from marl_minari.registry import http
 
-    monkeypatch.setattr(http, "_SYSTEM_TLS", [])  # as in a new process
+    monkeypatch.setattr(http, "_system_tls", None)  # as in a new process
     loads: list[str] = []
     monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
                         lambda self, *args: loads.append("certificates"))
