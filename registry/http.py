@@ -129,15 +129,15 @@ def _system_tls_context() -> ssl.SSLContext:
     """What ``ssl.create_default_context()`` makes (certificates and host names checked),
     once per process: a context may be shared by threads, and holds nothing of a request.
     Made under a lock: the candidate registries of one URL are asked at once."""
+    global _system_tls
     with _SYSTEM_TLS_LOCK:
-        if not _SYSTEM_TLS:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.load_default_certs()
-            _SYSTEM_TLS.append(context)
-        return _SYSTEM_TLS[0]
+        if _system_tls is None:
+            _system_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            _system_tls.load_default_certs()
+        return _system_tls
 
 
-_SYSTEM_TLS: list[ssl.SSLContext] = []
+_system_tls: ssl.SSLContext | None = None
 """The process's client TLS context, once made (:func:`_system_tls_context`)."""
 _SYSTEM_TLS_LOCK = threading.Lock()
 
@@ -194,9 +194,9 @@ class HttpBackend(Backend):
         if isinstance(exc, DeadlineExceeded) or self.deadline.expired():
             return self.deadline_passed(f"{'reading' if what == 'read' else 'download of'} "
                                         f"{where}")
-        if isinstance(exc, urllib.error.HTTPError) and exc.code == 403:
-            return self.forbidden(f"GET {where} answered HTTP 403 Forbidden")
         if isinstance(exc, urllib.error.HTTPError):
+            if exc.code == 403:
+                return self.forbidden(f"GET {where} answered HTTP 403 Forbidden")
             return self.fail(f"GET {where} answered HTTP {exc.code}")
         return self.fail(f"cannot {what} {where}", exc)
 

@@ -93,7 +93,6 @@ class RemoteFile:
         self._failures = threading.local()
         self._backends = threading.local()
         self._pinned: str | None = None
-        self._said_uncached = False
 
     @property
     def fingerprint(self) -> str | None:
@@ -434,8 +433,7 @@ class RemoteFile:
             self._whole_fd = os.open(copy, os.O_RDONLY)
 
     def _say_if_uncached(self) -> None:
-        if self._cache.write_failure is not None and not self._said_uncached:
-            self._said_uncached = True
+        if self._cache.write_failure is not None:
             warn_uncached(self._cache.folder, self._cache.write_failure)
 
     def _backend(self) -> Backend:

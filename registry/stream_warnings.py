@@ -1,5 +1,5 @@
 """What reading in place tells its user when it cannot read as it should: a file that had to
-be downloaded whole first, a block cache that cannot be written. Reading goes on; each says
+be downloaded whole first, a cache folder that cannot be written. Reading goes on; each says
 what to change."""
 
 from __future__ import annotations
@@ -47,3 +47,13 @@ def warn_uncached(folder: Path, failure: OSError) -> None:
         "so each pass fetches their blocks again; set MARL_MINARI_CACHE to a folder this user "
         "can write, or MARL_MINARI_CACHE_BYTES=0 to read without a disk cache",
         StreamingWarning, stacklevel=5)
+
+
+def warn_own_small_files_folder(cache_folder: Path, own: Path, failure: OSError) -> None:
+    """Say that ``cache_folder`` cannot be written (``failure``), so a streamed version's
+    small files are kept in ``own``, a folder of this process's."""
+    warnings.warn(
+        f"the cache folder {cache_folder} cannot be written "
+        f"({failure.strerror or type(failure).__name__}): a streamed dataset's metadata and "
+        f"offset index are kept in {own} for this process only; set MARL_MINARI_CACHE to a "
+        "folder this user can write", StreamingWarning, stacklevel=6)

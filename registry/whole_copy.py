@@ -52,13 +52,16 @@ def _scratch_file(cache: BlockCache) -> Path:
     if cache.max_bytes and not cache.write_failure:
         try:
             cache.folder.mkdir(parents=True, exist_ok=True)
-            handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp", dir=cache.folder)
+            return _empty_file(cache.folder)
         except OSError as exc:
             cache.cannot_write(exc)
-        else:
-            os.close(handle)
-            return Path(name)
-    handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp")
+    return _empty_file(None)
+
+
+def _empty_file(folder: Path | None) -> Path:
+    """A new empty file of this process's in ``folder`` (``None``: the system's temporary
+    folder)."""
+    handle, name = tempfile.mkstemp(prefix=".whole-", suffix=".tmp", dir=folder)
     os.close(handle)
     return Path(name)
 

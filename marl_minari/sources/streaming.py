@@ -25,7 +25,6 @@ import shutil
 import tempfile
 import threading
 import uuid
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -87,13 +86,9 @@ def _small_files_folder(wanted: Path) -> Path:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
         own = _OWN_FOLDERS[wanted] = made / "data"
         own.mkdir()
-    from marl_minari.registry.stream_warnings import StreamingWarning
+    from marl_minari.registry.stream_warnings import warn_own_small_files_folder
 
-    warnings.warn(
-        f"the cache folder {wanted.parents[2]} cannot be written "
-        f"({failure.strerror or type(failure).__name__}): a streamed dataset's metadata and "
-        f"offset index are kept in {own} for this process only; set MARL_MINARI_CACHE to a "
-        "folder this user can write", StreamingWarning, stacklevel=5)
+    warn_own_small_files_folder(wanted.parents[2], own, failure)
     return own
 
 
