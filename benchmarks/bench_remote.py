@@ -8,7 +8,9 @@ honours ``Range`` and counts every request and byte. Then, each with an empty bl
    served: ``_index.json``, manifest, metadata, offset index, data-file blocks), against the
    published size;
 2. round trips to open it and read its first episode: the time they take from a server that
-   answers every request 0.1 s late, in units of 0.1 s (requests sent together cost one);
+   answers every request 0.1 s late and starts every new connection 0.1 s late (its TCP
+   handshake), in units of 0.1 s (requests sent together cost one); with the connections kept
+   alive (the default), then with a new connection for every request;
 3. bytes moved by ``subsample(source, max_steps=1% of the steps)``;
 4. a full streamed ``source.read(all episodes)`` against downloading the data file with a
    plain HTTP client (``urllib``, one GET), same run, best of ``--repeats``: the first pass
@@ -57,18 +59,38 @@ ROUND_TRIP = 0.1
 
 
 class CountingRangeHandler(SimpleHTTPRequestHandler):
-    """Static files with ``Range: bytes=a-b`` answered by 206; counts requests and bytes."""
+    """Static files with ``Range: bytes=a-b`` answered by 206, over HTTP/1.1 connections kept
+    alive, errors included (as nginx serves); counts requests, bytes and connections."""
 
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as nginx's tcp_nodelay: no 40 ms wait for the body
     log: ClassVar[list[tuple[str, int]]] = []
+    connections: ClassVar[list[int]] = []
+    requests: ClassVar[list[str]] = []
     lock: ClassVar[threading.Lock] = threading.Lock()
     latency: ClassVar[float] = 0.0
-    """Seconds every answer waits before it starts (a far host)."""
+    """Seconds every answer waits before it starts, and every new connection before its
+    first request is read (its TCP handshake): a far host."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        time.sleep(self.latency)
+        with self.lock:
+            self.connections.append(1)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        self.send_response(code, message)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def send_head(self) -> Any:
         time.sleep(self.latency)
+        with self.lock:
+            self.requests.append(self.path)
         path = Path(self.translate_path(self.path))
         if not path.is_file():
             return super().send_head()
@@ -131,14 +153,19 @@ class StaticHostServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+def far_handler(latency: float) -> type[CountingRangeHandler]:
+    """A :class:`CountingRangeHandler` whose answers and new connections wait ``latency``
+    seconds, with logs of its own."""
+    return type("FarHandler", (CountingRangeHandler,), {
+        "latency": latency, "log": [], "connections": [], "requests": [],
+        "lock": threading.Lock()})
+
+
 @contextmanager
-def serve_counting(directory: Path, latency: float = 0.0) -> Iterator[str]:
-    """A :class:`CountingRangeHandler` server over ``directory`` on a thread, shut down at the
-    end: its base URL (``http://127.0.0.1:<port>``). ``latency``: seconds every answer waits
-    (its requests are then counted in a log of their own)."""
-    handler = CountingRangeHandler if not latency else type(
-        "FarHandler", (CountingRangeHandler,),
-        {"latency": latency, "log": [], "lock": threading.Lock()})
+def serve_counting(directory: Path, handler: type[CountingRangeHandler] = CountingRangeHandler
+                   ) -> Iterator[str]:
+    """A ``handler`` server over ``directory`` on a thread, shut down at the end: its base URL
+    (``http://127.0.0.1:<port>``)."""
     server = StaticHostServer(("127.0.0.1", 0), partial(handler, directory=str(directory)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -244,6 +271,8 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     with scratch_root("bench-remote-") as root, ExitStack() as served:
+        from marl_minari.registry import connections
+
         import marl_minari as mm
         from marl_minari import registry
 
@@ -267,20 +296,38 @@ def main() -> None:
               f"{100 * served / total_size:.2f}% of the published files (goal <= 5%)")
 
         # 2: round trips to the first episode: the same registry answering every request
-        # ROUND_TRIP late, so that the time taken counts the requests that waited for others
-        with serve_counting(registry_dir, latency=ROUND_TRIP) as far:
-            fresh_cache(root, "far")
-            started = time.perf_counter()
-            far_source = mm.open_source(f"{far}/{DATASET}", streaming=True)
-            opened = time.perf_counter()
-            far_source.read([0])
-            done = time.perf_counter()
-        print(f"open + first episode, every request answered {ROUND_TRIP * 1e3:.0f} ms late: "
-              f"{(done - started) / ROUND_TRIP:.1f} round trips' time "
-              f"({(opened - started) / ROUND_TRIP:.1f} to open: the registry indexes, the "
-              f"manifest, then the small files with the blocks opening reads; "
-              f"{(done - opened) / ROUND_TRIP:.1f} for the episode, after the offset index) "
-              "(goal <= 4 round trips after the index)")
+        # ROUND_TRIP late, and every new connection ROUND_TRIP late (its TCP handshake), so
+        # that the time taken counts the requests and connections that waited for others;
+        # then with no connection kept alive, as every request had its own before
+        for keep_alive in (True, False):
+            connections.close_idle_connections()
+            connections.IDLE_PER_SERVER = 16 if keep_alive else 0
+            far_host = far_handler(ROUND_TRIP)
+            with serve_counting(registry_dir, far_host) as far:
+                fresh_cache(root, f"far-{keep_alive}")
+                started = time.perf_counter()
+                far_source = mm.open_source(f"{far}/{DATASET}", streaming=True)
+                opened = time.perf_counter()
+                far_source.read([0])
+                done = time.perf_counter()
+                opened_connections = len(far_host.connections)
+                opened_requests = len(far_host.requests)
+                far_source.read([args.episodes // 3])
+                second = time.perf_counter()
+                next_connections = len(far_host.connections) - opened_connections
+                next_requests = len(far_host.requests) - opened_requests
+            how = "connections kept alive" if keep_alive else "a new connection per request"
+            print(f"open + first episode ({how}), "
+                  f"every request and every new connection answered "
+                  f"{ROUND_TRIP * 1e3:.0f} ms late: "
+                  f"{(done - started) / ROUND_TRIP:.1f} round trips' time "
+                  f"({(opened - started) / ROUND_TRIP:.1f} to open: the registry indexes, the "
+                  f"manifest, then the small files with the blocks opening reads; "
+                  f"{(done - opened) / ROUND_TRIP:.1f} for the episode, after the offset "
+                  f"index; {opened_requests} requests on {opened_connections} connections; the "
+                  f"next episode {(second - done) / ROUND_TRIP:.2f}, {next_requests} requests on "
+                  f"{next_connections} new connections) (goal <= 4 round trips after the index)")
+        connections.IDLE_PER_SERVER = 16
 
         # 4: a full streamed pass against a plain download, same run
         streamed, second, same, plain, verified = [], [], [], [], []

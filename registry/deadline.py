@@ -103,9 +103,25 @@ class Deadline:
             raise DeadlineExceeded
         return min(self.settings.http_timeout, left)
 
-    def watch(self, sock: socket.socket) -> None:
-        """Shut ``sock`` down once this deadline has passed (unless it was closed before)."""
-        _WATCHDOG.watch(self, sock)
+    def watch(self, sock: socket.socket) -> Watch:
+        """Shut ``sock`` down once this deadline has passed, unless it was closed or the
+        returned watch ended before (a kept-alive connection goes on to other operations)."""
+        return _WATCHDOG.watch(self, sock)
+
+
+class Watch:
+    """One deadline's watch over one socket, from :meth:`Deadline.watch` until :meth:`end`."""
+
+    __slots__ = ("deadline", "socket", "ended")
+
+    def __init__(self, deadline: Deadline, sock: socket.socket) -> None:
+        self.deadline = deadline
+        self.socket = weakref.ref(sock)
+        self.ended = False
+
+    def end(self) -> None:
+        """Stop watching: the deadline no longer shuts the socket down."""
+        self.ended = True
 
 
 class _Watchdog:
@@ -117,35 +133,37 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._wake = threading.Condition()
-        self._watched: list[tuple[Deadline, weakref.ref[socket.socket]]] = []
+        self._watched: list[Watch] = []
         self._running = False
 
-    def watch(self, deadline: Deadline, sock: socket.socket) -> None:
+    def watch(self, deadline: Deadline, sock: socket.socket) -> Watch:
+        watch = Watch(deadline, sock)
         with self._wake:
-            self._watched.append((deadline, weakref.ref(sock)))
+            self._watched.append(watch)
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run, name="marl-minari-registry-deadlines",
                                  daemon=True).start()
             self._wake.notify()
+        return watch
 
     def _run(self) -> None:
         with self._wake:
             while True:
                 pending = []
-                for deadline, ref in self._watched:
-                    sock = ref()
-                    if sock is None or sock.fileno() < 0:
-                        continue  # closed: its request is over
-                    if deadline.expired():
+                for watch in self._watched:
+                    sock = watch.socket()
+                    if watch.ended or sock is None or sock.fileno() < 0:
+                        continue  # its request is over
+                    if watch.deadline.expired():
                         _cut(sock)
                         continue
-                    pending.append((deadline, ref))
+                    pending.append(watch)
                 self._watched = pending
                 if not pending:
                     self._running = False
                     return
-                self._wake.wait(min(d.remaining() for d, _ in pending) + _WAKE_SLACK)
+                self._wake.wait(min(w.deadline.remaining() for w in pending) + _WAKE_SLACK)
 
 
 def _cut(sock: socket.socket) -> None:

@@ -5,21 +5,21 @@ endpoint...) at a ``file://`` registry directory or a synced copy of an ``s3://`
 ``http(s)://host[:port]/path`` is a registry others can list and download from. The index
 makes listing one request; downloads check every file against the manifest.
 
-Credentials, if the server needs them, go in the URL's user-info (``https://user:pass@host``,
-sent as HTTP Basic auth) or in Minari's ``token`` (sent as a Bearer token). They never appear in
-errors or logs, and a redirect to another host is followed without them.
+Connections are kept alive between requests (:mod:`.connections`). Credentials, if the
+server needs them, go in the URL's user-info (``https://user:pass@host``, sent as HTTP Basic
+auth) or in Minari's ``token`` (sent as a Bearer token). They never appear in errors or logs,
+and a redirect to another host is followed without them.
 
 Every request spends from its operation's :class:`~.deadline.Deadline`: each wait for the
 server is bounded by ``http_timeout`` (or what is left of the deadline), the deadline is
 checked after every arrival of data, and each connection is watched from the moment its
-socket exists (before the TLS handshake), so a server that trickles its handshake, status
-line, headers or body is cut off at the deadline.
+socket exists (before the TLS handshake) or it is taken idle, so a server that trickles its
+handshake, status line, headers or body is cut off at the deadline.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import http.client
 import ssl
 import threading
@@ -32,8 +32,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from marl_minari.errors import RemoteError
 
 from .backend import Backend, RangesIgnored
+from .connections import KeptAliveResponse, finish_error, open_kept_alive
 from .credentials import split_userinfo
-from .deadline import Deadline, DeadlineExceeded
+from .deadline import Deadline, DeadlineExceeded, Watch
 from .settings import RemoteSettings
 from .transfer import (
     Progress,
@@ -68,15 +69,48 @@ class _CredentialsStayAtOrigin(urllib.request.HTTPRedirectHandler):
 
 
 class _WatchedConnection(http.client.HTTPConnection):
-    """An HTTP connection whose socket the deadline's watchdog shuts down at the deadline."""
+    """An HTTP connection kept alive between requests (:mod:`.connections`), whose socket the
+    deadline of the operation using it shuts down at that deadline."""
 
-    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
+    response_class = KeptAliveResponse
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._deadline: Deadline | None = None
+        self.watch: Watch | None = None
+
+    def watch_with(self, deadline: Deadline) -> None:
+        """Be watched by ``deadline`` from now on (from the connection's start, when it has
+        no socket yet)."""
         self._deadline = deadline
+        if self.sock is not None:
+            self._watch(self.sock)
+
+    def _watch(self, sock: Any) -> None:
+        assert self._deadline is not None and self.watch is None
+        self.watch = self._deadline.watch(sock)
 
     def connect(self) -> None:
         super().connect()
-        self._deadline.watch(self.sock)
+        self._watch(self.sock)
+
+
+class _WatchedHTTPSConnection(_WatchedConnection, http.client.HTTPSConnection):
+    """An HTTPS connection watched from before the TLS handshake on (a server that stalls
+    the handshake is cut at the deadline too)."""
+
+    def __init__(self, *args: Any, context: ssl.SSLContext, **kwargs: Any) -> None:
+        super().__init__(*args, context=context, **kwargs)
+        self._tls = context
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP (through a proxy's tunnel, if any)
+        tunnel = getattr(self, "_tunnel_host", None)  # what set_tunnel named: a proxied host
+        wrapped = self._tls.wrap_socket(self.sock, server_hostname=tunnel or self.host,
+                                        do_handshake_on_connect=False)
+        self._watch(wrapped)
+        wrapped.do_handshake()
+        self.sock = wrapped
 
 
 class _WatchedHTTPHandler(urllib.request.HTTPHandler):
@@ -85,27 +119,8 @@ class _WatchedHTTPHandler(urllib.request.HTTPHandler):
         self._deadline = deadline
 
     def http_open(self, req: Any) -> Any:
-        return self.do_open(functools.partial(_WatchedConnection, deadline=self._deadline), req)
-
-
-class _WatchedHTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection whose socket the deadline's watchdog watches from before the TLS
-    handshake on (a server that stalls the handshake is cut at the deadline too)."""
-
-    def __init__(self, *args: Any, deadline: Deadline, context: ssl.SSLContext,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, context=context, **kwargs)
-        self._deadline = deadline
-        self._tls = context
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)  # TCP (through a proxy's tunnel, if any)
-        tunnel = getattr(self, "_tunnel_host", None)  # what set_tunnel named: a proxied host
-        wrapped = self._tls.wrap_socket(self.sock, server_hostname=tunnel or self.host,
-                                        do_handshake_on_connect=False)
-        self._deadline.watch(wrapped)
-        wrapped.do_handshake()
-        self.sock = wrapped
+        return open_kept_alive(lambda host, timeout: _WatchedConnection(host, timeout=timeout),
+                               req, self._deadline)
 
 
 class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
@@ -121,8 +136,10 @@ class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
         self._deadline = deadline
 
     def https_open(self, req: Any) -> Any:
-        return self.do_open(functools.partial(_WatchedHTTPSConnection, deadline=self._deadline),
-                            req, context=_system_tls_context())
+        tls = _system_tls_context()
+        return open_kept_alive(
+            lambda host, timeout: _WatchedHTTPSConnection(host, timeout=timeout, context=tls),
+            req, self._deadline, tls)
 
 
 def _system_tls_context() -> ssl.SSLContext:
@@ -209,6 +226,7 @@ class HttpBackend(Backend):
                     raise too_large(where, limit)
                 data = read_small(response, limit, self.deadline)
         except urllib.error.HTTPError as exc:
+            finish_error(exc)
             if exc.code in (404, 410):
                 return None
             raise self._failure("read", where, exc) from None
@@ -228,6 +246,7 @@ class HttpBackend(Backend):
         try:
             response = self._opener.open(request, timeout=self.deadline.wait_limit())
         except urllib.error.HTTPError as exc:
+            finish_error(exc)
             if exc.code in (404, 410):
                 raise missing_remote_file(where) from None
             if exc.code == 416:  # past the end: the caller's verification names the range
@@ -266,6 +285,7 @@ class HttpBackend(Backend):
         try:
             response = self._open(key)
         except urllib.error.HTTPError as exc:
+            finish_error(exc)
             if exc.code in (404, 410):
                 raise missing_remote_file(where) from None
             raise self._failure("download", where, exc) from None

@@ -103,9 +103,13 @@ def http_server() -> Iterator[Callable[[Path], str]]:
 
 @pytest.fixture
 def running_servers() -> Iterator[list[ThreadingHTTPServer]]:
-    """The servers a test started on threads (:func:`serve_on_thread`), stopped after it."""
+    """The servers a test started on threads (:func:`serve_on_thread`), stopped after it,
+    with the connections kept alive to them (a later server may get the same port)."""
+    from marl_minari.registry.connections import close_idle_connections
+
     servers: list[ThreadingHTTPServer] = []
     yield servers
+    close_idle_connections()
     for server in servers:
         server.shutdown()
         server.server_close()

@@ -1,0 +1,203 @@
+"""Connections kept alive between requests to ``http(s)://`` registries: a streamed dataset's
+reads reuse them, a connection the server closed while idle is replaced without an error, a
+deadline watches a kept connection only while its operation uses it, and a forked child
+starts with none of its parent's."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from marl_minari.registry import connections
+from marl_minari.registry.connections import close_idle_connections, idle_connections
+from marl_minari.registry.deadline import Deadline
+from marl_minari.registry.http import HttpBackend
+from marl_minari.registry.settings import RemoteSettings
+from marl_strategies import assert_tree_equal
+from range_servers import RangeHandler, range_handler
+from registry_helpers import DrippingHandler
+
+import marl_minari as mm
+from marl_minari import registry
+
+DATASET = "mpe2/spread/streamed-v0"
+
+
+class CountingHandler(RangeHandler):
+    """Counts the connections it accepted and the answers it gave (404s too)."""
+
+    connections: ClassVar[list[int]] = []
+    answers: ClassVar[list[int]] = []
+
+    def setup(self) -> None:
+        super().setup()
+        with self.lock:
+            self.connections.append(1)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        with self.lock:
+            self.answers.append(int(code))
+
+
+def _counting(thread_server: Callable[[Path, type[Any]], str], directory: Path,
+              base: type[RangeHandler] = CountingHandler, **attributes: Any
+              ) -> tuple[str, Any]:
+    handler = range_handler("Counting", base, connections=[], answers=[], **attributes)
+    return thread_server(directory, handler), handler
+
+
+def test_a_streamed_pass_reuses_its_connections(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, handler = _counting(thread_server, registry_dir)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    local = mm.open_source(DATASET).read(range(source.total_episodes))
+    assert_tree_equal(dataclasses.asdict(source.read(range(source.total_episodes))),
+                      dataclasses.asdict(local))
+    opening = len(handler.connections)
+    for _ in range(3):  # each operation's requests go out on the connections left idle
+        mm.open_source(f"{url}/{DATASET}", streaming=True).read([0])
+        registry.list_datasets(url)
+    print(handler.answers, len(handler.connections))
+    assert len(handler.answers) > 20
+    assert len(handler.connections) == opening, (opening, len(handler.connections))
+    assert idle_connections() >= 1
+
+
+def test_a_server_speaking_http_1_0_gets_a_connection_per_request(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, handler = _counting(thread_server, registry_dir, protocol_version="HTTP/1.0")
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    source.read([0, source.total_episodes - 1])
+    assert len(handler.connections) == len(handler.answers)
+    assert idle_connections() == 0
+
+
+class ClosingWhileIdle(CountingHandler):
+    """Answers the first request of each connection, then hangs up when the next one arrives
+    without answering it: a server whose idle timeout fell between two requests."""
+
+    def handle(self) -> None:
+        self.handle_one_request()
+        if not self.close_connection:
+            self.rfile.readline()  # the next request line, never answered
+
+
+def test_a_connection_closed_while_idle_is_replaced(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, handler = _counting(thread_server, registry_dir, ClosingWhileIdle)
+    backend = HttpBackend(url.removeprefix("http://"))
+    first = backend.read("_index.json", 1 << 20)
+    assert first is not None and idle_connections() == 1
+    assert backend.read("_index.json", 1 << 20) == first  # sent again on a new connection
+    assert len(handler.connections) == 2 and len(handler.served) == 2
+    registry.download(published, url)
+    assert mm.load_dataset(published).total_episodes == 2
+
+
+def test_a_kept_connection_is_watched_by_the_operation_using_it(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The listing leaves a connection idle; the download takes it, and the manifest's
+    status line and headers trickle on it: the download's deadline cuts it in time."""
+    handler = type("Handler", (DrippingHandler,), {
+        "protocol_version": "HTTP/1.1", "drip": ("manifest.json",), "interval": 1.5,
+        "give_up": 120.0, "headers_too": True})
+    url = thread_server(registry_dir, handler)
+    settings = RemoteSettings(http_timeout=2.0)
+    assert [d.dataset_id for d in registry.list_datasets(url, settings=settings)] == [published]
+    assert idle_connections() == 1
+    outcome: list[BaseException | None] = []
+
+    def download() -> None:
+        try:
+            registry.download(published, url, settings=settings)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=download, daemon=True)
+    worker.start()
+    worker.join(90)  # the trickled head alone would take about two minutes
+    assert outcome, "the trickle on the kept connection was not cut at the deadline"
+    assert "deadline" in str(outcome[0]) and "manifest.json" in str(outcome[0])
+    assert idle_connections() == 0
+
+
+def test_a_kept_connection_waits_as_long_as_its_new_operation_allows(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A connection's socket timeout is the wait its current request may take, not the one
+    of the request that opened it."""
+    url, handler = _counting(thread_server, registry_dir)
+    address = url.removeprefix("http://")
+    HttpBackend(address, settings=RemoteSettings(http_timeout=0.5)).read("_index.json", 1 << 20)
+    HttpBackend(address, settings=RemoteSettings(http_timeout=30.0)).read("_index.json",
+                                                                          1 << 20)
+    assert len(handler.connections) == 1 and idle_connections() == 1
+    (kept,) = (c for idle in connections._POOL._idle.values() for c in idle)
+    assert kept.sock.gettimeout() > 20
+
+
+class SwitchedDeadline(Deadline):
+    """A deadline that passes when the test says so."""
+
+    passed = False
+
+    def remaining(self) -> float:
+        return -1.0 if self.passed else 3600.0
+
+
+def test_an_ended_watch_leaves_its_socket_alone() -> None:
+    """A connection given back keeps no watch: the deadline of the operation that used it
+    passes, and the connection still works for the next."""
+    deadline = SwitchedDeadline(RemoteSettings())
+    kept, kept_peer = socket.socketpair()
+    other, other_peer = socket.socketpair()
+    with kept, kept_peer, other, other_peer:
+        deadline.watch(kept).end()
+        deadline.passed = True
+        deadline.watch(other)  # wakes the watchdog, which cuts this one
+        other.settimeout(30)
+        assert other.recv(1) == b""  # cut: the watchdog's pass is over
+        kept.sendall(b"x")
+        kept_peer.settimeout(30)
+        assert kept_peer.recv(1) == b"x"
+
+
+def _idle_in_child(queue: Any) -> None:
+    queue.put(idle_connections())
+
+
+def test_a_forked_child_starts_with_no_connections(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, _ = _counting(thread_server, registry_dir)
+    assert [d.dataset_id for d in registry.list_datasets(url)] == [published]
+    assert idle_connections() == 1
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_idle_in_child, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == 0
+    finally:
+        child.join(60)
+    assert idle_connections() == 1
+    close_idle_connections()
+    assert idle_connections() == 0
+
+
+@pytest.fixture(autouse=True)
+def _no_connections_left() -> Any:
+    close_idle_connections()
+    yield
+    close_idle_connections()
