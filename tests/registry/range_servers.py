@@ -7,11 +7,15 @@ what moved over the wire.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import re
+import socket
 import threading
-from http.server import SimpleHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from registry_helpers import drip
 
@@ -187,3 +191,77 @@ class PublicBucketHandler(RangeHandler):
             self.wfile.write(body)
             return None
         return super().send_head()
+
+
+class ForwardProxyHandler(BaseHTTPRequestHandler):
+    """A forward proxy over HTTP/1.1 connections kept alive: ``GET http://host/path`` is
+    fetched from ``host`` and relayed; ``CONNECT host:port`` tunnels the bytes both ways (what
+    HTTPS through a proxy uses). Counts the connections clients opened to it, the requests and
+    the tunnels."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    connections: ClassVar[list[int]] = []
+    requests: ClassVar[list[str]] = []
+    credentials: ClassVar[list[str | None]] = []
+    """The ``Proxy-Authorization`` of every ``CONNECT``."""
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *args: Any, directory: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # serves no folder of its own
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.lock:
+            self.connections.append(1)
+
+    def do_GET(self) -> None:  # noqa: N802
+        with self.lock:
+            self.requests.append(f"GET {self.path}")
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.netloc, timeout=30)
+        try:
+            wanted = {k: v for k, v in self.headers.items()
+                      if k.lower() not in ("proxy-connection", "connection")}
+            upstream.request("GET", target.path or "/", headers=wanted)
+            answer = upstream.getresponse()
+            body = answer.read()
+        finally:
+            upstream.close()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_CONNECT(self) -> None:  # noqa: N802
+        with self.lock:
+            self.requests.append(f"CONNECT {self.path}")
+            self.credentials.append(self.headers.get("Proxy-Authorization"))
+        host, _, port = self.path.rpartition(":")
+        upstream = socket.create_connection((host, int(port)), timeout=30)
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.close_connection = True
+        relay = threading.Thread(target=_pipe, args=(upstream, self.connection), daemon=True)
+        relay.start()
+        _pipe(self.connection, upstream)
+        relay.join(30)
+        upstream.close()
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    """Copy bytes from ``source`` to ``target`` until ``source`` ends, then end ``target``'s
+    sending side."""
+    try:
+        while chunk := source.recv(1 << 16):
+            target.sendall(chunk)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)

@@ -14,17 +14,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from conftest import serve_on_thread
 from marl_minari.registry import connections
 from marl_minari.registry.connections import close_idle_connections, idle_connections
 from marl_minari.registry.deadline import Deadline
 from marl_minari.registry.http import HttpBackend
 from marl_minari.registry.settings import RemoteSettings
 from marl_strategies import assert_tree_equal
-from range_servers import RangeHandler, range_handler
+from range_servers import ForwardProxyHandler, RangeHandler, range_handler
 from registry_helpers import DrippingHandler
 
 import marl_minari as mm
 from marl_minari import registry
+from marl_minari.errors import RemoteError
 
 DATASET = "mpe2/spread/streamed-v0"
 
@@ -56,18 +58,7 @@ def test_a_streamed_pass_reuses_its_connections(
         streamable: Path, registry_dir: Path, block_cache: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
     url, handler = _counting(thread_server, registry_dir)
-    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
-    local = mm.open_source(DATASET).read(range(source.total_episodes))
-    assert_tree_equal(dataclasses.asdict(source.read(range(source.total_episodes))),
-                      dataclasses.asdict(local))
-    opening = len(handler.connections)
-    for _ in range(3):  # each operation's requests go out on the connections left idle
-        mm.open_source(f"{url}/{DATASET}", streaming=True).read([0])
-        registry.list_datasets(url)
-    print(handler.answers, len(handler.connections))
-    assert len(handler.answers) > 20
-    assert len(handler.connections) == opening, (opening, len(handler.connections))
-    assert idle_connections() >= 1
+    _read_three_times(url, handler.connections, handler.answers)
 
 
 def test_a_server_speaking_http_1_0_gets_a_connection_per_request(
@@ -78,6 +69,130 @@ def test_a_server_speaking_http_1_0_gets_a_connection_per_request(
     source.read([0, source.total_episodes - 1])
     assert len(handler.connections) == len(handler.answers)
     assert idle_connections() == 0
+
+
+def test_https_reads_reuse_their_connections(
+        streamable: Path, registry_dir: Path, block_cache: Path, tls_authority: Any,
+        https_server: Callable[[Path, type[Any], Any], str]) -> None:
+    handler = range_handler("TlsCounting", CountingHandler, connections=[], answers=[])
+    url = https_server(registry_dir, handler, tls_authority)
+    _read_three_times(url, handler.connections, handler.answers)
+
+
+def _read_three_times(url: str, connections: list[int], requests: list[Any]) -> None:
+    """Stream the whole dataset from ``url`` and compare it with the local copy, then open it
+    and list the registry three times more: after the first open, none of ``connections``
+    (those a server counts) is new, while ``requests`` (those a server counts) grow."""
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    local = mm.open_source(DATASET).read(range(source.total_episodes))
+    assert_tree_equal(dataclasses.asdict(source.read(range(source.total_episodes))),
+                      dataclasses.asdict(local))
+    opening = len(connections)
+    for _ in range(3):
+        mm.open_source(f"{url}/{DATASET}", streaming=True).read([0])
+        registry.list_datasets(url)
+    assert len(requests) > 20
+    assert len(connections) == opening, (opening, len(connections))
+    assert idle_connections() >= 1
+
+
+def _proxy(running_servers: list[Any], directory: Path) -> tuple[str, Any]:
+    handler = type("Proxy", (ForwardProxyHandler,), {
+        "connections": [], "requests": [], "credentials": [], "lock": threading.Lock()})
+    return f"http://127.0.0.1:{serve_on_thread(running_servers, directory, handler)}", handler
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_reads_through_a_proxy_keep_their_connections_to_it(
+        scheme: str, streamable: Path, registry_dir: Path, block_cache: Path,
+        running_servers: list[Any], monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """``http_proxy``/``https_proxy`` as urllib reads them: plain requests go to the proxy
+    on connections kept alive to it; HTTPS goes through ``CONNECT`` tunnels, each kept alive
+    with the TLS session inside it."""
+    handler = range_handler("Origin", CountingHandler, connections=[], answers=[])
+    if scheme == "http":
+        url = f"http://127.0.0.1:{serve_on_thread(running_servers, registry_dir, handler)}"
+    else:
+        authority = request.getfixturevalue("tls_authority")
+        url = request.getfixturevalue("https_server")(registry_dir, handler, authority)
+    proxy, proxy_handler = _proxy(running_servers, registry_dir)
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(f"{scheme}_proxy", proxy)
+    if scheme == "http":
+        _read_three_times(url, proxy_handler.connections, proxy_handler.requests)
+    else:
+        _read_three_times(url, proxy_handler.connections, handler.answers)
+    verb = "GET http://" if scheme == "http" else "CONNECT "
+    assert proxy_handler.requests and all(r.startswith(verb) for r in proxy_handler.requests)
+    if scheme == "http":  # every request went through the proxy
+        assert len(proxy_handler.requests) == len(handler.answers)
+    else:  # a tunnel per connection, and requests many more than tunnels
+        assert len(handler.connections) == len(proxy_handler.requests) < len(handler.answers)
+
+
+def test_a_tunnel_through_a_proxy_reaches_only_its_own_server(
+        published: str, registry_dir: Path, tmp_path: Path, tls_authority: Any,
+        https_server: Callable[[Path, type[Any], Any], str], running_servers: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two HTTPS registries through one proxy: a tunnel kept alive to the first is never
+    taken for the second."""
+    first = https_server(registry_dir, RangeHandler, tls_authority)
+    second = https_server(tmp_path / "empty-registry", RangeHandler, tls_authority)
+    proxy, _ = _proxy(running_servers, registry_dir)
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("https_proxy", proxy)
+    assert [d.dataset_id for d in registry.list_datasets(first)] == [published]
+    assert idle_connections() == 1
+    assert registry.list_datasets(second) == []
+
+
+class ProxyCredentialsRecorder(RangeHandler):
+    seen: ClassVar[list[str | None]] = []
+
+    def send_head(self) -> Any:
+        with self.lock:
+            self.seen.append(self.headers.get("Proxy-Authorization"))
+        return super().send_head()
+
+
+def test_a_proxys_credentials_go_to_the_proxy_only(
+        published: str, registry_dir: Path, tls_authority: Any,
+        https_server: Callable[[Path, type[Any], Any], str], running_servers: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    origin = range_handler("Origin", ProxyCredentialsRecorder, seen=[])
+    url = https_server(registry_dir, origin, tls_authority)
+    proxy, proxy_handler = _proxy(running_servers, registry_dir)
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("https_proxy", proxy.replace("http://", "http://proxy-user:pw-42@"))
+    for _ in range(2):
+        registry.download(published, url, force=True)
+    assert proxy_handler.credentials and all(
+        seen is not None and seen.startswith("Basic ") for seen in proxy_handler.credentials)
+    assert origin.seen and not any(origin.seen)
+
+
+def test_a_connection_is_kept_for_its_own_tls_settings_only(
+        published: str, registry_dir: Path, tmp_path: Path, tls_authority: Any,
+        https_server: Callable[[Path, type[Any], Any], str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection made while the server's authority was trusted is not taken once the
+    process's TLS context trusts another (its requests would skip the new check)."""
+    import trustme
+    from marl_minari.registry import http
+
+    url = https_server(registry_dir, RangeHandler, tls_authority)
+    assert [d.dataset_id for d in registry.list_datasets(url)] == [published]
+    assert idle_connections() == 1
+    bundle = tmp_path / "another-authority.pem"
+    trustme.CA().cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.setattr(http, "_system_tls", None)
+    with pytest.raises(RemoteError, match="CERTIFICATE_VERIFY_FAILED"):
+        registry.list_datasets(url)
 
 
 class ClosingWhileIdle(CountingHandler):
