@@ -146,7 +146,8 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
         raise Forbidden(f"{refused[0]}; every registry along the URL refused its index. Hosts "
                         "such as S3 answer 403 for a file they do not have as well as for one "
                         "you may not read: check the URL and the dataset id, or give "
-                        "credentials (user:password@ in the URL, or a token)")
+                        "credentials (user:password@ in an http(s) URL or a token; AWS "
+                        "credentials for s3://)")
     return None
 
 

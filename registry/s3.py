@@ -14,7 +14,8 @@ and only then completes its uploads, a server-side step that moves no data; a pu
 lost the claim aborts its uploads. The index is replaced with ``If-Match: <etag>`` (retried on
 conflict). Stores without conditional writes get a check-then-write fallback.
 
-boto3 is imported only when an ``s3://`` remote is opened, and its absence is a
+Without credentials a public bucket is read unsigned (:mod:`.s3_clients`). boto3 is imported
+only when an ``s3://`` remote is opened, and its absence is a
 :class:`~marl_minari.errors.MissingExtraError` naming the ``s3`` extra.
 
 Deadline: every request spends from its operation's :class:`~.deadline.Deadline`, checked
@@ -39,7 +40,6 @@ from typing import Any
 from urllib.parse import unquote
 
 from marl_minari.errors import CorruptedDataError, RemoteError
-from marl_minari.extras import require
 from marl_minari.format.digests import (
     ALGORITHMS,
     FileDigests,
@@ -52,6 +52,7 @@ from marl_minari.format.digests import (
 from .backend import Backend, Staging
 from .credentials import url_secrets
 from .deadline import Deadline, DeadlineExceeded
+from .s3_clients import NO_CREDENTIALS, boto3_module, shared_client, unsigned
 from .settings import RemoteSettings
 from .transfer import (
     Progress,
@@ -67,45 +68,13 @@ _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CONFLICT = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _UNSUPPORTED = {"NotImplemented", "501"}
+_REFUSED = {"AccessDenied", "AllAccessDisabled", "403"}
 _PART_SIZE = 8 << 20
 """Bytes per part of a staged upload (S3 wants at least 5 MiB for every part but the last)."""
 _MAX_PARTS = 10_000
 _PART_WORKERS = 8
 _SMALL_CHUNK = 1 << 20
 """Bytes per read of a small object: the deadline is checked between them."""
-
-
-def _boto() -> Any:
-    """boto3, or :class:`~marl_minari.errors.MissingExtraError` naming the ``s3`` extra."""
-    return require("boto3", "s3", "an s3:// remote")
-
-
-_CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
-_CLIENTS_LOCK = threading.Lock()
-_MAX_CLIENTS = 8
-
-
-def _shared_client() -> Any:
-    """One boto3 S3 client per AWS configuration in the environment (``AWS_*`` variables).
-
-    Creating a client takes about 0.15 s (mostly loading the service model), as long as
-    publishing a small dataset; clients are thread-safe, so every remote of the same
-    configuration shares one. Credentials read from files or instance roles refresh inside
-    the client; edits to ``~/.aws/config`` apply to clients created afterwards.
-    """
-    key = tuple(sorted((name, value) for name, value in os.environ.items()
-                       if name.startswith("AWS_")))
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            from botocore.config import Config
-
-            client = _boto().session.Session().client(
-                "s3", config=Config(max_pool_connections=32))
-            if len(_CLIENTS) >= _MAX_CLIENTS:
-                del _CLIENTS[next(iter(_CLIENTS))]
-            _CLIENTS[key] = client
-        return client
 
 
 class S3Backend(Backend):
@@ -118,7 +87,7 @@ class S3Backend(Backend):
                  settings: RemoteSettings | None = None,
                  deadline: Deadline | None = None) -> None:
         super().__init__(name, token, settings=settings, deadline=deadline)
-        _boto()
+        boto3_module()
         if url_secrets(f"s3://{name}"):
             raise self.fail(
                 f"s3://{name} carries credentials in the URL; s3:// remotes read them from "
@@ -141,11 +110,18 @@ class S3Backend(Backend):
 
     @property
     def client(self) -> Any:
-        """The boto3 S3 client for the environment's configuration (see :func:`_shared_client`)."""
+        """The boto3 S3 client for the environment's configuration (see
+        :func:`~.s3_clients.shared_client`)."""
         with self._client_lock:
             if self._client is None:
-                self._client = _shared_client()
+                self._client = shared_client()
             return self._client
+
+    def _signed(self, what: str) -> None:
+        """Refuse to write (``what``) without credentials: the client would send it unsigned."""
+        if unsigned(self.client):
+            raise self.fail(f"cannot {what}: {NO_CREDENTIALS}; reading a public bucket needs "
+                            "none, writing does")
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -169,9 +145,16 @@ class S3Backend(Backend):
         from botocore.exceptions import NoCredentialsError
 
         if isinstance(exc, NoCredentialsError):
-            return self.fail(f"{message}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
-                              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or another source boto3 reads")
-        if self._code(exc) == "NoSuchBucket":
+            return self.fail(f"{message}: {NO_CREDENTIALS}")
+        code = self._code(exc)
+        if code in _REFUSED:  # for a key it does not have too, to who may not list the bucket
+            if unsigned(self.client):
+                return self.forbidden(f"{message}: refused (HTTP 403) to a request sent "
+                                      f"unsigned, which only a public bucket answers: "
+                                      f"{NO_CREDENTIALS}")
+            return self.forbidden(f"{message}: refused (HTTP 403 {code}): the credentials "
+                                  "boto3 found may not read it")
+        if code == "NoSuchBucket":
             return self.fail(f"{message}: bucket {self.bucket!r} does not exist")
         return self.fail(message, exc)
 
@@ -218,6 +201,7 @@ class S3Backend(Backend):
 
     def write(self, key: str, data: bytes) -> None:
         where = f"{self.location}/{key}"
+        self._signed(f"write {where}")
         with self._request(f"writing {where}"):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
@@ -232,6 +216,7 @@ class S3Backend(Backend):
         if not self._conditional:
             return None
         where = f"{self.location}/{key}"
+        self._signed(f"write {where}")
         with self._request(f"writing {where}"):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
@@ -286,6 +271,7 @@ class S3Backend(Backend):
                 progress(count)
 
         where = f"{self.location}/{key}"
+        self._signed(f"upload {source.name} to {where}")
         with self._request(f"upload of {source.name} to {where}"):
             try:
                 with ThreadPoolExecutor(max_workers=1) as hasher:
@@ -318,6 +304,7 @@ class S3Backend(Backend):
               progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
         key = self._key(f"{staging.dataset_id}/{relative}")
         where = f"{self.location}/{staging.dataset_id}/{relative}"
+        self._signed(f"upload {source.name} to {where}")
         before = stat_key(os.stat(source))
         if known is not None and before != known.stat:
             raise changed_since_hashed(source)

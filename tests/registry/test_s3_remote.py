@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from typing import Any
 
 import minari
 import pytest
+from marl_minari.registry.backend import Forbidden
+from marl_strategies import assert_tree_equal
 from registry_helpers import (
     S3_SECRET,
     Interrupted,
@@ -222,14 +225,60 @@ def test_s3_errors_carry_no_credentials(s3_remote: str, small_dataset: Callable[
         assert S3_SECRET not in text
 
 
-def test_s3_missing_credentials_is_explained(moto_endpoint: str, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    use_s3_endpoint(monkeypatch, moto_endpoint)
+def _without_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials anywhere boto3 looks (variables, files, instance metadata)."""
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(RemoteError, match="credentials"):
-        registry.list_datasets("s3://some-bucket")
+
+
+def _make_public(client: Any, remote: str) -> None:
+    """A bucket policy granting everyone reading and listing, as public datasets have."""
+    bucket, _ = _bucket_and_prefix(remote)
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": "*",
+                       "Action": ["s3:GetObject", "s3:ListBucket"],
+                       "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+
+
+def test_a_public_bucket_is_read_without_credentials(
+        s3_remote: str, s3_client: Any, small_dataset: Callable[..., str], block_cache: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``aws s3 --no-sign-request`` reads a public bucket: listing, streaming and
+    downloading, every request unsigned."""
+    dataset_id = small_dataset()
+    registry.publish(dataset_id, s3_remote)
+    local = mm.open_source(dataset_id).read([0, 1])
+    minari.delete_dataset(dataset_id)
+    _make_public(s3_client, s3_remote)
+    _without_credentials(monkeypatch)
+    assert [d.dataset_id for d in registry.list_datasets(s3_remote)] == [dataset_id]
+    streamed = mm.open_source(f"{s3_remote}/{dataset_id}", streaming=True).read([0, 1])
+    assert_tree_equal(dataclasses.asdict(streamed), dataclasses.asdict(local))
+    registry.download(dataset_id, s3_remote)
+    assert mm.load_dataset(dataset_id).total_episodes == 2
+
+
+def test_a_private_bucket_without_credentials_says_so(
+        s3_remote: str, small_dataset: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket that refuses the unsigned request (HTTP 403): a ``Forbidden`` (which a
+    lookup along a URL takes as "nothing published here") saying credentials are missing."""
+    registry.publish(small_dataset(), s3_remote)
+    _without_credentials(monkeypatch)
+    with pytest.raises(Forbidden, match="unsigned.*no AWS credentials found"):
+        registry.list_datasets(s3_remote)
+
+
+def test_writing_without_credentials_is_refused(
+        s3_remote: str, s3_client: Any, small_dataset: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    dataset_id = small_dataset()
+    _without_credentials(monkeypatch)
+    with pytest.raises(RemoteError, match="no AWS credentials found.*writing does"):
+        registry.publish(dataset_id, s3_remote)
+    assert _keys(s3_client, s3_remote) == []
 
 
 def test_remotes_of_one_configuration_share_a_client(s3_remote: str,
