@@ -4,20 +4,21 @@ one deadline for all its requests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.errors import CorruptedDataError, MarlMinariError, RemoteError
 
 from .backend import Backend, Forbidden
 from .credentials import scrub, url_secrets
 from .deadline import Deadline
 from .index import Index, listed_ids, read_index
 from .kinds import minari_remote_kinds, open_backend, resolve_remote, serves_remote, unknown_kind
-from .manifest import Manifest
-from .published import find_manifest, read_manifest
+from .manifest import MAX_MANIFEST_BYTES, Manifest
+from .published import find_manifest, manifest_key, read_manifest
 from .settings import RemoteSettings
 
 MAX_PARALLEL_INDEXES: Final = 8
@@ -149,6 +150,42 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
                         "credentials (user:password@ in an http(s) URL or a token; AWS "
                         "credentials for s3://)")
     return None
+
+
+def find_published_manifest(candidates: Sequence[tuple[str, str]], *,
+                            settings: RemoteSettings | None = None,
+                            manifest_settings: RemoteSettings | None = None
+                            ) -> tuple[str, str, Manifest] | None:
+    """:func:`find_published`, and the manifest of the version found (read with
+    ``manifest_settings``).
+
+    Every candidate ``(registry, dataset_id)`` of one URL names the same manifest, the URL
+    followed by ``manifest.json``: it is requested together with the candidates' indexes,
+    which saves a far reader the round trip it would wait for after them. Its bytes are
+    parsed for the registry the lookup finds, exactly as read there; where that request
+    failed, the manifest is read again, and its error, if any, raised then.
+
+    Raises:
+        as :func:`find_published`, and :func:`~.published.read_manifest`.
+    """
+    first_registry, first_id = candidates[0]
+    early = open_backend(first_registry, settings=manifest_settings)
+    early_key = manifest_key(first_id)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="marl-minari-registry-manifest")
+    try:
+        fetched = pool.submit(early.read, early_key, MAX_MANIFEST_BYTES)
+        found = find_published(candidates, settings=settings)
+        if found is None:
+            return None
+        registry, dataset_id = found
+        backend = open_backend(registry, settings=manifest_settings)
+        raw = None
+        if f"{backend.location}/{manifest_key(dataset_id)}" == f"{early.location}/{early_key}":
+            with contextlib.suppress(MarlMinariError):
+                raw = fetched.result()
+        return registry, dataset_id, read_manifest(backend, dataset_id, fetched=raw)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _index_unless_refused(backend: Backend) -> Index | Forbidden:

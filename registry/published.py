@@ -22,30 +22,44 @@ MAX_METADATA_BYTES: Final = 16 << 20
 """Largest ``metadata.json`` or ``namespace_metadata.json`` read from a remote."""
 
 
-def find_manifest(backend: Backend, dataset_id: str) -> Manifest | None:
+def manifest_key(dataset_id: str) -> str:
+    """Where the manifest of ``dataset_id`` lies in its registry.
+
+    Raises:
+        InvalidDatasetIdError: malformed id.
+    """
+    parse_dataset_id(dataset_id)
+    return f"{dataset_id}/{MANIFEST_FILE_NAME}"
+
+
+def find_manifest(backend: Backend, dataset_id: str,
+                  fetched: bytes | None = None) -> Manifest | None:
     """The manifest of ``dataset_id``, or ``None`` if it has none.
+
+    Args:
+        fetched: the manifest's bytes, when they were read from ``backend`` already.
 
     Raises:
         InvalidDatasetIdError: malformed id.
         CorruptedDataError: the manifest is damaged, unsafe, another dataset's or too large.
     """
-    parse_dataset_id(dataset_id)
-    key = f"{dataset_id}/{MANIFEST_FILE_NAME}"
-    raw = backend.read(key, MAX_MANIFEST_BYTES)
+    key = manifest_key(dataset_id)
+    raw = fetched if fetched is not None else backend.read(key, MAX_MANIFEST_BYTES)
     if raw is None:
         return None
     return Manifest.from_json(raw, dataset_id, f"{backend.location}/{key}")
 
 
-def read_manifest(backend: Backend, dataset_id: str) -> Manifest:
-    """The manifest of a published version.
+def read_manifest(backend: Backend, dataset_id: str,
+                  fetched: bytes | None = None) -> Manifest:
+    """The manifest of a published version (``fetched``: as :func:`find_manifest`).
 
     Raises:
         DatasetNotFoundError: the version is not published (or its publish never claimed it).
         CorruptedDataError: the manifest is damaged, unsafe or too large.
         RemoteError: the registry does not exist.
     """
-    found = find_manifest(backend, dataset_id)
+    found = find_manifest(backend, dataset_id, fetched)
     if found is None:
         backend.check_exists()
         raise DatasetNotFoundError(

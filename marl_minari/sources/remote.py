@@ -24,7 +24,7 @@ is a :class:`~marl_minari.errors.CorruptedDataError` naming it and its key, and 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from marl_minari.errors import (
     CorruptedDataError,
@@ -36,6 +36,10 @@ from marl_minari.errors import (
 from marl_minari.format import layout
 from marl_minari.format.digests import is_hex_digest
 from marl_minari.format.ids import dataset_dir, parse_dataset_id
+
+if TYPE_CHECKING:
+    from marl_minari.registry.manifest import Manifest
+    from marl_minari.registry.settings import RemoteSettings
 
 ORIGINS_FOLDER: Final = "origins"
 """Folder of origin files, under the hidden staging folder of the datasets root."""
@@ -89,10 +93,37 @@ def split_remote_source(url: str) -> tuple[str, str]:
     if not serves_remote(url):  # Minari's own kinds: its split, after the first component
         return splits[-1]
     found = find_published(splits)
-    if found is not None:
-        return found
+    if found is None:
+        raise _published_nowhere(url, splits)
+    return found
+
+
+def find_remote_version(url: str, settings: RemoteSettings) -> tuple[str, str, Manifest]:
+    """The registry, the dataset id and the published manifest ``url`` names, the manifest
+    read with ``settings`` and requested together with the registries' indexes.
+
+    Raises:
+        as :func:`split_remote_source`, and DatasetNotFoundError where the version found has
+        no manifest.
+    """
+    from marl_minari.registry import open_backend, serves_remote
+    from marl_minari.registry.lookup import find_published_manifest
+    from marl_minari.registry.published import read_manifest
+
+    splits = candidate_splits(url)
+    if not serves_remote(url):  # Minari's own kinds: its split, after the first component
+        registry, dataset_id = splits[-1]
+        return registry, dataset_id, read_manifest(open_backend(registry, settings=settings),
+                                                   dataset_id)
+    found = find_published_manifest(splits, manifest_settings=settings)
+    if found is None:
+        raise _published_nowhere(url, splits)
+    return found
+
+
+def _published_nowhere(url: str, splits: list[tuple[str, str]]) -> DatasetNotFoundError:
     tried = ", ".join(shown_url(r) for r, _ in splits)
-    raise DatasetNotFoundError(
+    return DatasetNotFoundError(
         f"no registry along {shown_url(url)} publishes the dataset at its end (tried the "
         f"registries {tried}); "
         "list a registry's datasets with `marl-minari remote list --remote REGISTRY`")

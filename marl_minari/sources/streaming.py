@@ -49,7 +49,7 @@ from marl_minari.format.returns import episode_returns
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.sources.base import DEFAULT_CHUNK_STEPS, DatasetSource, EpisodeAttributes
 from marl_minari.sources.plain import plain_file_episodes, spec_of
-from marl_minari.sources.remote import shown_url, split_remote_source
+from marl_minari.sources.remote import find_remote_version, shown_url
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.byte_ranges import RangesFile
 from marl_minari.storage.datafile import (
@@ -126,15 +126,12 @@ class StreamingSource(DatasetSource):
 
     def __init__(self, url: str, *, settings: Any = None,
                  episode_indices: np.ndarray | None = None) -> None:
-        from marl_minari.registry import StreamSettings, open_backend
-        from marl_minari.registry.published import read_manifest
+        from marl_minari.registry import StreamSettings
         from marl_minari.registry.remote_file import RemoteFile
 
         self.url = url
         self.settings = settings or StreamSettings()
-        self.registry, published_id = split_remote_source(url)
-        manifest = read_manifest(open_backend(self.registry, settings=self.settings.remote),
-                                 published_id)
+        self.registry, published_id, manifest = find_remote_version(url, self.settings.remote)
         entries = {entry.path: entry for entry in manifest.files}
         if MAIN_PATH not in entries:
             raise LayoutError(f"{shown_url(url)} has no {MAIN_PATH}: only HDF5 datasets are "

@@ -61,6 +61,54 @@ def test_a_streamed_pass_reuses_its_connections(
     _read_three_times(url, handler.connections, handler.answers)
 
 
+def test_the_manifest_is_requested_once_with_the_lookup(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The manifest of the version a URL names goes out with the registries' indexes, and
+    its bytes are the ones parsed: one request for it in a streaming open."""
+    url, handler = _counting(thread_server, registry_dir)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    assert source.total_episodes == 12
+    manifests = [path for path, _, _ in handler.served if path.endswith("/manifest.json")]
+    assert manifests == [f"/{DATASET}/manifest.json"]
+
+
+def test_a_manifest_requested_at_another_url_is_read_again_from_the_registry(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A doubled slash: the manifest requested with the lookup is at the URL's path, the
+    registry found reads it at its own location, so it is read again there (the server
+    takes both paths for one: Python's server folds leading slashes)."""
+    url, handler = _counting(thread_server, registry_dir)
+    source = mm.open_source(f"{url}//{DATASET}", streaming=True)
+    assert source.total_episodes == 12
+    manifests = [path for path, _, _ in handler.served if path.endswith("manifest.json")]
+    assert manifests == [f"/{DATASET}/manifest.json"] * 2
+
+
+class FailingOnce(CountingHandler):
+    """Answers the first request for a manifest with HTTP 503."""
+
+    failed: ClassVar[list[str]] = []
+
+    def send_head(self) -> Any:
+        if self.path.endswith("manifest.json") and not self.failed:
+            self.failed.append(self.path)
+            self.send_error(503)
+            return None
+        return super().send_head()
+
+
+def test_a_manifest_request_failing_with_the_lookup_is_made_again(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The error of the manifest's early request is not the open's: the manifest is read
+    again for the registry found, and that read's error, if any, is raised."""
+    url, handler = _counting(thread_server, registry_dir, FailingOnce, failed=[])
+    assert mm.open_source(f"{url}/{DATASET}", streaming=True).total_episodes == 12
+    assert handler.failed == [f"/{DATASET}/manifest.json"]
+
+
 def test_a_server_speaking_http_1_0_gets_a_connection_per_request(
         streamable: Path, registry_dir: Path, block_cache: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
