@@ -69,7 +69,9 @@ class _Pool:
 
     def __init__(self) -> None:
         self._idle: dict[Hashable, list[_Keepable]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a response the garbage collector finalizes gives its connection back
+        # on whatever thread it runs, possibly one inside this lock.
+        self._lock = threading.RLock()
 
     def take(self, server: Hashable) -> _Keepable | None:
         with self._lock:
@@ -100,7 +102,7 @@ class _Pool:
         """Drop every idle connection without a word to its server: a forked child's are
         its parent's. Their sockets close with their last reference."""
         self._idle = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 _POOL: Final = _Pool()

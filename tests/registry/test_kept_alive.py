@@ -6,6 +6,7 @@ starts with none of its parent's."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing
 import socket
 import threading
@@ -308,6 +309,30 @@ def test_a_kept_connection_waits_as_long_as_its_new_operation_allows(
     assert len(handler.connections) == 1 and idle_connections() == 1
     (kept,) = (c for idle in connections._POOL._idle.values() for c in idle)
     assert kept.sock.gettimeout() > 20
+
+
+def test_a_response_finalized_inside_the_pool_gives_its_connection_back(
+        published: str, registry_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The garbage collector may finalize a response left in a reference cycle on a thread
+    that holds the pool's lock: giving its connection back then must not wait on itself."""
+    monkeypatch.setattr(connections, "_POOL", connections._Pool())  # a stuck one stays here
+    url, _ = _counting(thread_server, registry_dir)
+    backend = HttpBackend(url.removeprefix("http://"))
+    response = backend._open("_index.json")
+    response.read()
+    response.cycle = response  # only the collector frees it
+    del response
+    done = threading.Event()
+
+    def collect_inside_the_lock() -> None:
+        with connections._POOL._lock:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_inside_the_lock, daemon=True).start()
+    assert done.wait(30), "giving the connection back waited on the pool's own lock"
+    assert idle_connections() == 1
 
 
 class SwitchedDeadline(Deadline):
