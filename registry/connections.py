@@ -3,7 +3,7 @@
 urllib opens a connection for each request and closes it after (its handlers send
 ``Connection: close``). On a far host every new connection costs a round trip before the
 request (TCP), two under HTTPS (TLS), so a streamed dataset whose reads each wait on one
-request would wait three round trips for each. :func:`open_kept_alive` is the body of our
+request would wait two round trips for each, three under HTTPS. :func:`open_kept_alive` is the body of our
 urllib handlers instead: it takes an idle connection to the same server when there is one,
 and a response read to its end gives its connection back. Redirects, proxies and errors stay
 urllib's.
@@ -29,9 +29,10 @@ from typing import Any, Final, Protocol
 
 from .deadline import Deadline, Watch
 
-IDLE_PER_SERVER: Final = 16
+IDLE_PER_SERVER = 16
 """Idle connections kept per server: the streaming reader's parallel requests (8 by default)
-and the lookup's candidate registries (up to 8) each hold one."""
+and the lookup's candidate registries (up to 8) each hold one. ``0`` keeps none (a
+connection per request, as urllib alone: ``benchmarks/bench_remote.py`` compares both)."""
 
 
 class _Keepable(Protocol):
