@@ -3,10 +3,10 @@
 urllib opens a connection for each request and closes it after (its handlers send
 ``Connection: close``). On a far host every new connection costs a round trip before the
 request (TCP), two under HTTPS (TLS), so a streamed dataset whose reads each wait on one
-request would wait two round trips for each, three under HTTPS. :func:`open_kept_alive` is the body of our
-urllib handlers instead: it takes an idle connection to the same server when there is one,
-and a response read to its end gives its connection back. Redirects, proxies and errors stay
-urllib's.
+request would wait two round trips for each, three under HTTPS. :func:`open_kept_alive` is
+the body of our urllib handlers instead: it takes an idle connection to the same server when
+there is one, and a response read to its end gives its connection back. Redirects, proxies
+and errors stay urllib's.
 
 A connection is watched by the deadline of the operation using it (:class:`~.deadline.Watch`),
 from its socket's creation or its taking from the pool to its giving back: a deadline that
