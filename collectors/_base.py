@@ -10,6 +10,7 @@ from typing import Any
 from marl_minari.collectors.builder import EpisodeBuilder
 from marl_minari.collectors.in_place import dataset_id_of, refreshed, stored_episode_count
 from marl_minari.collectors.reference_scores import JointPolicy, reference_scores
+from marl_minari.collectors.space_checks import SpaceChecks
 
 from marl_minari.envs.make import describe_env
 from marl_minari.errors import EnvApiError
@@ -104,6 +105,8 @@ class RecorderCore:
         self._durability = durability
         self.writer = JournalWriter(self._append, background=background_writing,
                                     capacity=writer_queue)
+        self._space_checks = SpaceChecks(self.spec)
+        self._finished = 0
 
     @property
     def recording(self) -> Recording:
@@ -134,6 +137,8 @@ class RecorderCore:
                 note = metadata_callback(episode)
         finally:
             self.writer.submit(episode, note)
+        self._space_checks.check(episode, self._finished)  # once it is stored
+        self._finished += 1
         return episode
 
     def _append(self, episode: MultiAgentEpisode, note: dict[str, Any] | None) -> None:

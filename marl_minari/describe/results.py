@@ -108,8 +108,9 @@ class ActionSummary:
         counts: discrete kinds: how often each label occurred.
         minimum, maximum, mean, std: continuous: per-dimension range, mean and population
             standard deviation.
-        out_of_space: actions outside the space (a discrete value out of range, a Box value
-            outside its bounds); they are not in ``counts``.
+        out_of_space: actions outside the space (a discrete value out of range, a bit other
+            than 0 or 1, a Box value outside its bounds or NaN), by the rule recorders warn by
+            (:func:`~marl_minari.format.spaces.rows_outside`); they are not in ``counts``.
     """
 
     path: str

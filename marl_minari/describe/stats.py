@@ -21,7 +21,7 @@ from marl_minari.describe.results import (
 )
 from marl_minari.errors import LayoutError
 from marl_minari.format.returns import sequential_sums
-from marl_minari.format.spaces import leaf_spaces, leaves
+from marl_minari.format.spaces import leaf_spaces, leaves, rows_outside
 from marl_minari.storage.arrays import MultiAgentArrays
 
 
@@ -63,29 +63,24 @@ class _ActionStats:
         if n == 0:
             return
         self.samples += n
+        values = np.asarray(values)
+        outside = rows_outside(self.space, values)
+        self.out_of_space += int(outside.sum())
         if self.kind == "discrete":
             assert isinstance(self.space, spaces.Discrete)
-            shifted = np.asarray(values, dtype=np.int64).reshape(-1) - int(self.space.start)
-            size = len(self.counts)
-            valid = (shifted >= 0) & (shifted < size)
-            self.out_of_space += int(n - valid.sum())
-            self.counts += np.bincount(shifted[valid], minlength=size)
+            shifted = values.astype(np.int64).reshape(-1) - int(self.space.start)
+            self.counts += np.bincount(shifted[~outside], minlength=len(self.counts))
         elif self.kind == "multi_discrete":
             assert isinstance(self.space, spaces.MultiDiscrete)
             start = np.asarray(getattr(self.space, "start", 0), dtype=np.int64).reshape(-1)
-            shifted = np.asarray(values, dtype=np.int64).reshape(n, -1) - start
-            inside = ((shifted >= 0) & (shifted < self.nvec)).all(axis=1)
-            self.out_of_space += int((~inside).sum())
-            flat = (shifted + self.offsets)[inside].reshape(-1)  # out-of-space rows: uncounted
+            shifted = values.astype(np.int64).reshape(n, -1) - start
+            flat = (shifted + self.offsets)[~outside].reshape(-1)  # out-of-space rows: uncounted
             self.counts += np.bincount(flat, minlength=len(self.counts))
         elif self.kind == "binary":
-            bits = np.asarray(values).reshape(n, -1)
-            inside = np.isin(bits, (0, 1)).all(axis=1)
-            self.out_of_space += int((~inside).sum())
-            self.counts += (bits[inside] == 1).sum(axis=0).astype(np.int64)
+            bits = values.reshape(n, -1)
+            self.counts += (bits[~outside] == 1).sum(axis=0).astype(np.int64)
         elif self.kind == "continuous":
-            rows = np.asarray(values, dtype=np.float64).reshape(n, -1)
-            self.out_of_space += int(((rows < self.low) | (rows > self.high)).any(axis=1).sum())
+            rows = values.astype(np.float64).reshape(n, -1)
             self.minimum = np.minimum(self.minimum, rows.min(axis=0))
             self.maximum = np.maximum(self.maximum, rows.max(axis=0))
             mean = rows.mean(axis=0)

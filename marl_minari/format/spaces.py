@@ -265,11 +265,21 @@ def _leaf_rows_outside(space: spaces.Space, values: np.ndarray) -> np.ndarray:
     elif isinstance(space, spaces.MultiBinary):
         low, high = 0, 1
     elif isinstance(space, spaces.Box):
+        if _holds_every_value(space, flat.dtype):  # images: no pixel to compare
+            return np.zeros(len(values), dtype=bool)
         low, high = space.low.reshape(1, -1), space.high.reshape(1, -1)
     else:
         return np.zeros(len(values), dtype=bool)
     inside = (flat >= low) & (flat <= high)  # NaN is never inside
     return np.asarray(~inside.all(axis=1))
+
+
+def _holds_every_value(space: spaces.Box, dtype: np.dtype) -> bool:
+    """Whether every value of the integer ``dtype`` lies within the box's bounds."""
+    if dtype.kind not in "iu":
+        return False
+    limits = np.iinfo(dtype)
+    return bool((space.low <= limits.min).all() and (space.high >= limits.max).all())
 
 
 def tree_rows(tree: Tree) -> int:
@@ -300,3 +310,4 @@ def nest(flat: Mapping[str, Any] | Mapping[tuple[str, ...], Any]) -> Any:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return out
+

@@ -1,0 +1,126 @@
+"""Values recorded outside their spaces are warned of, as Minari's ``DataCollector`` warns of
+them, once per agent and kind, and stored as given."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+import marl_minari as mm
+
+
+def _ours(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "lies outside its space" in str(w.message)]
+
+
+def test_actions_outside_a_real_envs_space_are_warned_of_once_and_stored() -> None:
+    """mpe2 with continuous actions clips an action above 1 and goes on: the recorder warns of
+    the agent that sent it, once, and stores the action as sent."""
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", continuous_actions=True,
+                                               max_cycles=4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for episode in range(2):
+            env.reset(seed=episode)
+            while env.agents:
+                env.step({a: np.full(5, 1.5 if a == "agent_1" else 0.5, dtype=np.float32)
+                          for a in env.agents})
+    ours = _ours(caught)
+    assert len(ours) == 1, ours
+    assert "recorded episode 0" in ours[0] and "action of agent 'agent_1'" in ours[0]
+    assert "Box(0.0, 1.0, (5,), float32) at 4 step(s) (first: step 0)" in ours[0]
+    dataset = env.create_dataset("mpe2/spread/outside-v0")
+    env.close()
+    stored = dataset[1].actions["agent_1"]
+    assert np.all(stored == np.float32(1.5))
+    assert caught[0].filename == __file__  # pointed at the step that sent it
+
+
+class _Drifting(ParallelEnv):
+    """Two agents for ``length`` steps. Agent ``b`` observes 2.0 (above its ``Box(0, 1)``) at
+    observation row 2, and leaves after ``b_leaves`` steps; actions are ``Discrete(3,
+    start=1)``, whose fill value for an absent agent's rows (0) is outside the space."""
+
+    metadata = {"name": "drifting_v0"}
+
+    def __init__(self, length: int = 4, b_leaves: int = 99) -> None:
+        self.possible_agents = ["a", "b"]
+        self.length, self.b_leaves = length, b_leaves
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(0.0, 1.0, (3,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3, start=1)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        row = np.full(3, 2.0 if self.t == 2 else 0.5, dtype=np.float32)
+        return {a: (row if a == "b" else np.full(3, 0.5, dtype=np.float32)) for a in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, int]) -> Any:
+        self.t += 1
+        done = self.t >= self.length
+        leaving = {a: done or (a == "b" and self.t >= self.b_leaves) for a in self.agents}
+        observations = self._observe()
+        rewards = {a: 0.0 for a in self.agents}
+        truncations = {a: False for a in self.agents}
+        infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not leaving[a]]
+        return observations, rewards, leaving, truncations, infos
+
+
+def test_observations_and_actions_outside_their_spaces_name_agent_and_row() -> None:
+    env = mm.ParallelDataCollector(_Drifting(), env_descriptor=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.reset(seed=0)
+        env.step({"a": 1, "b": 1})
+        env.step({"a": 7, "b": 1})  # 7: outside Discrete(3, start=1)
+        while env.agents:
+            env.step({a: 1 for a in env.agents})
+    ours = _ours(caught)
+    assert len(ours) == 1, ours
+    assert "the action of agent 'a' lies outside its space Discrete(3, start=1) at 1 step(s) " \
+           "(first: step 1)" in ours[0]
+    assert "the observation of agent 'b' lies outside its space" in ours[0]
+    assert "(first: observation row 2)" in ours[0]
+    env.close()
+
+
+def test_the_rows_of_an_absent_agent_are_not_looked_at() -> None:
+    """Agent ``b`` leaves after one step: its later action rows hold the fill value 0, outside
+    ``Discrete(3, start=1)``, and are no value it sent."""
+    env = mm.ParallelDataCollector(_Drifting(length=4, b_leaves=1), env_descriptor=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.reset(seed=0)
+        while env.agents:
+            env.step({a: 1 for a in env.agents})
+    assert _ours(caught) == []
+    env.close()
+
+
+@pytest.mark.parametrize(("env_id", "jpeg"), [("mpe2/simple_spread_v3", True),
+                                              ("butterfly/pistonball_v6", True),
+                                              ("butterfly/pistonball_v6", False)])
+def test_values_inside_their_spaces_are_not_warned_of(env_id: str, jpeg: bool) -> None:
+    """Images too: rows on their way to JPEG encoding, and stacked ones."""
+    kwargs = {"max_cycles": 3} if env_id.startswith("mpe2") else {"max_cycles": 2, "n_pistons": 3}
+    env = mm.ParallelDataCollector(mm.make_env(env_id, **kwargs), jpeg_encoding=jpeg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.reset(seed=0)
+        while env.agents:
+            env.step({a: env.action_space(a).sample() for a in env.agents})
+    assert _ours(caught) == []
+    env.close()
