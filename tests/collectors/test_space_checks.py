@@ -41,6 +41,26 @@ def test_actions_outside_a_real_envs_space_are_warned_of_once_and_stored() -> No
     assert caught[0].filename == __file__  # pointed at the step that sent it
 
 
+def test_an_aec_recorder_warns_of_them_too() -> None:
+    """The turn-based view of the same env: the agent's turn whose action is out of bounds."""
+    env = mm.AECDataCollector(mm.make_env("mpe2/simple_spread_v3", api="aec",
+                                          continuous_actions=True, max_cycles=3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env.reset(seed=0)
+        for agent in env.agent_iter():
+            _, _, termination, truncation, _ = env.last()
+            done = termination or truncation
+            env.step(None if done else np.full(5, 1.5 if agent == "agent_2" else 0.5,
+                                               dtype=np.float32))
+    ours = [w for w in caught if "lies outside its space" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "the action of agent 'agent_2'" in str(ours[0].message)
+    assert "agent_0" not in str(ours[0].message)
+    assert ours[0].filename == __file__
+    env.close()
+
+
 class _Drifting(ParallelEnv):
     """Two agents for ``length`` steps. Agent ``b`` observes 2.0 (above its ``Box(0, 1)``) at
     observation row 2, and leaves after ``b_leaves`` steps; actions are ``Discrete(3,
