@@ -117,11 +117,13 @@ class S3Backend(Backend):
                 self._client = shared_client()
             return self._client
 
-    def _signed(self, what: str) -> None:
-        """Refuse to write (``what``) without credentials: the client would send it unsigned."""
+    def require_writable(self) -> None:
+        """Refuse to write without credentials, before anything is sent: the client would
+        send the writes unsigned (see :mod:`.s3_clients`)."""
+        super().require_writable()
         if unsigned(self.client):
-            raise self.fail(f"cannot {what}: {NO_CREDENTIALS}; reading a public bucket needs "
-                            "none, writing does")
+            raise self.fail(f"cannot write to {self.location}: {NO_CREDENTIALS}; reading a "
+                            "public bucket needs none, writing does")
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -201,7 +203,6 @@ class S3Backend(Backend):
 
     def write(self, key: str, data: bytes) -> None:
         where = f"{self.location}/{key}"
-        self._signed(f"write {where}")
         with self._request(f"writing {where}"):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
@@ -216,7 +217,6 @@ class S3Backend(Backend):
         if not self._conditional:
             return None
         where = f"{self.location}/{key}"
-        self._signed(f"write {where}")
         with self._request(f"writing {where}"):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
@@ -271,7 +271,6 @@ class S3Backend(Backend):
                 progress(count)
 
         where = f"{self.location}/{key}"
-        self._signed(f"upload {source.name} to {where}")
         with self._request(f"upload of {source.name} to {where}"):
             try:
                 with ThreadPoolExecutor(max_workers=1) as hasher:
@@ -304,7 +303,6 @@ class S3Backend(Backend):
               progress: Progress | None, known: RememberedDigests | None) -> FileDigests:
         key = self._key(f"{staging.dataset_id}/{relative}")
         where = f"{self.location}/{staging.dataset_id}/{relative}"
-        self._signed(f"upload {source.name} to {where}")
         before = stat_key(os.stat(source))
         if known is not None and before != known.stat:
             raise changed_since_hashed(source)

@@ -6,7 +6,7 @@ often shared) answers unsigned requests; boto3 itself refuses to send any withou
 (``NoCredentialsError``), where the AWS CLI needs ``--no-sign-request`` and ``s3fs``
 ``anon=True``. A reader with no credentials at all gets an unsigned client, so a public
 registry reads as an ``https://`` one does; writing needs credentials
-(:func:`require_credentials`).
+(:meth:`~.s3.S3Backend.require_writable`, which every write operation calls first).
 """
 
 from __future__ import annotations

@@ -52,8 +52,6 @@ class _ActionStats:
             self.maximum = np.full(dims, -np.inf)
             self.mean = np.zeros(dims)
             self.m2 = np.zeros(dims)
-            self.low = np.asarray(space.low, dtype=np.float64).reshape(-1)
-            self.high = np.asarray(space.high, dtype=np.float64).reshape(-1)
         else:
             self.kind = "text"
 

@@ -310,4 +310,3 @@ def nest(flat: Mapping[str, Any] | Mapping[tuple[str, ...], Any]) -> Any:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return out
-
