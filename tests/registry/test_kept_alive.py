@@ -145,6 +145,14 @@ def _read_three_times(url: str, connections: list[int], requests: list[Any]) -> 
     assert idle_connections() >= 1
 
 
+def _use_proxy(monkeypatch: pytest.MonkeyPatch, variable: str, proxy: str) -> None:
+    """``variable`` (``http_proxy``, ``https_proxy``) names ``proxy``, as urllib reads it, and
+    nothing exempts the loopback servers from it."""
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, proxy)
+
+
 def _proxy(running_servers: list[Any], directory: Path) -> tuple[str, Any]:
     handler = type("Proxy", (ForwardProxyHandler,), {
         "connections": [], "requests": [], "credentials": [], "lock": threading.Lock()})
@@ -166,9 +174,7 @@ def test_reads_through_a_proxy_keep_their_connections_to_it(
         authority = request.getfixturevalue("tls_authority")
         url = request.getfixturevalue("https_server")(registry_dir, handler, authority)
     proxy, proxy_handler = _proxy(running_servers, registry_dir)
-    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(f"{scheme}_proxy", proxy)
+    _use_proxy(monkeypatch, f"{scheme}_proxy", proxy)
     if scheme == "http":
         _read_three_times(url, proxy_handler.connections, proxy_handler.requests)
     else:
@@ -190,9 +196,7 @@ def test_a_tunnel_through_a_proxy_reaches_only_its_own_server(
     first = https_server(registry_dir, RangeHandler, tls_authority)
     second = https_server(tmp_path / "empty-registry", RangeHandler, tls_authority)
     proxy, _ = _proxy(running_servers, registry_dir)
-    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("https_proxy", proxy)
+    _use_proxy(monkeypatch, "https_proxy", proxy)
     assert [d.dataset_id for d in registry.list_datasets(first)] == [published]
     assert idle_connections() == 1
     assert registry.list_datasets(second) == []
@@ -214,9 +218,7 @@ def test_a_proxys_credentials_go_to_the_proxy_only(
     origin = range_handler("Origin", ProxyCredentialsRecorder, seen=[])
     url = https_server(registry_dir, origin, tls_authority)
     proxy, proxy_handler = _proxy(running_servers, registry_dir)
-    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("https_proxy", proxy.replace("http://", "http://proxy-user:pw-42@"))
+    _use_proxy(monkeypatch, "https_proxy", proxy.replace("http://", "http://proxy-user:pw-42@"))
     for _ in range(2):
         registry.download(published, url, force=True)
     assert proxy_handler.credentials and all(
