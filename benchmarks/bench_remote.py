@@ -299,9 +299,10 @@ def main() -> None:
         # ROUND_TRIP late, and every new connection ROUND_TRIP late (its TCP handshake), so
         # that the time taken counts the requests and connections that waited for others;
         # then with no connection kept alive, as every request had its own before
+        kept = connections.IDLE_PER_SERVER
         for keep_alive in (True, False):
             connections.close_idle_connections()
-            connections.IDLE_PER_SERVER = 16 if keep_alive else 0
+            connections.IDLE_PER_SERVER = kept if keep_alive else 0
             far_host = far_handler(ROUND_TRIP)
             with serve_counting(registry_dir, far_host) as far:
                 fresh_cache(root, f"far-{keep_alive}")
@@ -327,7 +328,7 @@ def main() -> None:
                   f"index; {opened_requests} requests on {opened_connections} connections; the "
                   f"next episode {(second - done) / ROUND_TRIP:.2f}, {next_requests} requests on "
                   f"{next_connections} new connections) (goal <= 4 round trips after the index)")
-        connections.IDLE_PER_SERVER = 16
+        connections.IDLE_PER_SERVER = kept
 
         # 4: a full streamed pass against a plain download, same run
         streamed, second, same, plain, verified = [], [], [], [], []
