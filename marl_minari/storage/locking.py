@@ -83,6 +83,19 @@ def not_writable(exc: OSError, path: Path | str, what: str) -> OSError:
         "copy elsewhere (MINARI_DATASETS_PATH).")
 
 
+def _file_lock(path: Path) -> FileLock:
+    """An OS lock on ``path`` that any thread of this process may release.
+
+    A recorder claims its recording in whichever thread finishes the first episode and may be
+    closed from another. filelock's default per-thread locks would make that release a no-op
+    and leave the lock to the garbage collector, whose finalizer can then deadlock a thread
+    being started (it asks an exited thread ``is_alive`` inside ``threading``'s own lock).
+    Each call makes a new object, so threads of one process still exclude each other through
+    the OS lock.
+    """
+    return FileLock(path, thread_local=False)
+
+
 def _lock_path(kind: str, key: str) -> Path:
     """A short, unique lock file name for ``key`` (ids and paths may be long or nested)."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
@@ -100,7 +113,7 @@ def dataset_lock(dataset_id: str) -> Iterator[None]:
     """
     path = _lock_path("dataset", dataset_id)
     timeout = lock_timeout()
-    lock = FileLock(path)
+    lock = _file_lock(path)
     try:
         path.parent.mkdir(exist_ok=True)
         lock.acquire(timeout=timeout)
@@ -125,7 +138,7 @@ def claim_recording(folder: Path) -> FileLock:
         LockedError: a live process is recording into (or recovering) ``folder``.
     """
     path = _lock_path("recording", str(Path(folder).resolve()))
-    lock = FileLock(path)
+    lock = _file_lock(path)
     try:
         path.parent.mkdir(exist_ok=True)
         lock.acquire(timeout=0)
@@ -159,7 +172,7 @@ def staging_folder(parent: Path, kind: str) -> Iterator[Path]:
         raise ValueError(f"staging kind must be lowercase letters, got {kind!r}")
     name = f"{kind}-{uuid.uuid4().hex}"
     lock_file = parent / f"{name}.lock"
-    lock = FileLock(lock_file)
+    lock = _file_lock(lock_file)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=0)
@@ -191,7 +204,7 @@ def remove_stale_staging(parent: Path) -> list[Path]:
         if not (_STAGED.fullmatch(folder.name) and folder.is_dir()):
             continue
         lock_file = parent / f"{folder.name}.lock"
-        lock = FileLock(lock_file)
+        lock = _file_lock(lock_file)
         try:
             lock.acquire(timeout=0)
         except OSError:  # a live writer's (Timeout), or one this user may not remove

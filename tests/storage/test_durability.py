@@ -11,19 +11,27 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
 import h5py
 import minari
 import pytest
+from filelock import FileLock
 
 import marl_minari as mm
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, LockedError
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
 from marl_minari.storage.journal import read_journal
-from marl_minari.storage.locking import remove_stale_staging, staging_root
+from marl_minari.storage.locking import (
+    claim_recording,
+    dataset_lock,
+    recording_in_use,
+    remove_stale_staging,
+    staging_root,
+)
 from marl_minari.storage.recording import (
     JOURNAL_NAME,
     Recording,
@@ -251,6 +259,41 @@ def test_discard_removes_a_dead_recording_and_refuses_a_live_one(tmp_path: Path)
     assert not (tmp_path / "rec").exists()
     with pytest.raises(DatasetNotFoundError, match="not a recording folder"):
         discard_recording(tmp_path)
+
+
+def test_a_recording_claimed_in_one_thread_is_let_go_by_another(tmp_path: Path) -> None:
+    # A recorder stepped in a worker thread claims its recording there; the main thread closes
+    # it. The release must free the recording while the lock object is still referenced.
+    claimed: list[FileLock] = []
+    worker = threading.Thread(target=lambda: claimed.append(claim_recording(tmp_path)))
+    worker.start()
+    worker.join()
+    assert recording_in_use(tmp_path)
+    claimed[0].release()
+    assert not recording_in_use(tmp_path)
+
+
+def test_two_threads_of_one_process_exclude_each_other_from_a_dataset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARL_MINARI_LOCK_TIMEOUT", "0.2")
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with dataset_lock("threads/x-v0"):
+            inside.set()
+            leave.wait(30)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(LockedError, match="threads/x-v0"), dataset_lock("threads/x-v0"):
+            pass
+    finally:
+        leave.set()
+        worker.join()
+    with dataset_lock("threads/x-v0"):
+        pass
 
 
 def test_live_recordings_are_listed_as_in_use(datasets_root: Path) -> None:
