@@ -22,8 +22,8 @@ honours ``Range`` and counts every request and byte. Then, each with an empty bl
 
 5. where a first pass's floor lies, same run: the open alone (``open_source``), and fetching
    and verifying every block of the data file with nothing compared or copied
-   (``RemoteFile.prefetch_ranges`` of the whole file), with the disk cache and without it
-   (``cache_bytes=0``), against the same plain download.
+   (``RemoteFile.prefetch_ranges`` of the whole file, then ``settle`` for its cache writes),
+   with the disk cache and without it (``cache_bytes=0``), against the same plain download.
 
 Minari's ``load_dataset(download=True)`` (and OG-MARL's downloader) move 100% of the files
 before the first episode; ``registry.download`` too, printed beside::
@@ -371,6 +371,7 @@ def main() -> None:
                     settings=registry.StreamSettings(cache_bytes=budget))
                 started = time.perf_counter()
                 data_file.prefetch_ranges([(0, data_file.size)])
+                data_file.settle()  # the cache writes made, as a read waits for them
                 times.append(time.perf_counter() - started)
             plain.append(timed_plain_download(url, root / "plain.hdf5"))
         print(f"floor of a first pass: the open {min(opened):.3f} s; every block fetched and "

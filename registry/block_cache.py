@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -39,6 +40,7 @@ from marl_minari.errors import RemoteError
 from marl_minari.format.digests import hash_file
 
 from .blocks import Block, adjacent_runs, run_matches
+from .cache_writes import CACHE_WRITES
 
 CACHE_ENV_VAR: Final = "MARL_MINARI_CACHE"
 """Folder of the block cache (default ``~/.cache/marl-minari/blocks``)."""
@@ -253,11 +255,27 @@ class BlockCache:
         for run in adjacent_runs(verified):
             self.put_run(key, run, data[run[0].offset - start:run[-1].end - start])
 
+    def put_verified_soon(self, key: str, verified: Sequence[Block], data: memoryview,
+                          start: int) -> None:
+        """:meth:`put_verified` on the process's cache writer
+        (:mod:`~marl_minari.registry.cache_writes`): ``data`` is kept until written, and
+        :meth:`settle` waits for it."""
+        if not self.max_bytes or not verified:
+            return
+        size = verified[-1].end - verified[0].offset
+        CACHE_WRITES.submit(str(self.pack_folder(key)), size,
+                            partial(self.put_verified, key, verified, data, start))
+
+    def settle(self, key: str) -> None:
+        """Wait for the writes of the file pinned by ``key`` handed to the cache writer."""
+        CACHE_WRITES.settle(str(self.pack_folder(key)))
+
     def _holders_of(self, key: str, blocks: Sequence[Block], file_blocks: Sequence[Block]
                     ) -> dict[int, Pack]:
         """The packs holding the file's blocks (:meth:`_holders`), the pack folder listed
         again when it is not known to hold every one of ``blocks`` (another process may have
-        kept them since)."""
+        kept them since), once the writes this process handed over for it are made."""
+        self.settle(key)
         holders = self._holders(key, file_blocks)
         if any(block.number not in holders for block in blocks):
             holders = self._holders(key, file_blocks, refresh=True)

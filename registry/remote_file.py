@@ -267,7 +267,9 @@ class RemoteFile:
     def prefetch(self, numbers: Sequence[int]) -> None:
         """Fetch (and verify and cache) the blocks ``numbers`` now, together: the blocks a
         reader is known to need next (the manifest's ``open_blocks``). Blocks the disk cache
-        holds are left for the read, which checks them in the memory it copies from."""
+        holds are left for the read, which checks them in the memory it copies from. The
+        fetched blocks are written to the disk cache while the caller goes on: :meth:`settle`
+        waits for them."""
         if self.entry.block_size is None or self._whole_fd is not None:
             return
         wanted = sorted(set(numbers))
@@ -275,7 +277,8 @@ class RemoteFile:
         absent = [self._blocks[n] for n in wanted if n not in kept]
         held = self._cache.holds(self.pinned_digest, absent, self._blocks)
         with contextlib.suppress(RangesIgnored):  # cached blocks are read (and checked) later
-            self._blocks_bytes([block.number for block in absent if block.number not in held])
+            self._blocks_bytes([block.number for block in absent if block.number not in held],
+                               settle=False)
 
     @property
     def block_size(self) -> int | None:
@@ -292,7 +295,8 @@ class RemoteFile:
         """Fetch now, together, the blocks covering ``ranges`` (what the caller reads next:
         an episode reader's leaves, before HDF5 compares their index entries, reading object
         headers that mostly lie in the same blocks). Ranges outside the file are left to the
-        read that follows, which names them."""
+        read that follows, which names them. As for :meth:`prefetch`, :meth:`settle` waits
+        for their cache writes."""
         if self.entry.block_size is None or self._whole_fd is not None:
             return
         block_size = self.entry.block_size
@@ -305,6 +309,13 @@ class RemoteFile:
         np.add.at(edges, asked[:, 0] // block_size, 1)
         np.add.at(edges, (asked[:, 0] + asked[:, 1] - 1) // block_size + 1, -1)
         self.prefetch(np.flatnonzero(np.cumsum(edges)[:-1] > 0).tolist())
+
+    def settle(self) -> None:
+        """Wait until the blocks this process fetched of the file are in the disk cache
+        (:meth:`prefetch` leaves them to the cache writer); say once if the cache cannot be
+        written."""
+        self._cache.settle(self.pinned_digest)
+        self._say_if_uncached()
 
     def close(self) -> None:
         """Release the whole-file copy, if one was made (a cached one stays cached)."""
@@ -343,7 +354,8 @@ class RemoteFile:
             pieces.append(memoryview(found[number])[start - block.offset:end - block.offset])
         return pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
 
-    def _blocks_bytes(self, numbers: list[int]) -> dict[int, bytes | memoryview]:
+    def _blocks_bytes(self, numbers: list[int], *, settle: bool = True
+                      ) -> dict[int, bytes | memoryview]:
         found = self._memory.get_many(numbers)
         absent = [number for number in numbers if number not in found]
         if absent:  # a buffer per fetched run's size: a remembered block keeps it alive
@@ -354,11 +366,21 @@ class RemoteFile:
             found.update(cached)
             missing = [number for number in absent if number not in found]
             if missing:
-                found.update(self._fetch(missing))
-                self._say_if_uncached()
+                found.update(self._fetch(missing, settle=settle))
         return found
 
-    def _fetch(self, missing: list[int]) -> dict[int, bytes | memoryview]:
+    def _fetch(self, missing: list[int], *, settle: bool = True
+               ) -> dict[int, bytes | memoryview]:
+        """Fetch, verify and keep in memory the blocks ``missing``; their cache writes are
+        made by the cache writer, waited for (even when a block failed) unless ``settle``
+        is false."""
+        try:
+            return self._fetch_runs(missing)
+        finally:
+            if settle:
+                self.settle()
+
+    def _fetch_runs(self, missing: list[int]) -> dict[int, bytes | memoryview]:
         backend = self._backend()
         # Adjacent blocks in one request each, up to its size.
         runs = adjacent_runs((self._blocks[n] for n in missing),
@@ -399,8 +421,8 @@ class RemoteFile:
                 continue
             found[block.number] = piece  # a view of the run's buffer: no copy
             self._memory.put(block.number, piece)
-        self._cache.put_verified(self.pinned_digest, [b for b in run if b.number in found],
-                                 view, start)
+        self._cache.put_verified_soon(self.pinned_digest,
+                                      [b for b in run if b.number in found], view, start)
         if bad is not None:
             received = max(0, min(len(data) - (bad.offset - start), bad.length))
             what = (f"only {received} of its {bad.length} bytes arrived"

@@ -238,7 +238,9 @@ class StreamingSource(DatasetSource):
     def _supplier_errors(self) -> Iterator[None]:
         """Errors of reads through HDF5 as the supplier raised them (a block that failed its
         check names the range and the mirror; HDF5 would report a missing object), and the
-        remote file named where the reader named its local stand-in."""
+        remote file named where the reader named its local stand-in. The blocks fetched
+        are in the disk cache when the operation returns (a bulk read leaves their writes to
+        the cache writer while it compares the offset index)."""
         self.remote_file.clear_failure()
         try:
             yield
@@ -250,6 +252,8 @@ class StreamingSource(DatasetSource):
             if local in str(exc):
                 raise type(exc)(str(exc).replace(local, self.remote_file.name)) from None
             raise
+        finally:
+            self.remote_file.settle()
 
     @contextlib.contextmanager
     def _open(self) -> Iterator[h5py.File]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import h5py
 import numpy as np
 import pytest
 from marl_minari.registry.backend import RangesIgnored
+from marl_minari.registry.block_cache import BlockCache
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
 from marl_minari.registry.remote_file import (
     RemoteFile,
@@ -168,6 +170,29 @@ def test_a_truncated_mirror_is_corrupted_data(streamable: Path, settings: Stream
         source.read_ranges([(0, streamable.stat().st_size)])
     assert cached_block_numbers(settings.cache().folder) == {0, 1, 2}  # verified
     assert [p.name for p in pack_files(settings.cache().folder)] == ["0-3"]  # one pack
+
+
+def test_a_read_of_the_cache_waits_for_the_writes_of_a_prefetch(
+        streamable: Path, settings: StreamSettings, monkeypatch: pytest.MonkeyPatch,
+        range_server: Callable[..., tuple[str, Any]]) -> None:
+    """A prefetch leaves its blocks' cache writes to the cache writer (here slowed down);
+    another reader of the same file in the process waits for them and reads the cache."""
+    real_put = BlockCache.put_verified
+
+    def slow_put(self: BlockCache, *args: Any) -> None:
+        time.sleep(0.3)
+        real_put(self, *args)
+
+    monkeypatch.setattr(BlockCache, "put_verified", slow_put)
+    data = streamable.read_bytes()
+    url, _ = range_server()
+    first = open_remote_file(url, DATASET, settings=settings)
+    first.prefetch_ranges([(0, len(data))])
+    again = open_remote_file(url, DATASET, settings=settings)
+    assert bytes(again.read_ranges([(0, len(data))])[0]) == data
+    assert again.counts.requests == 0
+    assert cached_block_numbers(settings.cache().folder) == set(
+        range(-(-len(data) // MIN_BLOCK_SIZE)))
 
 
 def test_a_slow_mirror_ends_at_the_deadline(streamable: Path, tmp_path: Path,

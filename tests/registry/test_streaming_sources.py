@@ -7,6 +7,7 @@ import json
 import pickle
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,7 +16,9 @@ import numpy as np
 import pytest
 from index_checks import count_entry_checks
 from marl_minari.registry import StreamSettings
+from marl_minari.registry.block_cache import BlockCache
 from marl_minari.registry.blocks import MIN_BLOCK_SIZE
+from marl_minari.registry.cache_writes import CACHE_WRITES
 from marl_minari.registry.stream_warnings import StreamingWarning
 from range_servers import RangeHandler, range_handler
 from registry_helpers import cached_block_numbers
@@ -23,7 +26,7 @@ from registry_helpers import cached_block_numbers
 import marl_minari as mm
 from marl_minari import registry
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
-from marl_minari.format import layout
+from marl_minari.format import entry_checks, layout
 from marl_minari.format.ids import dataset_dir
 from marl_minari.sources.streaming import StreamingDataset, StreamingSource
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -255,6 +258,45 @@ def test_a_full_pass_fetches_its_blocks_together_before_comparing_the_index(
     requests = [p for p, _, _ in handler.served[opened:] if p.endswith(".hdf5")]
     assert len(requests) <= (blocks // 4 if memory_blocks > blocks else blocks), \
         (len(requests), blocks)
+
+
+def test_a_full_pass_compares_the_index_while_its_blocks_are_written_to_the_cache(
+        larger: int, served: Callable[..., tuple[str, Any]], monkeypatch: pytest.MonkeyPatch,
+        block_cache: Path) -> None:
+    """The blocks a bulk read fetched go to the disk cache on the cache writer's thread while
+    the offset index is compared, and the read returns once every one is written."""
+    expected = mm.load_dataset(DATASET).to_arrays()
+    url, _ = served()
+    writing = threading.Event()
+    writing.set()
+    real_put = BlockCache.put_verified
+
+    def gated_put(self: BlockCache, *args: Any) -> None:  # slow, and held during the reads
+        assert writing.wait(60), "the comparisons waited for the cache writes"
+        time.sleep(0.3)
+        real_put(self, *args)
+
+    monkeypatch.setattr(BlockCache, "put_verified", gated_put)
+    count_entry_checks(monkeypatch, forget=True)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True)
+    assert isinstance(source, StreamingSource)
+    pinned = source.remote_file.pinned_digest
+    key = str(StreamSettings().cache().pack_folder(pinned))
+    assert CACHE_WRITES.pending(key) == 0  # the open's blocks are written when it returns
+    writing.clear()
+    pending_at_comparison: list[int] = []
+    real_compare = entry_checks.compare_leaves
+
+    def comparing(*args: Any) -> Any:
+        pending_at_comparison.append(CACHE_WRITES.pending(key))
+        writing.set()
+        return real_compare(*args)
+
+    monkeypatch.setattr(entry_checks, "compare_leaves", comparing)
+    assert_same(source.read(source.episode_indices), expected)
+    assert pending_at_comparison and pending_at_comparison[0] > 0
+    assert CACHE_WRITES.pending(key) == 0
+    assert cached_block_numbers(block_cache, pinned) == set(range(-(-larger // MIN_BLOCK_SIZE)))
 
 
 def test_a_tampered_block_names_the_range_and_other_episodes_stay_readable(
