@@ -17,6 +17,7 @@ from typing import Final, NamedTuple
 import blake3
 import numpy as np
 
+from marl_minari.errors import CorruptedDataError
 from marl_minari.format.digests import BLAKE3, new_hash
 from marl_minari.storage.byte_ranges import holds_its_views
 from marl_minari.storage.helper_thread import helper_thread
@@ -201,3 +202,18 @@ def merged_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append([offset, offset + length])
     return [(start, end - start) for start, end in merged]
+
+
+_DIGEST_LABELS: Final = {"sha256": "SHA-256", "blake3": "BLAKE3"}
+
+
+def block_mismatch(name: str, mirror: str, bad: Block, received: int) -> CorruptedDataError:
+    """The error for block ``bad`` of the file ``name``, of which ``mirror`` sent
+    ``received`` bytes that do not match the manifest."""
+    what = (f"only {received} of its {bad.length} bytes arrived" if received < bad.length
+            else f"its {_DIGEST_LABELS[bad.algorithm]} differs from the manifest's")
+    return CorruptedDataError(
+        f"{name}: bytes {bad.offset}-{bad.end - 1} (block {bad.number}) from mirror {mirror} "
+        f"do not match the manifest ({what}): the mirror serves modified or truncated data. "
+        "Nothing unverified was kept, and the rest of the file stays readable; read it from "
+        "another mirror, or ask the registry's owner to restore the file as published")

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import blake3
 import numpy as np
@@ -38,6 +38,7 @@ from .blocks import (
     MIN_BLOCK_SIZE,
     Block,
     adjacent_runs,
+    block_mismatch,
     covering_blocks,
     joined_windows,
     merged_ranges,
@@ -51,8 +52,6 @@ from .settings import RemoteSettings
 from .stream_settings import StreamSettings, TransferCounts
 from .stream_warnings import warn_uncached, warn_whole_download
 from .whole_copy import check_blocks_of_whole, fetch_whole, whole_block
-
-_DIGEST_LABELS: Final = {"sha256": "SHA-256", "blake3": "BLAKE3"}
 
 
 class RemoteFile:
@@ -425,15 +424,7 @@ class RemoteFile:
                                       [b for b in run if b.number in found], view, start)
         if bad is not None:
             received = max(0, min(len(data) - (bad.offset - start), bad.length))
-            what = (f"only {received} of its {bad.length} bytes arrived"
-                    if received < bad.length else
-                    f"its {_DIGEST_LABELS[bad.algorithm]} differs from the manifest's")
-            raise CorruptedDataError(
-                f"{self.name}: bytes {bad.offset}-{bad.end - 1} (block {bad.number}) from "
-                f"mirror {self.mirror} do not match the manifest ({what}): the mirror serves "
-                "modified or truncated data. Nothing unverified was kept, and the rest of the "
-                "file stays readable; read it from another mirror, or ask the registry's owner "
-                "to restore the file as published")
+            raise block_mismatch(self.name, self.mirror, bad, received)
         return found
 
     # ------------------------------------------------------------------ whole file
