@@ -23,6 +23,7 @@ from marl_minari.collectors._base import close_recording, minari_metadata
 from marl_minari.collectors.in_place import dataset_id_of, refreshed, stored_episode_count
 from marl_minari.collectors.parallel import ParallelDataCollector
 from marl_minari.collectors.reference_scores import JointPolicy, reference_scores
+from marl_minari.collectors.space_checks import SpaceChecks
 
 from marl_minari.errors import (
     BufferOverrunError,
@@ -179,6 +180,8 @@ class FlashbaxDataCollector:
                                     durability=durability)
         self.timesteps = 0
         """Timesteps per stream consumed so far."""
+        # The warning points at the user's ``write`` (through _consume and _store).
+        self._space_checks = SpaceChecks(self.spec, stacklevel=5)
 
     @staticmethod
     def _no_max_action() -> int:
@@ -300,7 +303,9 @@ class FlashbaxDataCollector:
         arrays = arrays_from_rows(self.layout, self._options, self.spec, rows,
                                   episodes.lengths.copy(), self._next_id, self._where)
         for position in range(len(episodes)):
-            self._recording.append(arrays.episode(position))
+            episode = arrays.episode(position)
+            self._recording.append(episode)
+            self._space_checks.check(episode, self._next_id + position)  # once it is stored
         self._next_id += len(episodes)
 
     def _end_unfinished(self) -> None:

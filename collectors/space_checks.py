@@ -19,15 +19,16 @@ from marl_minari.storage.episode import MultiAgentEpisode
 
 WARNING_STACKLEVEL = 4
 """Frames from the warning to the user's ``step`` (this module, the recorder's core, the
-collector's ``step``)."""
+collector's ``step``): the PettingZoo recorders'."""
 
 
 class SpaceChecks:
     """Warns of the values of finished episodes that lie outside their spaces, once per agent
     and kind (action, observation) for the recorder's life."""
 
-    def __init__(self, spec: MultiAgentSpec) -> None:
+    def __init__(self, spec: MultiAgentSpec, *, stacklevel: int = WARNING_STACKLEVEL) -> None:
         self._spec = spec
+        self._stacklevel = stacklevel
         self._warned: set[tuple[str, str]] = set()
 
     def check(self, episode: MultiAgentEpisode, number: int) -> None:
@@ -58,4 +59,4 @@ class SpaceChecks:
                 f"{'; '.join(found)}. The values are stored as given, as Minari's "
                 "DataCollector stores them (and warns of them); `describe` counts the actions "
                 "outside their spaces. These agents' values of that kind are not warned of "
-                "again by this recorder.", UserWarning, stacklevel=WARNING_STACKLEVEL)
+                "again by this recorder.", UserWarning, stacklevel=self._stacklevel)

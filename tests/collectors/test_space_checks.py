@@ -144,3 +144,39 @@ def test_values_inside_their_spaces_are_not_warned_of(env_id: str, jpeg: bool) -
             env.step({a: env.action_space(a).sample() for a in env.agents})
     assert _ours(caught) == []
     env.close()
+
+
+def test_a_flashbax_recorder_warns_of_observations_outside_the_spaces_it_was_given(
+        tmp_path: Any) -> None:
+    """Mava-style experience (normal observations) recorded with ``Box(-1, 1)`` observation
+    spaces: one warning naming both agents, pointing at the user's ``write``; stored as given. The
+    same buffer with the spaces read from its shapes (unbounded) warns of nothing. (Actions
+    outside their spaces are refused there: a buffer holds bare numbers.)"""
+    from marl_minari.collectors import FlashbaxDataCollector
+    from mava_style import Rollouts, buffer_states
+
+    rollouts = Rollouts(envs=2, agents=2, obs_dim=3, updates=3, rollout=6, seed=5)
+    states = list(buffer_states(rollouts, time_axis=20))
+    bounded = spaces.Box(-1, 1, (3,), np.float32)
+    for given, expected in ((bounded, 1), (None, 0)):
+        collector = FlashbaxDataCollector(
+            experience_structure=states[0].experience,
+            recording_path=tmp_path / f"recording-{expected}",
+            observation_spaces=None if given is None else {f"agent_{i}": given
+                                                           for i in range(2)})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for state in states:
+                collector.write(state)
+        ours = [w for w in caught if "lies outside its space" in str(w.message)]
+        assert len(ours) == expected, [str(w.message) for w in ours]
+        for warning in ours:
+            for agent in ("agent_0", "agent_1"):
+                assert f"the observation of agent {agent!r}" in str(warning.message)
+            assert "Box(-1.0, 1.0, (3,), float32)" in str(warning.message)
+            assert warning.filename == __file__
+        dataset = collector.create_dataset(f"jax/outside-{expected}-v0", description="t")
+        collector.close()
+        stored = np.concatenate([dataset[i].observations["agent_0"]
+                                 for i in range(dataset.total_episodes)])
+        assert np.abs(stored).max() > 1
