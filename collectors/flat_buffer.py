@@ -303,9 +303,8 @@ class FlashbaxDataCollector:
         arrays = arrays_from_rows(self.layout, self._options, self.spec, rows,
                                   episodes.lengths.copy(), self._next_id, self._where)
         for position in range(len(episodes)):
-            episode = arrays.episode(position)
-            self._recording.append(episode)
-            self._space_checks.check(episode, self._next_id + position)  # once it is stored
+            self._recording.append(arrays.episode(position))
+        self._space_checks.check_arrays(arrays, self._next_id)  # once they are stored
         self._next_id += len(episodes)
 
     def _end_unfinished(self) -> None:

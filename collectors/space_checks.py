@@ -15,6 +15,7 @@ import numpy as np
 
 from marl_minari.format.spaces import rows_outside
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
 
 WARNING_STACKLEVEL = 4
@@ -36,27 +37,46 @@ class SpaceChecks:
         not warned of before lies outside its space; rows of absent agents are not looked at.
         Image observations on their way to JPEG encoding are not looked at either: the
         encoder takes only values of their type."""
-        found = []
-        for column, agent in enumerate(episode.possible_agents):
-            for kind, tree, present, space in (
-                    ("action", episode.actions[agent], episode.acted[:, column],
-                     self._spec.action_spaces[agent]),
-                    ("observation", episode.observations[agent], episode.active[:, column],
-                     self._spec.observation_spaces[agent])):
+        first_rows = np.zeros(1, dtype=np.int64)
+        for message in self._messages(episode, first_rows, first_rows, number):
+            warnings.warn(message, UserWarning, stacklevel=self._stacklevel)
+
+    def check_arrays(self, arrays: MultiAgentArrays, first_number: int) -> None:
+        """:meth:`check` of each episode of ``arrays`` (the recorder's ``first_number``-th
+        on), with one comparison per agent and kind for all of them."""
+        step_starts = np.asarray(arrays.step_starts, dtype=np.int64)
+        observation_starts = step_starts + np.arange(len(step_starts))
+        for message in self._messages(arrays, observation_starts, step_starts, first_number):
+            warnings.warn(message, UserWarning, stacklevel=self._stacklevel)
+
+    def _messages(self, columns: MultiAgentEpisode | MultiAgentArrays,
+                  observation_starts: np.ndarray, step_starts: np.ndarray,
+                  first_number: int) -> list[str]:
+        """A warning's text per episode holding the first value outside its space of an agent
+        and kind not warned of before (``*_starts``: each episode's first row)."""
+        found: dict[int, list[str]] = {}
+        for column, agent in enumerate(columns.possible_agents):
+            for kind, tree, present, space, starts in (
+                    ("action", columns.actions[agent], columns.acted[:, column],
+                     self._spec.action_spaces[agent], step_starts),
+                    ("observation", columns.observations[agent], columns.active[:, column],
+                     self._spec.observation_spaces[agent], observation_starts)):
                 if (agent, kind) in self._warned or not isinstance(tree, (np.ndarray, dict,
                                                                            tuple)):
                     continue
                 rows = np.flatnonzero(rows_outside(space, tree) & present)
-                if len(rows):
-                    self._warned.add((agent, kind))
-                    where = "step" if kind == "action" else "observation row"
-                    found.append(f"the {kind} of agent {agent!r} lies outside its space "
-                                 f"{space} at {len(rows)} {where}(s) (first: {where} "
-                                 f"{int(rows[0])})")
-        if found:
-            warnings.warn(
-                f"recorded episode {number} (counting from 0 in this recorder): "
-                f"{'; '.join(found)}. The values are stored as given, as Minari's "
-                "DataCollector stores them (and warns of them); `describe` counts the actions "
-                "outside their spaces. These agents' values of that kind are not warned of "
-                "again by this recorder.", UserWarning, stacklevel=self._stacklevel)
+                if not len(rows):
+                    continue
+                self._warned.add((agent, kind))
+                position = int(np.searchsorted(starts, rows[0], side="right")) - 1
+                if position + 1 < len(starts):
+                    rows = rows[rows < starts[position + 1]]
+                where = "step" if kind == "action" else "observation row"
+                found.setdefault(position, []).append(
+                    f"the {kind} of agent {agent!r} lies outside its space {space} at "
+                    f"{len(rows)} {where}(s) (first: {where} {int(rows[0] - starts[position])})")
+        return [f"recorded episode {first_number + position} (counting from 0 in this "
+                f"recorder): {'; '.join(found[position])}. The values are stored as given, as "
+                "Minari's DataCollector stores them (and warns of them); `describe` counts the "
+                "actions outside their spaces. These agents' values of that kind are not "
+                "warned of again by this recorder." for position in sorted(found)]

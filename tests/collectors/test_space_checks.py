@@ -180,3 +180,40 @@ def test_a_flashbax_recorder_warns_of_observations_outside_the_spaces_it_was_giv
         stored = np.concatenate([dataset[i].observations["agent_0"]
                                  for i in range(dataset.total_episodes)])
         assert np.abs(stored).max() > 1
+
+
+def test_a_batch_of_episodes_is_warned_of_as_its_episodes_one_by_one() -> None:
+    """``check_arrays`` (a Flashbax write's episodes at once) says what ``check`` says of each
+    episode in turn: the same episodes, rows and counts, in the same order."""
+    from marl_minari.collectors.space_checks import SpaceChecks
+
+    env = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", continuous_actions=True,
+                                               max_cycles=4))
+    outside = {(1, "agent_2", 0), (1, "agent_2", 2), (3, "agent_1", 2), (4, "agent_2", 3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for episode in range(6):
+            env.reset(seed=episode)
+            step = 0
+            while env.agents:
+                env.step({a: np.full(5, 1.5 if (episode, a, step) in outside else 0.5,
+                                     dtype=np.float32) for a in env.agents})
+                step += 1
+    dataset = env.create_dataset("mpe2/spread/batch-v0")
+    env.close()
+    arrays = dataset.to_arrays()
+
+    def said(run: Any) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        return _ours(caught)
+
+    one_by_one = SpaceChecks(dataset.spec)
+    expected = said(lambda: [one_by_one.check(arrays.episode(p), 7 + p) for p in range(6)])
+    assert said(lambda: SpaceChecks(dataset.spec).check_arrays(arrays, 7)) == expected
+    assert len(expected) == 2
+    assert "recorded episode 8 " in expected[0] and "'agent_2'" in expected[0]
+    assert "at 2 step(s) (first: step 0)" in expected[0]
+    assert "recorded episode 10 " in expected[1] and "'agent_1'" in expected[1]
+    assert "at 1 step(s) (first: step 2)" in expected[1]
