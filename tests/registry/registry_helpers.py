@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -261,3 +263,22 @@ def cached_block_numbers(cache: Path, pinned_digest: str | None = None) -> set[i
 def pack_files(cache: Path) -> list[Path]:
     """The pack files in block cache folder ``cache`` (no write in progress)."""
     return sorted(p for p in cache.glob("packs/*/*") if not p.name.startswith("."))
+
+
+def answer_in_forked_child(answer: Callable[[], Any], timeout: float = 120) -> Any:
+    """What ``answer()`` returns in a forked child of this process. A child that gives no
+    answer (it hung on something of its parent's, as fork bugs do, or it died) fails the
+    test; the wait is generous, never a speed check."""
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=lambda: answers.put(answer()))
+    child.start()
+    try:
+        return answers.get(timeout=timeout)
+    except queue.Empty:
+        pytest.fail("the forked child gave no answer: it hung or died")
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()

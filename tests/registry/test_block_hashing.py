@@ -3,13 +3,13 @@ every verdict still the block's own, and a forked child hashing with a thread of
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import blake3
 import pytest
 from marl_minari.registry import blocks
 from marl_minari.registry.blocks import Block, run_matches
+from registry_helpers import answer_in_forked_child
 
 from marl_minari.format.digests import BLAKE3
 from marl_minari.storage.helper_thread import helper_thread
@@ -42,11 +42,6 @@ def test_each_verdict_of_a_run_hashed_on_two_threads_is_its_own_blocks(
     assert run_matches(run, bytes(damaged)) == [n not in wrong for n in range(len(run))]
 
 
-def _hash_in_child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    run = _run(b"\x07" * (2 * blocks.SHARED_HASHING_BLOCKS * SIZE))
-    queue.put(run_matches(run, b"\x07" * (2 * blocks.SHARED_HASHING_BLOCKS * SIZE)))
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_hashes_with_a_thread_of_its_own(
         long_run: tuple[list[Block], bytes]) -> None:
@@ -54,14 +49,6 @@ def test_a_forked_child_hashes_with_a_thread_of_its_own(
     wait forever."""
     run, data = long_run
     assert all(run_matches(run, data))  # the parent's helper now exists
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_hash_in_child, args=(queue,))
-    child.start()
-    child.join(120)  # a hang is the failure: generous, never a speed check
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail("the forked child waited forever on the parent's hashing thread")
-    assert child.exitcode == 0
-    assert queue.get(timeout=10) == [True] * (2 * blocks.SHARED_HASHING_BLOCKS)
+    data = b"\x07" * (2 * blocks.SHARED_HASHING_BLOCKS * SIZE)
+    matches = answer_in_forked_child(lambda: run_matches(_run(data), data))
+    assert matches == [True] * (2 * blocks.SHARED_HASHING_BLOCKS)

@@ -4,12 +4,12 @@ failure raised where the writes are waited for, and a forked child with none pen
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from typing import Any
 
 import pytest
 from marl_minari.registry.cache_writes import CACHE_WRITES, BackgroundWrites
+from registry_helpers import answer_in_forked_child
 
 
 def _gated(gate: threading.Event, done: list[str], name: str) -> Any:
@@ -61,23 +61,16 @@ def test_a_hand_over_past_the_pending_bytes_waits_for_the_writer() -> None:
     assert done == ["first", "next"]
 
 
-def _pending_in_child(queue: Any) -> None:
-    CACHE_WRITES.settle("forked")  # the parent's write is not waited for here
-    queue.put(CACHE_WRITES.pending("forked"))
-
-
 def test_a_forked_child_starts_with_no_writes_pending() -> None:
     gate, done = threading.Event(), []
     CACHE_WRITES.submit("forked", 1, _gated(gate, done, "parent's"))
+
+    def pending_in_child() -> int:
+        CACHE_WRITES.settle("forked")  # the parent's write is not waited for here
+        return CACHE_WRITES.pending("forked")
+
     try:
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_pending_in_child, args=(queue,))
-        child.start()
-        try:
-            assert queue.get(timeout=60) == 0
-        finally:
-            child.join(60)
+        assert answer_in_forked_child(pending_in_child) == 0
         assert CACHE_WRITES.pending("forked") == 1
     finally:
         gate.set()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import multiprocessing
 import socket
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from marl_minari.registry.http import HttpBackend
 from marl_minari.registry.settings import RemoteSettings
 from marl_strategies import assert_tree_equal
 from range_servers import ForwardProxyHandler, RangeHandler, range_handler
-from registry_helpers import DrippingHandler
+from registry_helpers import DrippingHandler, answer_in_forked_child
 
 import marl_minari as mm
 from marl_minari import registry
@@ -363,24 +362,13 @@ def test_an_ended_watch_leaves_its_socket_alone() -> None:
         assert kept_peer.recv(1) == b"x"
 
 
-def _idle_in_child(queue: Any) -> None:
-    queue.put(idle_connections())
-
-
 def test_a_forked_child_starts_with_no_connections(
         published: str, registry_dir: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
     url, _ = _counting(thread_server, registry_dir)
     assert [d.dataset_id for d in registry.list_datasets(url)] == [published]
     assert idle_connections() == 1
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_idle_in_child, args=(queue,))
-    child.start()
-    try:
-        assert queue.get(timeout=60) == 0
-    finally:
-        child.join(60)
+    assert answer_in_forked_child(idle_connections) == 0
     assert idle_connections() == 1
     close_idle_connections()
     assert idle_connections() == 0
