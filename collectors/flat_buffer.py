@@ -12,6 +12,7 @@ the same buffer states hold, episode for episode.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from marl_minari.errors import (
 )
 from marl_minari.storage.dataset import MultiAgentDataset, open_written
 from marl_minari.storage.durable import Durability
+from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.recording import Recording
 from marl_minari.vaults.episodes import (
     Episodes,
@@ -174,6 +176,8 @@ class FlashbaxDataCollector:
         self._index: int | None = None  # buffer index of the next timestep to take
         self._last_rows: dict[Path_, np.ndarray] | None = None
         self._next_id = 0
+        self._unstored: deque[MultiAgentEpisode] = deque()
+        """Episodes taken by a write whose journal append failed: stored first next time."""
         self.jpeg_encoding = jpeg_encoding
         self._recording = Recording(self.spec, jpeg_encoding=jpeg_encoding,
                                     path=None if recording_path is None else Path(recording_path),
@@ -240,9 +244,22 @@ class FlashbaxDataCollector:
             block = {p: np.asarray(leaves[p][:, start:start + count]) for p in self._paths}
         else:
             block = {p: np.asarray(leaves[p][:, positions]) for p in self._paths}
+        taken = (self._index, self._last_rows, self._carry, self._carry_start, self.timesteps,
+                 self._cutter.position, self._cutter.open_starts.copy())
+        next_id = self._next_id
         self._last_rows = {p: v[:, -1].copy() for p, v in block.items()}
         self._index = current
-        self._consume(block)
+        try:
+            self._consume(block)
+        except BaseException:
+            # A write refused before it took its episodes (values their spaces cannot hold)
+            # takes nothing: the next write meets the same timesteps, and the same error,
+            # instead of going on without the episodes this one finished. Episodes taken and
+            # not journalled (a failed append) are journalled first by the next write.
+            if self._next_id == next_id:
+                (self._index, self._last_rows, self._carry, self._carry_start, self.timesteps,
+                 self._cutter.position, self._cutter.open_starts) = taken
+            raise
         return count
 
     def _checked_experience(self, experience: Any) -> dict[Path_, Any]:
@@ -296,16 +313,25 @@ class FlashbaxDataCollector:
         self._carry_start = keep_from
 
     def _store(self, episodes: Episodes) -> None:
-        if len(episodes) == 0:
+        """Journal ``episodes`` (after any a failed append left out)."""
+        if not len(episodes):
+            self._store_unstored()
             return
         assert self._carry is not None
         rows = stream_rows(self._carry, episodes, self._carry_start)
         arrays = arrays_from_rows(self.layout, self._options, self.spec, rows,
                                   episodes.lengths.copy(), self._next_id, self._where)
-        for position in range(len(episodes)):
-            self._recording.append(arrays.episode(position))
-        self._space_checks.check_arrays(arrays, self._next_id)  # once they are stored
-        self._next_id += len(episodes)
+        first, self._next_id = self._next_id, self._next_id + len(episodes)  # taken
+        self._unstored.extend(arrays.episode(position) for position in range(len(episodes)))
+        self._store_unstored()
+        self._space_checks.check_arrays(arrays, first)  # once they are stored
+
+    def _store_unstored(self) -> None:
+        """Journal the episodes taken and not stored yet, in order, each once (a failed
+        append leaves it and those after it for the next try)."""
+        while self._unstored:
+            self._recording.append(self._unstored[0])
+            self._unstored.popleft()
 
     def _end_unfinished(self) -> None:
         """Store each stream's steps after its last done as a truncated episode."""
@@ -370,8 +396,12 @@ class FlashbaxDataCollector:
 
     def close(self) -> None:
         """Close the journal; episodes in no dataset yet stay recoverable (with a warning).
-        Steps of unfinished episodes are not kept."""
-        close_recording(self._recording, stacklevel=3)
+        Steps of unfinished episodes are not kept; finished episodes a failed journal append
+        left out are journalled first."""
+        try:
+            self._store_unstored()
+        finally:
+            close_recording(self._recording, stacklevel=3)
 
     def __enter__(self) -> FlashbaxDataCollector:
         return self

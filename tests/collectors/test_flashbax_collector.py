@@ -19,6 +19,7 @@ from marl_minari.adapters import from_vault
 from marl_minari.collectors import FlashbaxDataCollector
 from mava_style import Rollouts, buffer_states, expected_episodes, flat_buffer
 
+import marl_minari as mm
 from marl_minari.errors import BufferOverrunError, InvalidOptionError, LayoutError, StepDataError
 from marl_minari.storage.dataset import MultiAgentDataset
 from marl_minari.storage.recording import recover_recording
@@ -220,3 +221,112 @@ def test_a_buffer_state_shaped_unlike_the_structure_is_a_layout_error(tmp_path: 
         collector.write(state.replace(experience=experience))
     assert collector.durable_episodes == 0
     collector.close()
+
+
+def test_a_write_refusing_an_action_takes_nothing_and_the_next_write_refuses_it_again(
+        tmp_path: Path) -> None:
+    """An action outside its space is refused by the write that would store its episode,
+    and that write takes none of its timesteps: the next write meets the same episode and
+    refuses it again, instead of going on without the episodes the refused write finished."""
+    rollouts = Rollouts(envs=2, agents=2, actions=4, updates=4, rollout=8, seed=3)
+    updates = list(rollouts)
+    for update in updates:
+        update["action"] = np.minimum(update["action"], 2)
+    updates[1]["action"][0, 3, 1] = 3  # outside Discrete(3); its episode ends two writes on
+    buffer, state = flat_buffer(rollouts, time_axis=40)
+    collector = _collector(state, tmp_path, action_spaces={
+        f"agent_{i}": spaces.Discrete(3) for i in range(2)})
+    refused = []
+    for update in updates:
+        state = buffer.add(state, jax.tree.map(jnp.asarray, update))
+        before = (collector.timesteps, collector.durable_episodes)
+        try:
+            collector.write(state)
+        except StepDataError as exc:
+            refused.append(str(exc))
+            assert (collector.timesteps, collector.durable_episodes) == before
+    assert len(refused) == 2 and refused[0] == refused[1]
+    assert "the action of 'agent_1'" in refused[0]
+    assert "outside its action space Discrete(3)" in refused[0]
+    assert collector.timesteps == 2 * 8  # the writes before the refused one
+    with pytest.warns(UserWarning, match="recorded episode"):
+        collector.close()
+
+
+def test_a_write_cut_short_by_storage_stores_every_episode_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A journal append that fails in the middle of a write: the episodes it stored stay
+    taken, the ones after it are journalled first by the next write, and in the end every
+    episode is stored exactly once, in order."""
+    from marl_minari.storage.recording import Recording
+
+    rollouts = Rollouts(envs=3, agents=2, updates=5, rollout=8, seed=4)
+    states = list(buffer_states(rollouts, time_axis=40))
+    collector = _collector(states[0], tmp_path)
+    real_append = Recording.append
+    calls = {"n": 0}
+
+    def failing_second(self: Recording, *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("the disk gave out")
+        real_append(self, *args, **kwargs)
+
+    collector.write(states[0])
+    first_stored = collector.durable_episodes
+    monkeypatch.setattr(Recording, "append", failing_second)
+    with pytest.raises(OSError, match="gave out"):
+        collector.write(states[1])
+    assert collector.durable_episodes == first_stored + 1
+    monkeypatch.setattr(Recording, "append", real_append)
+    for state in states[2:]:
+        collector.write(state)
+    ours = collector.create_dataset("jax/cut-short-v0", description="t")
+    collector.close()
+    whole = _collector(states[0], tmp_path / "whole")
+    for state in states:
+        whole.write(state)
+    expected = whole.create_dataset("jax/whole-v0", description="t")
+    whole.close()
+    assert_same_episodes(ours, expected)
+
+
+def test_episodes_a_failed_append_left_out_are_journalled_by_the_next_write_or_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from marl_minari.storage.recording import Recording
+
+    rollouts = Rollouts(envs=2, agents=2, updates=14, rollout=1, seed=6)
+    states = list(buffer_states(rollouts, time_axis=40))
+    whole = _collector(states[0], tmp_path / "whole")
+    finished = []
+    for state in states:
+        whole.write(state)
+        finished.append(whole.durable_episodes)
+    with pytest.warns(UserWarning, match="recorded episode"):
+        whole.close()
+    # a write that finishes episodes, followed by one that finishes none
+    k = next(i for i in range(1, len(states) - 1)
+             if finished[i] > finished[i - 1] and finished[i + 1] == finished[i])
+    real_append = Recording.append
+
+    def refused(self: Recording, *args: Any, **kwargs: Any) -> None:
+        raise OSError("the disk gave out")
+
+    for ending in ("next write", "close"):
+        collector = _collector(states[0], tmp_path / ending.replace(" ", "-"))
+        for state in states[:k]:
+            collector.write(state)
+        monkeypatch.setattr(Recording, "append", refused)
+        with pytest.raises(OSError, match="gave out"):
+            collector.write(states[k])
+        monkeypatch.setattr(Recording, "append", real_append)
+        assert collector.durable_episodes == finished[k - 1]
+        path = collector.recording_path
+        if ending == "next write":
+            collector.write(states[k + 1])
+            assert collector.durable_episodes == finished[k + 1]
+        with pytest.warns(UserWarning, match="recorded episode"):
+            collector.close()
+        dataset_id = f"jax/{ending.replace(' ', '-')}-v0"
+        recover_recording(path, dataset_id)
+        assert mm.load_dataset(dataset_id).total_episodes == finished[k]
