@@ -85,6 +85,11 @@ class Backend(ABC):
     def location(self) -> str:
         """The remote as ``kind://...``, without credentials (safe to print)."""
 
+    def warm(self, enough: int) -> None:  # noqa: B027 - most kinds keep no connections
+        """Open connections to the remote's server ahead of requests about to be sent, until
+        ``enough`` are open (idle, or in use by other requests); nothing for kinds that keep
+        no connections of ours. Best effort: a failure is left to the requests that follow."""
+
     # ------------------------------------------------------------------ small objects
     @abstractmethod
     def read(self, key: str, limit: int) -> bytes | None:

@@ -14,6 +14,11 @@ passes later never cuts a connection that has gone on to another operation. A ke
 connection the server has closed meanwhile fails before any answer; the request is then sent
 once more on a new connection (requests here are all ``GET``s, safe to repeat). A forked
 child starts with no idle connections: its parent's sockets are not its own to use.
+
+A caller about to send several requests at once can have connections made ahead
+(:func:`warming_request`, through the same handlers, so a proxy and TLS apply as for its
+requests): the pool counts the connections to each server in use as well as idle, and
+warming stops once enough are open.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import http.client
 import os
 import threading
 import urllib.error
+import urllib.request
 from collections.abc import Callable, Hashable
 from typing import Any, Final, Protocol
 
@@ -43,6 +49,7 @@ class _Keepable(Protocol):
     watch: Watch | None
 
     def watch_with(self, deadline: Deadline) -> None: ...
+    def connect(self) -> None: ...
     def set_tunnel(self, host: str, port: int | None = None,
                    headers: dict[str, str] | None = None) -> None: ...
     def request(self, method: str, url: str, body: Any = None,
@@ -66,21 +73,41 @@ class KeptAliveResponse(http.client.HTTPResponse):
 
 
 class _Pool:
-    """Idle connections by server (scheme, host, tunnelled host, TLS context)."""
+    """Idle connections by server (scheme, host, tunnelled host, TLS context), and how many
+    to each are in use."""
 
     def __init__(self) -> None:
         self._idle: dict[Hashable, list[_Keepable]] = {}
+        self._in_use: dict[Hashable, int] = {}
         # Re-entrant: a response the garbage collector finalizes gives its connection back
         # on whatever thread it runs, possibly one inside this lock.
         self._lock = threading.RLock()
 
     def take(self, server: Hashable) -> _Keepable | None:
+        """An idle connection to ``server``, if any; either way, the caller now uses one
+        until :meth:`give_back` or :meth:`drop`."""
         with self._lock:
+            self.begin(server)
             idle = self._idle.get(server)
             return idle.pop() if idle else None
 
+    def begin(self, server: Hashable) -> None:
+        """The caller now uses a new connection to ``server``, until :meth:`give_back` or
+        :meth:`drop`."""
+        with self._lock:
+            self._in_use[server] = self._in_use.get(server, 0) + 1
+
+    def drop(self, server: Hashable) -> None:
+        """A connection to ``server`` taken is not used any more, nor kept."""
+        with self._lock:
+            # Nothing counted: a connection taken before a fork (the child forgot it).
+            left = self._in_use.pop(server, 0) - 1
+            if left > 0:
+                self._in_use[server] = left
+
     def give_back(self, server: Hashable, connection: _Keepable) -> None:
         with self._lock:
+            self.drop(server)
             idle = self._idle.setdefault(server, [])
             if len(idle) < IDLE_PER_SERVER:
                 idle.append(connection)
@@ -91,6 +118,11 @@ class _Pool:
         """How many connections are idle."""
         with self._lock:
             return sum(len(idle) for idle in self._idle.values())
+
+    def open_to(self, server: Hashable) -> int:
+        """How many connections to ``server`` are idle or in use."""
+        with self._lock:
+            return len(self._idle.get(server, ())) + self._in_use.get(server, 0)
 
     def close(self) -> None:
         with self._lock:
@@ -103,6 +135,7 @@ class _Pool:
         """Drop every idle connection without a word to its server: a forked child's are
         its parent's. Their sockets close with their last reference."""
         self._idle = {}
+        self._in_use = {}
         self._lock = threading.RLock()
 
 
@@ -135,13 +168,18 @@ def finish_error(error: urllib.error.HTTPError) -> None:
     error.close()
 
 
-def _given_back(server: Hashable, connection: _Keepable, finished: bool) -> None:
+def _end_watch(connection: _Keepable) -> None:
     if connection.watch is not None:
         connection.watch.end()
         connection.watch = None
+
+
+def _given_back(server: Hashable, connection: _Keepable, finished: bool) -> None:
+    _end_watch(connection)
     if finished and connection.sock is not None:
         _POOL.give_back(server, connection)
     else:
+        _POOL.drop(server)
         connection.close()
 
 
@@ -155,16 +193,36 @@ def _closed_while_idle(exc: BaseException) -> bool:
                                        and isinstance(exc.reason, _STALE))
 
 
+class Warmed(Exception):  # noqa: N818 - an outcome, not a failure
+    """What a request to warm a connection (:func:`warming_request`) ends with, its
+    connection idle in the pool (or none made: enough were idle)."""
+
+
+def warming_request(url: str, headers: dict[str, str], enough: int) -> urllib.request.Request:
+    """A request that only connects to ``url``'s server (TCP, a proxy's tunnel, TLS) and
+    leaves the connection idle, unless ``enough`` connections to that server already are:
+    opened, it raises :class:`Warmed`. An open warms connections while its first requests are
+    in flight, so that its next ones, sent together, each find one ready (on a far host, a
+    new connection costs one round trip, two under HTTPS)."""
+    request = urllib.request.Request(url, headers=headers)
+    request.warm_below = enough  # type: ignore[attr-defined]  # read by open_kept_alive
+    return request
+
+
 def open_kept_alive(make: Callable[[str, float | None], _Keepable], request: Any,
                     deadline: Deadline, tls: object = None) -> http.client.HTTPResponse:
     """What urllib's ``AbstractHTTPHandler.do_open`` does, on a kept-alive connection.
 
     Args:
         make: a new connection to a host (``"host[:port]"``) with a socket timeout.
-        request: the ``urllib.request.Request`` (proxied, when a proxy applies).
+        request: the ``urllib.request.Request`` (proxied, when a proxy applies); one of
+            :func:`warming_request` only connects.
         deadline: the operation's deadline, which watches the connection while it is used.
         tls: the TLS context of HTTPS connections (connections made with another are not
             taken).
+
+    Raises:
+        Warmed: ``request`` only warms a connection, and did.
     """
     host = request.host
     if not host:
@@ -177,10 +235,15 @@ def open_kept_alive(make: Callable[[str, float | None], _Keepable], request: Any
     if tunnel and "Proxy-Authorization" in headers:  # for the proxy, not the server
         tunnel_headers["Proxy-Authorization"] = headers.pop("Proxy-Authorization")
     server = (request.type, host, tunnel, id(tls) if tls is not None else None)
+    warm_below = getattr(request, "warm_below", None)
+    if warm_below is not None:
+        _warm(server, functools.partial(make, host, request.timeout), tunnel, tunnel_headers,
+              deadline, warm_below)
+        raise Warmed
     connection = _POOL.take(server)
     while True:
         kept = connection is not None
-        if connection is None:
+        if connection is None:  # a new one (counted as in use already)
             connection = make(host, request.timeout)
             if tunnel:
                 connection.set_tunnel(tunnel, headers=tunnel_headers)
@@ -196,10 +259,12 @@ def open_kept_alive(make: Callable[[str, float | None], _Keepable], request: Any
                 raise urllib.error.URLError(exc) from None
             response = connection.getresponse()
         except BaseException as exc:
-            _given_back(server, connection, False)
             if kept and _closed_while_idle(exc) and not deadline.expired():
-                connection = None  # once more, on a new connection
+                _end_watch(connection)  # once more, on a new connection (still in use)
+                connection.close()
+                connection = None
                 continue
+            _given_back(server, connection, False)
             raise
         break
     assert isinstance(response, KeptAliveResponse)
@@ -207,3 +272,25 @@ def open_kept_alive(make: Callable[[str, float | None], _Keepable], request: Any
     response.url = request.get_full_url()
     response.msg = response.reason  # type: ignore[assignment]  # as urllib sets it
     return response
+
+
+def _warm(server: Hashable, make: Callable[[], _Keepable], tunnel: str | None,
+          tunnel_headers: dict[str, str], deadline: Deadline, enough: int) -> None:
+    """Connect new connections and leave them idle until ``enough`` to ``server`` are idle or
+    in use (at most :data:`IDLE_PER_SERVER`). A request sent meanwhile may take one: it
+    still counts once, and another is made for the requests to come."""
+    enough = min(enough, IDLE_PER_SERVER)
+    for _ in range(enough):
+        if _POOL.open_to(server) >= enough:
+            return
+        connection = make()
+        _POOL.begin(server)
+        if tunnel:
+            connection.set_tunnel(tunnel, headers=tunnel_headers)
+        connection.watch_with(deadline)
+        try:
+            connection.connect()
+        except BaseException:
+            _given_back(server, connection, False)
+            raise
+        _given_back(server, connection, True)

@@ -20,6 +20,7 @@ handshake, status line, headers or body is cut off at the deadline.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import ssl
 import threading
@@ -32,7 +33,13 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from marl_minari.errors import RemoteError
 
 from .backend import Backend, RangesIgnored
-from .connections import KeptAliveResponse, finish_error, open_kept_alive
+from .connections import (
+    KeptAliveResponse,
+    Warmed,
+    finish_error,
+    open_kept_alive,
+    warming_request,
+)
 from .credentials import split_userinfo
 from .deadline import Deadline, DeadlineExceeded, Watch
 from .settings import RemoteSettings
@@ -216,6 +223,14 @@ class HttpBackend(Backend):
                 return self.forbidden(f"GET {where} answered HTTP 403 Forbidden")
             return self.fail(f"GET {where} answered HTTP {exc.code}")
         return self.fail(f"cannot {what} {where}", exc)
+
+    def warm(self, enough: int) -> None:
+        # Through the opener, so that a proxy, its tunnel and the TLS context are the ones
+        # the requests will use: the connection is kept for exactly their server.
+        request = warming_request(f"{self._base}/", self._headers, enough)
+        # The error, if any, is the next request's to meet and report.
+        with contextlib.suppress(Warmed, DeadlineExceeded, *_NETWORK_ERRORS):
+            self._opener.open(request, timeout=self.deadline.wait_limit())
 
     def read(self, key: str, limit: int) -> bytes | None:
         where = f"{self.location}/{key}"

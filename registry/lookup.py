@@ -154,8 +154,8 @@ def find_published(candidates: Iterable[tuple[str, str]], *,
 
 def find_published_manifest(candidates: Sequence[tuple[str, str]], *,
                             settings: RemoteSettings | None = None,
-                            manifest_settings: RemoteSettings | None = None
-                            ) -> tuple[str, str, Manifest] | None:
+                            manifest_settings: RemoteSettings | None = None,
+                            warm_connections: int = 0) -> tuple[str, str, Manifest] | None:
     """:func:`find_published`, and the manifest of the version found (read with
     ``manifest_settings``).
 
@@ -165,15 +165,25 @@ def find_published_manifest(candidates: Sequence[tuple[str, str]], *,
     parsed for the registry the lookup finds, exactly as read there; where that request
     failed, the manifest is read again, and its error, if any, raised then.
 
+    Meanwhile, connections to the URL's server are opened until ``warm_connections`` are,
+    counting those the lookup's requests open (:meth:`~.backend.Backend.warm`; none where
+    that many are idle already): the caller's next requests, sent together once the
+    manifest is read, then wait for no new connection (one round trip each on a far host,
+    two under HTTPS).
+
     Raises:
         as :func:`find_published`, and :func:`~.published.read_manifest`.
     """
     first_registry, first_id = candidates[0]
     early = open_backend(first_registry, settings=manifest_settings)
     early_key = manifest_key(first_id)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="marl-minari-registry-manifest")
+    in_flight = 2 + min(MAX_PARALLEL_INDEXES, len(candidates) - 1)  # indexes, the manifest
+    warming = max(0, warm_connections - in_flight)
+    pool = ThreadPoolExecutor(1 + warming, thread_name_prefix="marl-minari-registry-manifest")
     try:
         fetched = pool.submit(early.read, early_key, MAX_MANIFEST_BYTES)
+        for _ in range(warming):
+            pool.submit(early.warm, warm_connections)
         found = find_published(candidates, settings=settings)
         if found is None:
             return None

@@ -98,9 +98,12 @@ def split_remote_source(url: str) -> tuple[str, str]:
     return found
 
 
-def find_remote_version(url: str, settings: RemoteSettings) -> tuple[str, str, Manifest]:
+def find_remote_version(url: str, settings: RemoteSettings, *, warm_connections: int = 0
+                        ) -> tuple[str, str, Manifest]:
     """The registry, the dataset id and the published manifest ``url`` names, the manifest
-    read with ``settings`` and requested together with the registries' indexes.
+    read with ``settings`` and requested together with the registries' indexes, while
+    connections to its server are opened until ``warm_connections`` are (see
+    :func:`~marl_minari.registry.lookup.find_published_manifest`).
 
     Raises:
         as :func:`split_remote_source`, and DatasetNotFoundError where the version found has
@@ -115,7 +118,8 @@ def find_remote_version(url: str, settings: RemoteSettings) -> tuple[str, str, M
         registry, dataset_id = splits[-1]
         return registry, dataset_id, read_manifest(open_backend(registry, settings=settings),
                                                    dataset_id)
-    found = find_published_manifest(splits, manifest_settings=settings)
+    found = find_published_manifest(splits, manifest_settings=settings,
+                                    warm_connections=warm_connections)
     if found is None:
         raise _published_nowhere(url, splits)
     return found

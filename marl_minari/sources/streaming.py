@@ -131,7 +131,11 @@ class StreamingSource(DatasetSource):
 
         self.url = url
         self.settings = settings or StreamSettings()
-        self.registry, published_id, manifest = find_remote_version(url, self.settings.remote)
+        # Connections for the small files and the blocks that open the file, all requested
+        # together once the manifest is read.
+        self.registry, published_id, manifest = find_remote_version(
+            url, self.settings.remote,
+            warm_connections=self.settings.parallel_requests + len(SMALL_PATHS))
         entries = {entry.path: entry for entry in manifest.files}
         if MAIN_PATH not in entries:
             raise LayoutError(f"{shown_url(url)} has no {MAIN_PATH}: only HDF5 datasets are "

@@ -120,7 +120,14 @@ def serve_on_thread(servers: list[ThreadingHTTPServer], directory: Path, handler
     """Serve ``directory`` with ``handler`` on a thread (through ``tls`` when given), kept in
     ``servers``; its port."""
     directory.mkdir(parents=True, exist_ok=True)
-    server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)))
+    server = ThreadingHTTPServer((LOOPBACK, 0), partial(handler, directory=str(directory)),
+                                 bind_and_activate=False)
+    # A listen queue like a real host's (nginx: 511): the standard library's 5 drops the
+    # sixth and later connections an open makes at once, and the kernel retries them a
+    # second later.
+    server.request_queue_size = 511
+    server.server_bind()
+    server.server_activate()
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True,
                                         do_handshake_on_connect=False)

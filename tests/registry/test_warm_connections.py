@@ -1,0 +1,178 @@
+"""Connections warmed ahead of a streaming open's second round of requests: the small files
+and the blocks that open the data file, all asked at once once the manifest is read, find
+connections opened (TCP, a proxy's tunnel, TLS) while the lookup was in flight."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from conftest import serve_on_thread
+from marl_minari.registry import connections, http
+from marl_minari.registry.connections import idle_connections
+from marl_minari.registry.http import HttpBackend, HttpsBackend
+from marl_minari.registry.stream_settings import StreamSettings
+from range_servers import ForwardProxyHandler, RangeHandler, range_handler
+
+import marl_minari as mm
+from marl_minari.errors import RemoteError
+
+DATASET = "mpe2/spread/streamed-v0"
+GATE_SECONDS = 60.0
+"""How long the gated manifest waits for connections before it is answered anyway (only a
+failing test waits that long)."""
+
+
+class Accepting(RangeHandler):
+    """Counts the connections it accepted; answers a ``gated`` path only once ``gate`` of
+    them are (or :data:`GATE_SECONDS` passed), noting whether they were."""
+
+    accepted: ClassVar[list[int]] = []
+    gated: ClassVar[str] = "/manifest.json"
+    gate: ClassVar[int] = 0
+    reached: ClassVar[list[bool]] = []
+
+    def setup(self) -> None:
+        super().setup()
+        with self.lock:
+            self.accepted.append(1)
+
+    def send_head(self) -> Any:
+        if self.gate and self.path.endswith(self.gated):
+            given_up = time.monotonic() + GATE_SECONDS
+            while len(self.accepted) < self.gate and time.monotonic() < given_up:
+                time.sleep(0.005)
+            with self.lock:
+                self.reached.append(len(self.accepted) >= self.gate)
+        return super().send_head()
+
+
+def _accepting(thread_server: Callable[[Path, type[Any]], str], directory: Path,
+               **attributes: Any) -> tuple[str, Any]:
+    handler = range_handler("Accepting", Accepting, accepted=[], reached=[], **attributes)
+    return thread_server(directory, handler), handler
+
+
+def _accepted_at_least(handler: Any, count: int) -> None:
+    """Wait until the server has run ``setup`` for ``count`` connections (it does so on its
+    own threads, after the client's ``connect`` returned)."""
+    given_up = time.monotonic() + 60
+    while len(handler.accepted) < count:
+        assert time.monotonic() < given_up, (len(handler.accepted), count)
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("parallel", [4, 8])
+def test_an_open_has_its_next_rounds_connections_before_its_manifest_is_answered(
+        parallel: int, streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """The manifest is answered only once the server has accepted as many connections as the
+    open's second round may use at once (its small files, and a read's parallel requests):
+    the open makes them while its lookup (three requests here) waits."""
+    wanted = parallel + 2
+    url, handler = _accepting(thread_server, registry_dir, gate=wanted)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True,
+                            stream_settings=StreamSettings(parallel_requests=parallel))
+    assert source.total_episodes == 12
+    assert handler.reached == [True]
+
+
+def test_warming_tops_up_the_connections_to_a_server(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, handler = _accepting(thread_server, registry_dir)
+    backend = HttpBackend(url.removeprefix("http://"))
+    backend.warm(3)
+    assert idle_connections() == 3
+    _accepted_at_least(handler, 3)
+    backend.warm(3)  # enough already
+    assert idle_connections() == 3
+    assert backend.read("_index.json", 1 << 20) is not None
+    assert len(handler.accepted) == 3 and idle_connections() == 3  # the read took one
+    backend.warm(5)
+    assert idle_connections() == 5
+    _accepted_at_least(handler, 5)
+
+
+def test_warming_makes_no_more_than_the_pool_keeps(
+        published: str, registry_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, _ = _accepting(thread_server, registry_dir)
+    made: list[int] = []
+    connect = http._WatchedConnection.connect
+
+    def counted(self: Any) -> None:
+        made.append(1)
+        connect(self)
+
+    monkeypatch.setattr(http._WatchedConnection, "connect", counted)
+    HttpBackend(url.removeprefix("http://")).warm(10 * connections.IDLE_PER_SERVER)
+    assert idle_connections() == len(made) == connections.IDLE_PER_SERVER
+
+
+def test_warming_counts_the_connections_in_use(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    """A response not yet read holds its connection: warming to two makes one more."""
+    url, handler = _accepting(thread_server, registry_dir)
+    backend = HttpBackend(url.removeprefix("http://"))
+    response = backend._open("_index.json")
+    backend.warm(2)
+    assert idle_connections() == 1
+    response.read()
+    response.close()
+    assert idle_connections() == 2
+    _accepted_at_least(handler, 2)
+    backend.warm(2)
+    assert idle_connections() == 2 and len(handler.accepted) == 2
+
+
+def test_a_warmed_tunnel_through_a_proxy_is_the_one_a_request_takes(
+        published: str, registry_dir: Path, tls_authority: Any, running_servers: list[Any],
+        https_server: Callable[[Path, type[Any], Any], str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTPS through ``https_proxy``: warming opens the ``CONNECT`` tunnel and the TLS session
+    in it, and the request that follows is sent inside them (no second tunnel)."""
+    origin = range_handler("Origin", Accepting, accepted=[], reached=[])
+    url = https_server(registry_dir, origin, tls_authority)
+    proxy = type("Proxy", (ForwardProxyHandler,), {
+        "connections": [], "requests": [], "credentials": [], "lock": threading.Lock()})
+    port = serve_on_thread(running_servers, registry_dir, proxy)
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{port}")
+    backend = HttpsBackend(url.removeprefix("https://"))
+    backend.warm(1)
+    assert idle_connections() == 1
+    assert backend.read("_index.json", 1 << 20) is not None
+    assert [r.split()[0] for r in proxy.requests] == ["CONNECT"]
+    assert len(origin.accepted) == 1 and idle_connections() == 1
+
+
+def test_a_warming_that_fails_leaves_the_error_to_the_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens: warming raises nothing and keeps nothing (a second warming tries
+    again: the failed connection is not counted as open); the read says why."""
+    import socket
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    tried: list[int] = []
+    connect = http._WatchedConnection.connect
+
+    def counted(self: Any) -> None:
+        tried.append(1)
+        connect(self)
+
+    monkeypatch.setattr(http._WatchedConnection, "connect", counted)
+    backend = HttpBackend(f"127.0.0.1:{port}")
+    backend.warm(1)
+    backend.warm(1)
+    assert idle_connections() == 0 and len(tried) == 2
+    with pytest.raises(RemoteError, match="cannot read"):
+        backend.read("_index.json", 1 << 20)
