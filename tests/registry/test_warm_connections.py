@@ -98,20 +98,26 @@ def test_warming_tops_up_the_connections_to_a_server(
     _accepted_at_least(handler, 5)
 
 
-def test_warming_makes_no_more_than_the_pool_keeps(
-        published: str, registry_dir: Path, monkeypatch: pytest.MonkeyPatch,
-        thread_server: Callable[[Path, type[Any]], str]) -> None:
-    url, _ = _accepting(thread_server, registry_dir)
-    made: list[int] = []
+@pytest.fixture
+def connects_tried(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Grows by one for every HTTP connection the process tries to make."""
+    tried: list[int] = []
     connect = http._WatchedConnection.connect
 
     def counted(self: Any) -> None:
-        made.append(1)
+        tried.append(1)
         connect(self)
 
     monkeypatch.setattr(http._WatchedConnection, "connect", counted)
+    return tried
+
+
+def test_warming_makes_no_more_than_the_pool_keeps(
+        published: str, registry_dir: Path, connects_tried: list[int],
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    url, _ = _accepting(thread_server, registry_dir)
     HttpBackend(url.removeprefix("http://")).warm(10 * connections.IDLE_PER_SERVER)
-    assert idle_connections() == len(made) == connections.IDLE_PER_SERVER
+    assert idle_connections() == len(connects_tried) == connections.IDLE_PER_SERVER
 
 
 def test_warming_counts_the_connections_in_use(
@@ -154,7 +160,7 @@ def test_a_warmed_tunnel_through_a_proxy_is_the_one_a_request_takes(
 
 
 def test_a_warming_that_fails_leaves_the_error_to_the_request(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        connects_tried: list[int]) -> None:
     """Nothing listens: warming raises nothing and keeps nothing (a second warming tries
     again: the failed connection is not counted as open); the read says why."""
     import socket
@@ -162,17 +168,9 @@ def test_a_warming_that_fails_leaves_the_error_to_the_request(
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    tried: list[int] = []
-    connect = http._WatchedConnection.connect
-
-    def counted(self: Any) -> None:
-        tried.append(1)
-        connect(self)
-
-    monkeypatch.setattr(http._WatchedConnection, "connect", counted)
     backend = HttpBackend(f"127.0.0.1:{port}")
     backend.warm(1)
     backend.warm(1)
-    assert idle_connections() == 0 and len(tried) == 2
+    assert idle_connections() == 0 and len(connects_tried) == 2
     with pytest.raises(RemoteError, match="cannot read"):
         backend.read("_index.json", 1 << 20)
