@@ -26,9 +26,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import ipaddress
 import os
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Hashable
 from typing import Any, Final, Protocol
@@ -191,6 +193,23 @@ _STALE: Final = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPip
 def _closed_while_idle(exc: BaseException) -> bool:
     return isinstance(exc, _STALE) or (isinstance(exc, urllib.error.URLError)
                                        and isinstance(exc.reason, _STALE))
+
+
+def on_loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (``localhost``, ``127.0.0.0/8``,
+    ``::1``), named as such: a connection there costs no round trip."""
+    try:
+        host = urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        return False
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Warmed(Exception):  # noqa: N818 - an outcome, not a failure

@@ -25,6 +25,12 @@ class StreamSettings:
             small pieces, mostly from a few blocks).
         remote: timeouts and rates of every request (:class:`RemoteSettings`); each
             ``read_ranges`` call is one operation with one deadline.
+        connections_ahead: connections a streaming open of an ``http(s)://`` dataset makes
+            to its server while its first requests are in flight, for the next ones
+            (``docs/registry.md``); default ``parallel_requests`` + 2 (a read's requests and
+            the two small files), or none for a host on this machine's loopback
+            (``localhost``, ``127.0.0.0/8``, ``::1``), where a connection costs no round
+            trip; ``0``: none.
     """
 
     cache_dir: Path | None = None
@@ -33,6 +39,7 @@ class StreamSettings:
     max_request_bytes: int = 4 << 20
     memory_bytes: int = 64 << 20
     remote: RemoteSettings | None = None
+    connections_ahead: int | None = None
 
     def cache(self) -> BlockCache:
         """The block cache these settings name."""

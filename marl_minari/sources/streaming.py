@@ -131,11 +131,8 @@ class StreamingSource(DatasetSource):
 
         self.url = url
         self.settings = settings or StreamSettings()
-        # Connections for the small files and the blocks that open the file, all requested
-        # together once the manifest is read.
         self.registry, published_id, manifest = find_remote_version(
-            url, self.settings.remote,
-            warm_connections=self.settings.parallel_requests + len(SMALL_PATHS))
+            url, self.settings.remote, warm_connections=self._connections_ahead())
         entries = {entry.path: entry for entry in manifest.files}
         if MAIN_PATH not in entries:
             raise LayoutError(f"{shown_url(url)} has no {MAIN_PATH}: only HDF5 datasets are "
@@ -166,6 +163,15 @@ class StreamingSource(DatasetSource):
                          np.arange(total) if episode_indices is None else episode_indices)
         self._index_cache: IndexCache | None = IndexCache()
         self._all_steps: np.ndarray | None = None
+
+    def _connections_ahead(self) -> int:
+        """Connections to open while the lookup is in flight: for the small files and the
+        blocks that open the file, all requested together once the manifest is read."""
+        from marl_minari.registry.connections import on_loopback
+
+        if self.settings.connections_ahead is not None:
+            return self.settings.connections_ahead
+        return 0 if on_loopback(self.url) else self.settings.parallel_requests + len(SMALL_PATHS)
 
     def _transient(self) -> tuple[str, ...]:
         return ("_index_cache", "_all_steps", "_local")

@@ -66,19 +66,60 @@ def _accepted_at_least(handler: Any, count: int) -> None:
         time.sleep(0.005)
 
 
-@pytest.mark.parametrize("parallel", [4, 8])
+@pytest.mark.parametrize("ahead", [6, 10])
 def test_an_open_has_its_next_rounds_connections_before_its_manifest_is_answered(
-        parallel: int, streamable: Path, registry_dir: Path, block_cache: Path,
+        ahead: int, streamable: Path, registry_dir: Path, block_cache: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
-    """The manifest is answered only once the server has accepted as many connections as the
-    open's second round may use at once (its small files, and a read's parallel requests):
-    the open makes them while its lookup (three requests here) waits."""
-    wanted = parallel + 2
-    url, handler = _accepting(thread_server, registry_dir, gate=wanted)
+    """The manifest is answered only once the server has accepted the connections the open
+    asks for ahead (as for a far host: this one is on the loopback), more than its lookup's
+    three requests make: the open makes them while its lookup waits."""
+    url, handler = _accepting(thread_server, registry_dir, gate=ahead)
     source = mm.open_source(f"{url}/{DATASET}", streaming=True,
-                            stream_settings=StreamSettings(parallel_requests=parallel))
+                            stream_settings=StreamSettings(connections_ahead=ahead))
     assert source.total_episodes == 12
     assert handler.reached == [True]
+
+
+@pytest.mark.parametrize(("host", "ahead"), [("127.0.0.1", 0), ("localhost", 0),
+                                              ("127.0.0.1", None)])
+def test_an_open_makes_no_connection_ahead_on_the_loopback_or_when_told(
+        host: str, ahead: int | None, streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """By default (``None``) a host on the loopback gets no connection ahead: a handshake
+    there costs no round trip. The open still reads the dataset."""
+    asked: list[int] = []
+    monkeypatch.setattr(HttpBackend, "warm", lambda self, enough: asked.append(enough))
+    url, _ = _accepting(thread_server, registry_dir)
+    source = mm.open_source(f"{url.replace('127.0.0.1', host)}/{DATASET}", streaming=True,
+                            stream_settings=StreamSettings(connections_ahead=ahead))
+    assert source.total_episodes == 12
+    assert asked == []
+
+
+def test_a_far_host_gets_a_reads_parallel_requests_and_the_small_files_ahead(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Any host not on the loopback (``on_loopback`` is what decides) gets
+    ``parallel_requests`` + 2 connections ahead by default."""
+    asked: list[int] = []
+    monkeypatch.setattr(HttpBackend, "warm", lambda self, enough: asked.append(enough))
+    monkeypatch.setattr(connections, "on_loopback", lambda url: False)
+    url, _ = _accepting(thread_server, registry_dir)
+    mm.open_source(f"{url}/{DATASET}", streaming=True,
+                   stream_settings=StreamSettings(parallel_requests=5))
+    assert asked and set(asked) == {7}
+
+
+@pytest.mark.parametrize(("url", "loopback"), [
+    ("http://127.0.0.1:8000/registry", True), ("https://127.9.8.7/r", True),
+    ("http://[::1]:80/r", True), ("http://localhost/r", True),
+    ("https://user:secret@localhost:99/r", True), ("https://huggingface.co/datasets/x", False),
+    ("http://10.0.0.1/r", False), ("http://localhost.example.org/r", False),
+    ("s3://bucket/r", False), ("file:///srv/registry", False), ("http://[::1/r", False)])
+def test_which_hosts_are_on_the_loopback(url: str, loopback: bool) -> None:
+    assert connections.on_loopback(url) is loopback
 
 
 def test_warming_tops_up_the_connections_to_a_server(
