@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from marl_minari.errors import InvalidOptionError
+
 from .block_cache import BlockCache, default_cache_bytes, default_cache_dir
 from .settings import RemoteSettings
 
@@ -40,6 +42,22 @@ class StreamSettings:
     memory_bytes: int = 64 << 20
     remote: RemoteSettings | None = None
     connections_ahead: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, least, optional in (("cache_bytes", 0, True), ("parallel_requests", 1, False),
+                                      ("max_request_bytes", 1, False),
+                                      ("memory_bytes", 0, False),
+                                      ("connections_ahead", 0, True)):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidOptionError(
+                    f"StreamSettings({name}={value!r}): expected an integer >= {least}"
+                    f"{' or None (the default)' if optional else ''}")
+        if self.remote is not None and not isinstance(self.remote, RemoteSettings):
+            raise InvalidOptionError(f"StreamSettings(remote={self.remote!r}): expected a "
+                                     "RemoteSettings or None (the default)")
 
     def cache(self) -> BlockCache:
         """The block cache these settings name."""

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from marl_minari.registry import RemoteSettings
+from marl_minari.registry import RemoteSettings, StreamSettings
 from marl_minari.registry.index import MAX_INDEX_BYTES
 from marl_minari.registry.manifest import MAX_MANIFEST_BYTES
 from registry_helpers import DrippingHandler, no_partial_dataset
 
 from marl_minari import registry
-from marl_minari.errors import CorruptedDataError, RemoteError
+from marl_minari.errors import CorruptedDataError, InvalidOptionError, RemoteError
 from marl_minari.format.ids import dataset_dir
 
 
@@ -102,6 +102,22 @@ def test_settings_come_from_parameters_then_environment(
     for bad in ({"http_timeout": 0}, {"min_download_rate": -1.0}, {"fsync": "yes"}):
         with pytest.raises(RemoteError):
             RemoteSettings(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("parallel_requests", 0), ("parallel_requests", 2.5), ("parallel_requests", None),
+    ("max_request_bytes", 0), ("memory_bytes", -1), ("cache_bytes", -5),
+    ("cache_bytes", True), ("connections_ahead", -1), ("connections_ahead", "10"),
+    ("remote", 60.0)])
+def test_stream_settings_refuse_what_they_cannot_use(option: str, value: Any) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"StreamSettings\({option}={value!r}\)"):
+        StreamSettings(**{option: value})
+
+
+def test_stream_settings_take_their_documented_values() -> None:
+    StreamSettings(cache_bytes=0, memory_bytes=0, connections_ahead=0, parallel_requests=1,
+                   max_request_bytes=1, remote=RemoteSettings())
+    StreamSettings(cache_bytes=None, connections_ahead=None, remote=None)
 
 
 def test_fsync_setting_is_honoured(registry_dir: Path, small_dataset: Callable[..., str],
