@@ -126,6 +126,15 @@ class _Pool:
         with self._lock:
             return len(self._idle.get(server, ())) + self._in_use.get(server, 0)
 
+    def begin_below(self, server: Hashable, enough: int) -> bool:
+        """:meth:`begin` a new connection to ``server`` unless ``enough`` are open (decided
+        under the lock: callers at once never make more than ``enough`` between them)."""
+        with self._lock:
+            if self.open_to(server) >= enough:
+                return False
+            self.begin(server)
+            return True
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, {}
@@ -300,10 +309,9 @@ def _warm(server: Hashable, make: Callable[[], _Keepable], tunnel: str | None,
     still counts once, and another is made for the requests to come."""
     enough = min(enough, IDLE_PER_SERVER)
     for _ in range(enough):
-        if _POOL.open_to(server) >= enough:
+        connection = make()  # no socket until connected
+        if not _POOL.begin_below(server, enough):
             return
-        connection = make()
-        _POOL.begin(server)
         if tunnel:
             connection.set_tunnel(tunnel, headers=tunnel_headers)
         connection.watch_with(deadline)

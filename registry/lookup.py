@@ -165,9 +165,9 @@ def find_published_manifest(candidates: Sequence[tuple[str, str]], *,
     parsed for the registry the lookup finds, exactly as read there; where that request
     failed, the manifest is read again, and its error, if any, raised then.
 
-    Meanwhile, connections to the URL's server are opened until ``warm_connections`` are,
-    counting those the lookup's requests open (:meth:`~.backend.Backend.warm`; none where
-    that many are idle already): the caller's next requests, sent together once the
+    Meanwhile, connections to the URL's server are opened until ``warm_connections`` are
+    open, idle or in use, those of the lookup's own requests counted
+    (:meth:`~.backend.Backend.warm`): the caller's next requests, sent together once the
     manifest is read, then wait for no new connection (one round trip each on a far host,
     two under HTTPS).
 
