@@ -71,8 +71,9 @@ def test_an_open_has_its_next_rounds_connections_before_its_manifest_is_answered
         ahead: int, streamable: Path, registry_dir: Path, block_cache: Path,
         thread_server: Callable[[Path, type[Any]], str]) -> None:
     """The manifest is answered only once the server has accepted the connections the open
-    asks for ahead (as for a far host: this one is on the loopback), more than its lookup's
-    three requests make: the open makes them while its lookup waits."""
+    asks for ahead (as for a far host: this one is on the loopback), more than the four
+    requests of its lookup make (three candidate registries' indexes and the manifest): the
+    open makes them while its lookup waits."""
     url, handler = _accepting(thread_server, registry_dir, gate=ahead)
     source = mm.open_source(f"{url}/{DATASET}", streaming=True,
                             stream_settings=StreamSettings(connections_ahead=ahead))
