@@ -115,13 +115,17 @@ class AnswersPerConnection(CountingHandler):
 
     carried: ClassVar[list[int]] = []
 
+    def setup(self) -> None:
+        super().setup()
+        self.answered = 0
+
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         super().log_request(code, size)
         with self.lock:
-            if not getattr(self, "answered", 0):
+            if not self.answered:  # a connection is listed once it carries an answer
                 self.carried.append(0)
                 self.at = len(self.carried) - 1
-            self.answered = getattr(self, "answered", 0) + 1
+            self.answered += 1
             self.carried[self.at] = self.answered
 
 
