@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from marl_minari.vaults.layout import EXTRA_PREFIX
     from marl_minari.vaults.view_plan import PAD_VALUE
 
-    from .buffer import SOURCE_KEY, SamplingTable, make_buffer, sampling_table
+    from .buffer import SOURCE_KEY, make_buffer
     from .minari_to_vault import to_vault
+    from .sampling import SamplingTable, sampling_table
     from .tensordicts import make_torchrl_buffer, to_tensordict
     from .vault_to_minari import from_vault
 
@@ -35,8 +36,8 @@ _EXPORTS = {
     "PAD_VALUE": "marl_minari.vaults.view_plan",
     "SINGLE_AGENT": "marl_minari.sources",
     "SOURCE_KEY": f"{__name__}.buffer",
-    "SamplingTable": f"{__name__}.buffer",
-    "sampling_table": f"{__name__}.buffer",
+    "SamplingTable": f"{__name__}.sampling",
+    "sampling_table": f"{__name__}.sampling",
     "from_vault": f"{__name__}.vault_to_minari",
     "is_vault": "marl_minari.sources",
     "make_buffer": f"{__name__}.buffer",

@@ -104,7 +104,7 @@ STAGES = (
     ("marl_minari.storage.episode_reader", None, "read_plan_from_fd", "  preadv"),
     ("marl_minari.adapters.buffer", None, "_device_ready_empty", "allocate the buffer"),
     ("marl_minari.adapters.buffer", None, "view_rows", "view rows into the buffer"),
-    ("marl_minari.adapters.buffer", None, "_start_table", "start table"),
+    ("marl_minari.adapters.sampling", None, "start_table", "start table"),
 )
 
 

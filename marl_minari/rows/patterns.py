@@ -7,7 +7,8 @@ agent) trajectory must be whole in the batch, which is checked):
 * :func:`n_step`: n-step returns with a discount, cut at the end of the agent's trajectory.
 * :func:`sequences`: fixed-length windows with a stride, padded at the end, with a mask.
 
-The row builders and column names of :mod:`marl_minari.rows.tables` are importable from here too
+The row builders of :mod:`marl_minari.rows.tables` and the column names of
+:mod:`marl_minari.rows.columns` are importable from here too
 (``marl_minari.rows.patterns.agent_step_rows``...). No ray import here.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from marl_minari.errors import IncompleteTrajectoryError, InvalidOptionError
-from marl_minari.rows.tables import (
+from marl_minari.rows.columns import (
     ACTED,
     ACTION,
     ACTIVE,
@@ -43,7 +44,6 @@ from marl_minari.rows.tables import (
     NEXT_STATE,
     OBS,
     REWARD,
-    ROW_KINDS,
     START_T,
     STATE,
     TEAM_REWARD,
@@ -53,21 +53,24 @@ from marl_minari.rows.tables import (
     TRUNCATED,
     Batch,
     T,
+    column,
+    concat,
+    flatten,
+    group_starts,
+    sort_codes,
+    sort_rows,
+    unflatten,
+)
+from marl_minari.rows.tables import (
+    ROW_KINDS,
     agent_step_rows,
     build_rows,
     check_uniform_agents,
-    column,
-    concat,
     episode_arrays,
     episode_rows,
-    flatten,
-    group_starts,
     legal_masks,
     select_agents,
-    sort_codes,
-    sort_rows,
     step_rows,
-    unflatten,
 )
 
 

@@ -11,10 +11,8 @@ The transition patterns over these rows live in :mod:`marl_minari.rows.patterns`
 * :func:`step_rows`: one row per environment step, per-agent columns side by side.
 * :func:`episode_rows`: one row per episode, every column a whole episode.
 
-Column naming: a space's leaves are flattened into columns ``<prefix>`` (a leaf space) or
-``<prefix>.<key>[.<key>...]`` (Dict keys; Tuple positions are named ``_index_<i>`` as Minari
-names them). In step and episode rows the agent name comes first: ``obs.<agent>.<key>``.
-:func:`unflatten` rebuilds the tree of a space from such columns. Column names are singular
+Columns are named as :mod:`marl_minari.rows.columns` says; in step and episode rows the agent
+name comes first: ``obs.<agent>.<key>``. Column names are singular
 (``action``, ``reward``, ``terminated``): a row is one sample, as in RLlib's and Ray's
 single-row schemas, while :class:`~marl_minari.storage.reader.MultiAgentArrays` fields (and Minari's
 episode fields) are plural because each holds every step. No ray import here.
@@ -29,80 +27,45 @@ from gymnasium import spaces
 
 from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format import layout
-from marl_minari.format.spaces import Tree, build_tree, leaf_spaces, leaves
+from marl_minari.format.spaces import Tree, build_tree, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.rows.columns import (
+    ACTED,
+    ACTION,
+    ACTIVE,
+    AGENT_ID,
+    AGENT_INDEX,
+    AGENT_T,
+    DATASET,
+    EPISODE_ID,
+    EPISODE_TERMINATED,
+    EPISODE_TRUNCATED,
+    EXTRAS,
+    INFO,
+    LEGAL_MASK,
+    LENGTH,
+    NEXT_ACTIVE,
+    NEXT_INFO,
+    NEXT_LEGAL_MASK,
+    NEXT_OBS,
+    NEXT_STATE,
+    OBS,
+    REWARD,
+    STATE,
+    TEAM_REWARD,
+    TERMINATED,
+    TRAJ_LEN,
+    TRUNCATED,
+    Batch,
+    T,
+    column,
+    flatten,
+    group_starts,
+    row_starts_mask,
+)
 from marl_minari.storage.arrays import MultiAgentArrays, recorded_mask
 
-Batch = dict[str, np.ndarray]
-"""Columns of equal length (the first axis is the row)."""
-
 ROW_KINDS = ("steps", "agent_steps", "episodes")
-
-# Column names shared by the row builders, the patterns and the Ray datasource.
-DATASET = "dataset"
-EPISODE_ID = "episode_id"
-AGENT_ID = "agent_id"
-AGENT_INDEX = "agent_index"
-T = "t"
-AGENT_T = "agent_t"
-TRAJ_LEN = "traj_len"
-LENGTH = "length"
-OBS = "obs"
-NEXT_OBS = "next_obs"
-ACTION = "action"
-REWARD = "reward"
-TERMINATED = "terminated"
-TRUNCATED = "truncated"
-ACTIVE = "active"
-NEXT_ACTIVE = "next_active"
-ACTED = "acted"
-LEGAL_MASK = "legal_mask"
-NEXT_LEGAL_MASK = "next_legal_mask"
-STATE = "state"
-EXTRAS = "extras"
-NEXT_STATE = "next_state"
-INFO = "info"
-NEXT_INFO = "next_info"
-TEAM_REWARD = "team_reward"
-EPISODE_TERMINATED = "episode_terminated"
-EPISODE_TRUNCATED = "episode_truncated"
-DISCOUNT = "discount"
-N_STEPS = "n_steps"
-MASK = "mask"
-START_T = "start_t"
-
-TRAJECTORY_KEYS = (DATASET, EPISODE_ID, AGENT_ID, AGENT_INDEX)
-"""Columns constant along one agent's trajectory in an episode."""
-
-
-# --------------------------------------------------------------------------- column names
-
-
-def column(*parts: str) -> str:
-    """Join name parts into a column name (``column("obs", "agent_0") == "obs.agent_0"``)."""
-    return ".".join(p for p in parts if p)
-
-
-def flatten(prefix: str, tree: Tree) -> Batch:
-    """``{column: array}`` for every leaf of ``tree``, named ``prefix[.path]``.
-
-    Tree paths (``a/b``, ``_index_0``) become dotted suffixes (``prefix.a.b``).
-    """
-    return {column(prefix, path.replace("/", ".")): array for path, array in leaves(tree)}
-
-
-def unflatten(batch: Mapping[str, np.ndarray], prefix: str, space: spaces.Space) -> Tree:
-    """Rebuild the tree of ``space`` from the columns :func:`flatten` named ``prefix...``.
-
-    Example: ``unflatten(rows, "obs", spec.observation_spaces["player_0"])`` returns
-    ``{"action_mask": ..., "observation": ...}`` for a classic env.
-    """
-    by_path = {path: batch[column(prefix, path.replace("/", "."))]
-               for path, _ in leaf_spaces(space)}
-    return build_tree(space, by_path)
-
-
-# --------------------------------------------------------------------------- row builders
 
 
 def legal_masks(arrays: MultiAgentArrays, spec: MultiAgentSpec) -> dict[str, np.ndarray | None]:
@@ -232,8 +195,8 @@ def agent_step_rows(arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dataset: 
         (next_rows == final_rows) & ~terminated)
 
     group_start = group_starts(episode_pos, agent_col)
-    starts_of_row = group_start[np.cumsum(_is_start(episode_pos, agent_col)) - 1] if rows else (
-        np.zeros(0, dtype=np.int64))
+    starts_of_row = (group_start[np.cumsum(row_starts_mask(episode_pos, agent_col)) - 1]
+                     if rows else np.zeros(0, dtype=np.int64))
     sizes = np.diff(np.append(group_start, rows))
     traj_len = np.repeat(sizes, sizes).astype(np.int64)
 
@@ -326,21 +289,6 @@ def _gather(by_agent: dict[str, Batch], selected: Sequence[str], positions: np.n
         where = agent_col == position
         out[where] = by_agent[agent][name][source_rows[where]]
     return out
-
-
-def _is_start(*keys: np.ndarray) -> np.ndarray:
-    rows = len(keys[0])
-    start = np.zeros(rows, dtype=bool)
-    if rows:
-        start[0] = True
-        for key in keys:
-            start[1:] |= key[1:] != key[:-1]
-    return start
-
-
-def group_starts(*keys: np.ndarray) -> np.ndarray:
-    """First row of every run of equal ``keys`` (rows sorted by them)."""
-    return np.flatnonzero(_is_start(*keys)).astype(np.int64)
 
 
 def step_rows(arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dataset: str = "") -> Batch:
@@ -492,29 +440,3 @@ def build_rows(kind: str, arrays: MultiAgentArrays, spec: MultiAgentSpec, *, dat
     if kind == "episodes":
         return episode_rows(arrays, spec, dataset=dataset)
     raise InvalidOptionError(f"rows must be one of {ROW_KINDS}, got {kind!r}")
-
-
-def concat(batches: Sequence[Batch]) -> Batch:
-    """Concatenate batches with the same columns."""
-    if not batches:
-        return {}
-    return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
-
-
-def sort_rows(batch: Mapping[str, np.ndarray], keys: Sequence[str] = (
-        DATASET, EPISODE_ID, AGENT_INDEX, T)) -> Batch:
-    """``batch`` sorted by ``keys`` (the present ones; string keys compare as text)."""
-    present = [k for k in keys if k in batch]
-    if not present:
-        return dict(batch)
-    codes = [sort_codes(np.asarray(batch[k])) for k in reversed(present)]
-    order = np.lexsort(codes)
-    return {k: np.asarray(v)[order] for k, v in batch.items()}
-
-
-def sort_codes(values: np.ndarray) -> np.ndarray:
-    """Sortable integer codes of a column (strings by text order, numbers as they are)."""
-    if values.dtype.kind in "OUS":
-        _, inverse = np.unique(values.astype(str), return_inverse=True)
-        return inverse.reshape(-1)
-    return values

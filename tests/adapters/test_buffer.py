@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from adapter_helpers import write_vault
 from flashbax.buffers.trajectory_buffer import TrajectoryBuffer, TrajectoryBufferState
-from marl_minari.adapters import SOURCE_KEY, from_vault, make_buffer, to_vault
-from marl_minari.adapters.buffer import sampling_table
+from marl_minari.adapters import SOURCE_KEY, from_vault, make_buffer, sampling_table, to_vault
 from scipy.stats import chisquare
 
 from marl_minari.errors import IncompatibleSourcesError
