@@ -58,6 +58,13 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
                     raw: RawFile | None = None) -> list[bool]:
     """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given:
     :func:`compare_leaves` of the entries grouped by path, type and row shape."""
+    return _entries_and_counts(file, checks, raw)[0]
+
+
+def _entries_and_counts(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile | None,
+                        counted: bool = False) -> tuple[list[bool], dict[int, int]]:
+    """:func:`compare_entries`, and with ``counted`` the ``total_steps`` of the episodes whose
+    groups' bytes say it as HDF5 reads it (:func:`_leaves_and_counts`)."""
     kinds: dict[tuple[bytes, tuple[int, ...]], list[tuple[h5py.h5t.TypeID, list[int]]]] = {}
     for position, check in enumerate(checks):
         types = kinds.setdefault((check.path, check.shape[1:]), [])
@@ -77,11 +84,11 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
             np.array([checks[p].offset for p in positions], dtype=np.int64),
             np.array([checks[p].shape[0] for p in positions], dtype=np.int64)))
     results = [False] * len(checks)
-    for positions, agreed in zip(groups, compare_leaves(file, leaves, raw),
-                                 strict=True):
+    by_leaf, counts = _leaves_and_counts(file, leaves, raw, counted)
+    for positions, agreed in zip(groups, by_leaf, strict=True):
         for position, verdict in zip(positions, agreed.tolist(), strict=True):
             results[position] = verdict
-    return results
+    return results, counts
 
 
 def compare_leaves(file: h5py.File, leaves: Sequence[LeafChecks],
@@ -95,8 +102,17 @@ def compare_leaves(file: h5py.File, leaves: Sequence[LeafChecks],
     read by ``pread``, and none for any other), every entry left by HDF5, episode by episode
     (each episode group opened once).
     """
+    return _leaves_and_counts(file, leaves, raw)[0]
+
+
+def _leaves_and_counts(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile | None,
+                       counted: bool = False) -> tuple[list[np.ndarray], dict[int, int]]:
+    """:func:`compare_leaves`, and with ``counted`` the ``total_steps`` of the episodes whose
+    groups the entries' lookups matched to templates that read it from their bytes
+    (:func:`~.group_templates.counted_varying`), by episode: as HDF5 reads it, without
+    opening those groups."""
     results = [np.full(len(leaf.episode_ids), _UNCOMPARED, dtype=np.int8) for leaf in leaves]
-    _compare_by_templates(file, leaves, raw, results)
+    counts = _compare_by_templates(file, leaves, raw, results, counted=counted)
     group: h5py.h5g.GroupID | None = None
     current = -1
     for k, index in _by_episode(leaves, {k: np.flatnonzero(result == _UNCOMPARED)
@@ -106,7 +122,7 @@ def compare_leaves(file: h5py.File, leaves: Sequence[LeafChecks],
             current = check.episode_id
             group = episode_group(file, current)
         results[k][index] = group is not None and agrees(group, check)
-    return [result == 1 for result in results]
+    return [result == 1 for result in results], counts
 
 
 _UNCOMPARED: Final = -1
@@ -161,32 +177,34 @@ def _local_raw(file: h5py.File) -> RawFile | None:
 
 def _compare_by_templates(file: h5py.File, leaves: Sequence[LeafChecks],
                           raw: RawFile | None, results: list[np.ndarray],
-                          from_bytes: bool = True) -> None:
+                          from_bytes: bool = True, counted: bool = False) -> dict[int, int]:
     """Fill in ``results`` the first entry of each leaf that has several (compared by HDF5)
     and the entries whose object headers match its template; leave the others
     :data:`_UNCOMPARED`. A leaf with one entry makes no template: nothing is looked up or
-    read for it."""
+    read for it. With ``counted``, the ``total_steps`` that the episode groups' bytes say
+    (only where the lookups were made from the bytes and stand)."""
     several = [k for k, leaf in enumerate(leaves) if len(leaf.episode_ids) > 1]
     if not several:
-        return
+        return {}
     raw = raw if raw is not None else _local_raw(file)
     if raw is None:
-        return
+        return {}
     end = header_template.end_of_allocation(raw.read_ranges, raw.size)
     if end is None:
-        return
-    addresses, group_spans = _header_addresses(file, leaves, raw, several, from_bytes)
+        return {}
+    addresses, group_spans, counts = _header_addresses(file, leaves, raw, several, from_bytes,
+                                                       counted)
     header_spans = _compare_paths(file, leaves, raw, addresses, end, results,
                                   group_spans is not None)
     if group_spans is None or (header_spans is not None
                                and symbol_tables.disjoint(group_spans + header_spans)):
-        return
+        return counts
     # Found from the bytes, a header HDF5 finds elsewhere or one sharing bytes with a group's
     # structures (HDF5 would not read both): never in a file HDF5 wrote, but then everything
-    # again with HDF5's own lookups.
+    # again with HDF5's own lookups (and no count from the bytes).
     for result in results:
         result[:] = _UNCOMPARED
-    _compare_by_templates(file, leaves, raw, results, from_bytes=False)
+    return _compare_by_templates(file, leaves, raw, results, from_bytes=False)
 
 
 def _compare_paths(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile,
@@ -224,30 +242,39 @@ def _compare_paths(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile,
 
 
 def _header_addresses(file: h5py.File, leaves: Sequence[LeafChecks], raw: RawFile,
-                      several: list[int], from_bytes: bool
-                      ) -> tuple[dict[int, np.ndarray], symbol_tables.Spans | None]:
+                      several: list[int], from_bytes: bool, counted: bool = False
+                      ) -> tuple[dict[int, np.ndarray], symbol_tables.Spans | None,
+                                 dict[int, int]]:
     """Where the object header of each entry of the leaves ``several`` lies (``-1``: none by
-    a hard link), by leaf, and the group structures read to find them (``None``: HDF5 found
-    them). Found from the file's bytes (:mod:`.group_templates`, ``from_bytes``) where the
-    file allows, else by HDF5's lookups."""
+    a hard link), by leaf, the group structures read to find them (``None``: HDF5 found
+    them) and, with ``counted``, the episode groups' ``total_steps`` their bytes say. Found
+    from the file's bytes (:mod:`.group_templates`, ``from_bytes``) where the file allows,
+    else by HDF5's lookups."""
     resolved = None
     if from_bytes:
         resolved = group_templates.resolve(
             raw.read_ranges, raw.size,
             np.concatenate([leaves[k].episode_ids for k in several]).tolist(),
             [path for k in several for path in [leaves[k].path] * len(leaves[k].episode_ids)],
-            partial(hard_link_address, file.id), _rows_of(raw))
+            partial(hard_link_address, file.id), _rows_of(raw),
+            partial(_hdf5_count, file) if counted else None)
     if resolved is not None:
         bounds = np.cumsum([0] + [len(leaves[k].episode_ids) for k in several]).tolist()
         return ({k: resolved.addresses[bounds[n]:bounds[n + 1]]
-                 for n, k in enumerate(several)}, resolved.spans)
+                 for n, k in enumerate(several)}, resolved.spans, resolved.counts)
     addresses = {k: np.full(len(leaves[k].episode_ids), -1, dtype=np.int64) for k in several}
     # Episode by episode: path by path costs 3 us more each.
     root = file.id
     for k, index in _by_episode(leaves, {k: np.arange(len(leaves[k].episode_ids))
                                          for k in several}):
         addresses[k][index] = _header_address(root, leaves[k].entry(index))
-    return addresses, None
+    return addresses, None, {}
+
+
+def _hdf5_count(file: h5py.File, path: bytes) -> int | None:
+    """HDF5's reading of the ``total_steps`` of the group at ``path`` (:func:`read_count`)."""
+    group = group_in_file(file.id, path)
+    return None if group is None else read_count(group, np.empty(1, dtype=np.int64))
 
 
 def _header_address(root: h5py.h5f.FileID, check: EntryCheck) -> int:
@@ -378,30 +405,40 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
     trusts it compares nothing, and reads every entry of a path the way ``layouts`` says.
     """
     found: list[str] = []
-    count = np.empty(1, dtype=np.int64)
+    into = np.empty(1, dtype=np.int64)
     paths = [(path.encode(), offsets[path], layout)
              for path, layout in layouts.items() if layout is not None]
     checks: list[EntryCheck] = []
     for episode_id in episode_ids:
-        group = episode_group(file, episode_id)
-        if group is None:
-            found.append(f"episode_{episode_id}: missing from the file")
-            continue
-        if read_count(group, count) is None or count[0] != steps[episode_id]:
-            found.append(f"episode_{episode_id}: total_steps differs from the index")
         for encoded, path_offsets, layout in paths:
             offset = int(path_offsets[episode_id])
             if offset >= 0:
                 rows = int(steps[episode_id]) + layout.extra_rows
                 checks.append(EntryCheck(episode_id, encoded, offset, layout.expected_type,
                                          (rows, *layout.row_shape)))
-    for check, agreed in zip(checks, compare_entries(file, checks), strict=True):
-        if not agreed:
+    # The groups whose lookups the bytes settled say their total_steps too: only the others
+    # are opened to read it.
+    verdicts, counts = _entries_and_counts(file, checks, None, counted=True)
+    missing = set()
+    for episode_id in episode_ids:
+        count = counts.get(episode_id)
+        if count is None:
+            group = episode_group(file, episode_id)
+            if group is None:
+                found.append(f"episode_{episode_id}: missing from the file")
+                missing.add(episode_id)
+                continue
+            count = read_count(group, into)
+        if count is None or count != steps[episode_id]:
+            found.append(f"episode_{episode_id}: total_steps differs from the index")
+    for check, agreed in zip(checks, verdicts, strict=True):
+        if not agreed and check.episode_id not in missing:
             group = episode_group(file, check.episode_id)
-            assert group is not None  # found above
+            held = ("HDF5 cannot open its episode group" if group is None
+                    else _stored(group, check.path))
             found.append(f"episode_{check.episode_id}/{check.path.decode()}: index says "
                          f"offset {check.offset} holding {check.shape} of "
-                         f"{_type_name(check.expected_type)}; {_stored(group, check.path)}")
+                         f"{_type_name(check.expected_type)}; {held}")
     return found
 
 

@@ -16,9 +16,10 @@ header template").
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
 
 import numpy as np
 
@@ -43,6 +44,11 @@ from marl_minari.format.symbol_tables import (
 _MOST_TEMPLATES: Final = 16
 """Layouts tried per group path (the writer's make 5-6); a group of any further layout
 leaves the whole lookup to HDF5."""
+COUNT_ATTRIBUTE: Final = b"total_steps"
+"""The episode groups' attribute that :func:`resolve` can read from their bytes."""
+_INT64: Final = bytes.fromhex("100800000800000000004000")
+"""A version-1 datatype message of a signed 64-bit little-endian integer (what h5py writes
+for a Python ``int``): HDF5 reads its 8 bytes into an ``int64`` as they are."""
 
 
 @dataclass(frozen=True)
@@ -65,13 +71,18 @@ class GroupTemplate:
     slots: list[tuple[int, int]]
     hard: list[bool]
     """... and whether that entry is a hard link."""
+    count: tuple[int, int] | None = field(default=None)
+    """Where the group's :data:`COUNT_ATTRIBUTE` value lies, ``(chunk, offset)``: 8 bytes,
+    little-endian, signed (:func:`counted_varying`); ``None``: not read from the bytes."""
 
 
 def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]],
                   varying: Sequence[Sequence[tuple[int, int]]], sources: Sequence[tuple[int, int]],
-                  symbol_table: tuple[int, int]) -> GroupTemplate | None:
-    """The template of a group (its header's chunks, what in them may vary, and its symbol
-    table); ``None`` when its B-tree is more than one node or a node is not allowed."""
+                  symbol_table: tuple[int, int], count: tuple[int, int] | None = None
+                  ) -> GroupTemplate | None:
+    """The template of a group (its header's chunks, what in them may vary, its symbol table
+    and where its count lies); ``None`` when its B-tree is more than one node or a node is not
+    allowed."""
     heap = table.heap
     parsed = table.node(table.btree)  # one node, or a search of a name below is unsure
     if parsed is None:
@@ -118,7 +129,58 @@ def make_template(table: SymbolTable, header_chunks: Sequence[tuple[int, bytes]]
         chunks, list(sources), symbol_table, np.frombuffer(heap.prefix, dtype=np.uint8),
         np.frombuffer(heap.data, dtype=np.uint8),
         np.frombuffer(node.data, dtype=np.uint8, count=NODE_HEADER + 16 * len(node.children) + 8),
-        snods, names, slots, hard)
+        snods, names, slots, hard, count)
+
+
+def counted_varying(header: GroupHeader, name: bytes
+                    ) -> tuple[list[list[tuple[int, int]]], tuple[int, int]] | None:
+    """What may vary between groups whose attribute ``name`` is read from their bytes, and
+    where its value lies in this group's header: ``(varying, (chunk, offset))``.
+
+    Then every attribute message must repeat this group's bytes but for its data: its
+    version, sizes, name, datatype and dataspace are fixed, so HDF5 finds the same attributes
+    in the same messages, decodes them alike, and reads ``name``'s value from the same 8 bytes.
+    ``None`` unless every attribute message is version 1, exactly one is named ``name`` (its
+    NUL-terminated bytes: HDF5 refuses a name whose NUL is elsewhere), and it holds a signed
+    64-bit little-endian integer (:data:`_INT64`). Its dataspace is left to HDF5's reading of
+    the template's own value, which must equal what these bytes say (HDF5 reads one value
+    from the first 8 bytes of its data, or none).
+    """
+    varying = [list(ranges) for ranges in header.varying]
+    slot = None
+    for chunk, body, size in header.attributes:
+        data = header.chunks[chunk][1]
+        if size < 8 or data[body] != 1:
+            return None
+        name_size, type_size, space_size = struct.unpack_from("<HHH", data, body + 2)
+        name_at = body + 8
+        type_at = name_at + _padded(name_size)
+        value_at = type_at + _padded(type_size) + _padded(space_size)
+        varying[chunk].remove((body, body + size))
+        varying[chunk].append((value_at, body + size))
+        if data[name_at:name_at + name_size] == name + b"\0":
+            if slot is not None or data[type_at:type_at + type_size] != _INT64:
+                return None
+            slot = (chunk, value_at)
+    return None if slot is None else (varying, slot)
+
+
+def _padded(size: int) -> int:
+    """A version-1 attribute message's field length: ``size`` rounded up to 8 bytes."""
+    return (size + 7) & ~7
+
+
+class Matched(NamedTuple):
+    """The groups that repeat a template (:func:`match`)."""
+
+    positions: np.ndarray
+    """Which of the addresses matched."""
+    children: np.ndarray
+    """``(positions, names)``: the address each of the template's names leads to."""
+    spans: Spans
+    """The structures read for them."""
+    counts: np.ndarray
+    """``(positions,)``: each group's count (zeros when the template reads none)."""
 
 
 class _Rows:
@@ -152,9 +214,9 @@ class _Rows:
 
 
 def match(template: GroupTemplate, read_rows: ReadRows, sb: Superblock, addresses: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, Spans]:
-    """Which groups whose headers are at ``addresses`` repeat ``template``: ``(positions,
-    (positions, names) child addresses, the structures read for them)``."""
+          ) -> Matched:
+    """Which groups whose headers are at ``addresses`` repeat ``template``, and what their
+    bytes say."""
     rows = _Rows(read_rows, sb, addresses)
     chunk_rows: list[np.ndarray] = []
     at = addresses.astype(np.uint64)
@@ -167,18 +229,21 @@ def match(template: GroupTemplate, read_rows: ReadRows, sb: Superblock, addresse
     chunk, table_at = template.symbol_table
     btree = _column(chunk_rows[chunk], table_at)
     heap = _column(chunk_rows[chunk], table_at + 8)
-    heap, prefix, (btree,) = rows.fetch(heap, HEAP_PREFIX, template.heap_prefix,
-                                        np.arange(HEAP_PREFIX) < 24, btree)
+    counts = (_column(chunk_rows[template.count[0]], template.count[1]).view(np.int64)
+              if template.count is not None else np.zeros(len(heap), dtype=np.int64))
+    heap, prefix, (btree, counts) = rows.fetch(heap, HEAP_PREFIX, template.heap_prefix,
+                                               np.arange(HEAP_PREFIX) < 24, btree, counts)
     data_at = _column(prefix, 24)
-    _, _, (btree,) = rows.fetch(data_at, len(template.heap_data), template.heap_data, None,
-                                btree)
+    _, _, (btree, counts) = rows.fetch(data_at, len(template.heap_data), template.heap_data,
+                                       None, btree, counts)
     node_fixed = np.ones(len(template.node), dtype=bool)
     child_at = [NODE_HEADER + 8 + 16 * i for i in range(len(template.snods))]
     for at_child in child_at:
         node_fixed[at_child:at_child + 8] = False
-    btree, node, _ = rows.fetch(btree, sb.node_length, np.resize(template.node, sb.node_length),
-                                np.resize(node_fixed, sb.node_length)
-                                & (np.arange(sb.node_length) < len(template.node)))
+    btree, node, (counts,) = rows.fetch(
+        btree, sb.node_length, np.resize(template.node, sb.node_length),
+        np.resize(node_fixed, sb.node_length) & (np.arange(sb.node_length) < len(template.node)),
+        counts)
     found: list[np.ndarray] = []
     snod_rows: list[np.ndarray] = []
     for index, (data, fixed, _) in enumerate(template.snods):
@@ -187,15 +252,15 @@ def match(template: GroupTemplate, read_rows: ReadRows, sb: Superblock, addresse
         full[:len(data)] = data
         full_fixed = np.zeros(sb.snod_length, dtype=bool)
         full_fixed[:len(data)] = fixed
-        _, got, carried = rows.fetch(children, sb.snod_length, full, full_fixed, node,
+        _, got, carried = rows.fetch(children, sb.snod_length, full, full_fixed, node, counts,
                                      *snod_rows)
-        node, *snod_rows = carried
+        node, counts, *snod_rows = carried
         snod_rows.append(got)
     for snod, position in template.slots:
         found.append(_column(snod_rows[snod], template.snods[snod][2][position]))
     addresses_found = (np.stack(found, axis=1) if found
                        else np.empty((len(rows.alive), 0), dtype=np.uint64))
-    return rows.alive, addresses_found, rows.spans
+    return Matched(rows.alive, addresses_found, rows.spans, counts)
 
 
 def _column(rows: np.ndarray, at: int) -> np.ndarray:
@@ -210,15 +275,21 @@ class Resolved:
 
     addresses: np.ndarray
     spans: Spans
+    counts: dict[int, int] = field(default_factory=dict)
+    """Episode groups' :data:`COUNT_ATTRIBUTE` as HDF5 reads it, by episode, for those whose
+    bytes say it (``resolve``'s ``count``)."""
 
 
 Confirm = Callable[[bytes], "int | None"]
 """HDF5's own lookup of a path from the root: the hard link's address, ``None`` if none."""
+Count = Callable[[bytes], "int | None"]
+"""HDF5's own reading of the :data:`COUNT_ATTRIBUTE` of the group at a path from the root as
+an ``int64``, ``None`` if it cannot."""
 
 
 def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
-            paths: Sequence[bytes], confirm: Confirm, read_rows: ReadRows | None = None
-            ) -> Resolved | None:
+            paths: Sequence[bytes], confirm: Confirm, read_rows: ReadRows | None = None,
+            count: Count | None = None) -> Resolved | None:
     """Where each ``episode_<episode_ids[i]>/<paths[i]>`` leads by a hard link, as HDF5's
     lookup answers (``-1``: the name is not there), or ``None``: nothing is resolved.
 
@@ -229,7 +300,9 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
     (a group left to it could put its heap where a matched group's node lies: HDF5 would then
     fail on that group's paths after reading the other's, not before). ``confirm`` is HDF5's
     lookup, for the first group of each template. ``read_rows`` reads the same bytes as
-    ``read``, the groups' structures many at once (by default, a range each).
+    ``read``, the groups' structures many at once (by default, a range each). ``count``
+    (HDF5's reading, for the first episode group of each template) has the episode groups'
+    counts read from their bytes too where the file allows (:func:`counted_varying`).
     """
     sb = read_superblock(read, file_size)
     root = None if sb is None else open_group(read, sb.root, sb)
@@ -247,16 +320,18 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
     spans: Spans = [(np.zeros(1, dtype=np.uint64), sb.length), *_chunk_spans(root_header),
                     *root_table.spans()]
     children: dict[bytes, dict[bytes, np.ndarray]] = {}
+    counts: dict[int, int] = {}
     for kind in sorted(kinds, key=lambda k: (k.count(b"/") + bool(k), k)):
         if kind not in headers:
             parent, _, name = kind.rpartition(b"/")
             headers[kind] = children[parent].get(name, np.full(len(episodes), _ABSENT))
         found = _resolve_kind(read, read_rows or rows_reader(read), sb, kind, episodes,
-                              headers[kind], confirm)
+                              headers[kind], confirm, None if kind else count)
         if found is None:
             return None
-        children[kind], kind_spans = found
+        children[kind], kind_spans, kind_counts = found
         spans += kind_spans
+        counts.update(kind_counts)
     addresses = np.full(len(paths), _ABSENT, dtype=np.int64)
     wanted = np.asarray(episode_ids, dtype=np.int64)
     positions: dict[bytes, list[int]] = {}
@@ -269,7 +344,7 @@ def resolve(read: ReadRanges, file_size: int, episode_ids: Sequence[int],
             addresses[at] = column[np.searchsorted(episodes, wanted[at])]
     if (addresses == _UNSURE).any() or not disjoint(spans):
         return None
-    return Resolved(addresses, spans)
+    return Resolved(addresses, spans, counts)
 
 
 _ABSENT: Final = -1
@@ -290,35 +365,39 @@ def _link(entry: Found) -> int:
 
 
 def _resolve_kind(read: ReadRanges, read_rows: ReadRows, sb: Superblock, kind: bytes,
-                  episodes: np.ndarray, headers: np.ndarray, confirm: Confirm
-                  ) -> tuple[dict[bytes, np.ndarray], Spans] | None:
+                  episodes: np.ndarray, headers: np.ndarray, confirm: Confirm,
+                  count: Count | None = None
+                  ) -> tuple[dict[bytes, np.ndarray], Spans, dict[int, int]] | None:
     """The links of the groups at ``kind`` under each episode (``headers``: their object
     headers, or :data:`_ABSENT`): ``name -> (episodes,)`` addresses, :data:`_ABSENT` or
-    :data:`_UNSURE`, and the structures read; ``None`` when a group is unsure or matches none
-    of :data:`_MOST_TEMPLATES` templates."""
+    :data:`_UNSURE`, the structures read, and the groups' counts by episode where their
+    templates read them (``count``); ``None`` when a group is unsure or matches none of
+    :data:`_MOST_TEMPLATES` templates."""
     if (headers == _UNSURE).any():
         return None
     found: dict[bytes, np.ndarray] = {}
     spans: Spans = []
+    counts: dict[int, int] = {}
     remaining = np.flatnonzero(headers >= 0)
     for _ in range(_MOST_TEMPLATES):
         if not remaining.size:
-            return found, spans
+            return found, spans, counts
         first = int(remaining[0])
         template = _confirmed_template(read, sb, kind, int(episodes[first]),
-                                       int(headers[first]), confirm)
+                                       int(headers[first]), confirm, count)
         if template is None:
             return None
-        alive, addresses, matched_spans = match(template, read_rows, sb,
-                                                headers[remaining].astype(np.uint64))
-        rows = remaining[alive]
+        matched = match(template, read_rows, sb, headers[remaining].astype(np.uint64))
+        rows = remaining[matched.positions]
         for column, (name, hard) in enumerate(zip(template.names, template.hard,
                                                   strict=True)):
             into = found.setdefault(name, np.full(len(episodes), _ABSENT, dtype=np.int64))
-            into[rows] = _addresses(addresses[:, column]) if hard else _UNSURE
-        spans += matched_spans
+            into[rows] = _addresses(matched.children[:, column]) if hard else _UNSURE
+        if template.count is not None:
+            counts.update(zip(episodes[rows].tolist(), matched.counts.tolist(), strict=True))
+        spans += matched.spans
         remaining = np.setdiff1d(remaining, rows, assume_unique=True)
-    return (found, spans) if not remaining.size else None
+    return (found, spans, counts) if not remaining.size else None
 
 
 def _addresses(values: np.ndarray) -> np.ndarray:
@@ -329,18 +408,28 @@ def _addresses(values: np.ndarray) -> np.ndarray:
 
 
 def _confirmed_template(read: ReadRanges, sb: Superblock, kind: bytes, episode_id: int,
-                        address: int, confirm: Confirm) -> GroupTemplate | None:
+                        address: int, confirm: Confirm, count: Count | None = None
+                        ) -> GroupTemplate | None:
     """The template of the group at ``kind`` in ``episode_id``, once HDF5's own lookups find
-    that group and each of its hard links where the template does."""
+    that group and each of its hard links where the template does; with ``count``, reading
+    the group's count from the bytes where HDF5 reads the same value there."""
     opened = open_group(read, address, sb)
     if opened is None:
         return None
     header, table = opened
-    template = make_template(table, header.chunks, header.varying, header.sources,
-                             header.symbol_table)
+    base = b"episode_%d" % episode_id + (b"/" + kind if kind else b"")
+    varying: list[list[tuple[int, int]]] = header.varying
+    slot = None
+    counted = None if count is None else counted_varying(header, COUNT_ATTRIBUTE)
+    if count is not None and counted is not None:
+        chunk, at = counted[1]
+        if count(base) == int.from_bytes(header.chunks[chunk][1][at:at + 8], "little",
+                                          signed=True):
+            varying, slot = counted
+    template = make_template(table, header.chunks, varying, header.sources,
+                             header.symbol_table, slot)
     if template is None:
         return None
-    base = b"episode_%d" % episode_id + (b"/" + kind if kind else b"")
     if confirm(base) != address:
         return None
     for name, (node, position), hard in zip(template.names, template.slots, template.hard,

@@ -113,6 +113,8 @@ class GroupHeader:
     sources: list[tuple[int, int]] = field(default_factory=list)
     """For each chunk after the first: (chunk, offset) of the continuation address to it."""
     symbol_table: tuple[int, int] = (-1, -1)
+    attributes: list[tuple[int, int, int]] = field(default_factory=list)
+    """Each attribute message: (chunk, offset of its body, the body's length)."""
 
 
 def parse_header(read: ReadRanges, address: int, sb: Superblock) -> GroupHeader | None:
@@ -163,6 +165,8 @@ def parse_header(read: ReadRanges, address: int, sb: Superblock) -> GroupHeader 
                 header.varying[index].append((body, body + 8))
             elif kind in _OPAQUE_BODIES:
                 header.varying[index].append((body, body + body_size))
+                if kind == _ATTRIBUTE:
+                    header.attributes.append((index, body, body_size))
             elif kind != _NIL:
                 return None
             counted += 1
