@@ -58,13 +58,6 @@ def compare_entries(file: h5py.File, checks: Sequence[EntryCheck],
                     raw: RawFile | None = None) -> list[bool]:
     """Whether each entry agrees with ``file`` (see :func:`agrees`), in the order given:
     :func:`compare_leaves` of the entries grouped by path, type and row shape."""
-    return _entries_and_counts(file, checks, raw)[0]
-
-
-def _entries_and_counts(file: h5py.File, checks: Sequence[EntryCheck], raw: RawFile | None,
-                        counted: bool = False) -> tuple[list[bool], dict[int, int]]:
-    """:func:`compare_entries`, and with ``counted`` the ``total_steps`` of the episodes whose
-    groups' bytes say it as HDF5 reads it (:func:`_leaves_and_counts`)."""
     kinds: dict[tuple[bytes, tuple[int, ...]], list[tuple[h5py.h5t.TypeID, list[int]]]] = {}
     for position, check in enumerate(checks):
         types = kinds.setdefault((check.path, check.shape[1:]), [])
@@ -84,11 +77,10 @@ def _entries_and_counts(file: h5py.File, checks: Sequence[EntryCheck], raw: RawF
             np.array([checks[p].offset for p in positions], dtype=np.int64),
             np.array([checks[p].shape[0] for p in positions], dtype=np.int64)))
     results = [False] * len(checks)
-    by_leaf, counts = _leaves_and_counts(file, leaves, raw, counted)
-    for positions, agreed in zip(groups, by_leaf, strict=True):
+    for positions, agreed in zip(groups, compare_leaves(file, leaves, raw), strict=True):
         for position, verdict in zip(positions, agreed.tolist(), strict=True):
             results[position] = verdict
-    return results, counts
+    return results
 
 
 def compare_leaves(file: h5py.File, leaves: Sequence[LeafChecks],
@@ -406,19 +398,17 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
     """
     found: list[str] = []
     into = np.empty(1, dtype=np.int64)
-    paths = [(path.encode(), offsets[path], layout)
-             for path, layout in layouts.items() if layout is not None]
-    checks: list[EntryCheck] = []
-    for episode_id in episode_ids:
-        for encoded, path_offsets, layout in paths:
-            offset = int(path_offsets[episode_id])
-            if offset >= 0:
-                rows = int(steps[episode_id]) + layout.extra_rows
-                checks.append(EntryCheck(episode_id, encoded, offset, layout.expected_type,
-                                         (rows, *layout.row_shape)))
+    episodes = np.asarray(episode_ids, dtype=np.int64)
+    leaves = []
+    for path, layout in layouts.items():
+        if layout is not None:
+            having = episodes[offsets[path][episodes] >= 0]
+            leaves.append(LeafChecks(path.encode(), layout.expected_type, layout.row_shape,
+                                     having, offsets[path][having].astype(np.int64),
+                                     steps[having].astype(np.int64) + layout.extra_rows))
     # The groups whose lookups the bytes settled say their total_steps too: only the others
     # are opened to read it.
-    verdicts, counts = _entries_and_counts(file, checks, None, counted=True)
+    by_leaf, counts = _leaves_and_counts(file, leaves, None, counted=True)
     missing = set()
     for episode_id in episode_ids:
         count = counts.get(episode_id)
@@ -431,8 +421,10 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
             count = read_count(group, into)
         if count is None or count != steps[episode_id]:
             found.append(f"episode_{episode_id}: total_steps differs from the index")
-    for check, agreed in zip(checks, verdicts, strict=True):
-        if not agreed and check.episode_id not in missing:
+    disagreeing = [leaf.entry(index) for leaf, agreed in zip(leaves, by_leaf, strict=True)
+                   for index in np.flatnonzero(~agreed).tolist()]
+    for check in sorted(disagreeing, key=lambda check: check.episode_id):  # stable: by path
+        if check.episode_id not in missing:
             group = episode_group(file, check.episode_id)
             held = ("HDF5 cannot open its episode group" if group is None
                     else _stored(group, check.path))

@@ -292,11 +292,12 @@ def test_counts_of_a_resolution_hdf5_would_not_make_are_dropped(
     own lookups: the counts read on the way are not believed either."""
     path, episodes = recorded_file
     with h5py.File(path, "r") as file:
-        checks = [entry_checks.EntryCheck(e, b"rewards", file[f"episode_{e}/rewards"].id
-                                          .get_offset(), file[f"episode_{e}/rewards"].id
-                                          .get_type(), file[f"episode_{e}/rewards"].shape)
-                  for e in range(episodes)]
-        assert entry_checks._entries_and_counts(file, checks, None, counted=True)[1] != {}
+        rewards = [file[f"episode_{e}/rewards"] for e in range(episodes)]
+        leaf = entry_checks.LeafChecks(
+            b"rewards", rewards[0].id.get_type(), rewards[0].shape[1:],
+            np.arange(episodes), np.array([r.id.get_offset() for r in rewards]),
+            np.array([r.shape[0] for r in rewards]))
+        assert entry_checks._leaves_and_counts(file, [leaf], None, counted=True)[1] != {}
     real = group_templates.resolve
 
     def misled(*args: object, **kwargs: object) -> group_templates.Resolved | None:
@@ -307,8 +308,8 @@ def test_counts_of_a_resolution_hdf5_would_not_make_are_dropped(
 
     monkeypatch.setattr(group_templates, "resolve", misled)
     with h5py.File(path, "r") as file:
-        verdicts, counts = entry_checks._entries_and_counts(file, checks, None, counted=True)
-    assert all(verdicts) and counts == {}
+        (verdicts,), counts = entry_checks._leaves_and_counts(file, [leaf], None, counted=True)
+    assert verdicts.all() and counts == {}
 
 
 def test_a_whole_file_check_names_an_episode_missing_from_the_file(
