@@ -71,7 +71,7 @@ class GroupTemplate:
     slots: list[tuple[int, int]]
     hard: list[bool]
     """... and whether that entry is a hard link."""
-    count: tuple[int, int] | None = field(default=None)
+    count: tuple[int, int] | None = None
     """Where the group's :data:`COUNT_ATTRIBUTE` value lies, ``(chunk, offset)``: 8 bytes,
     little-endian, signed (:func:`counted_varying`); ``None``: not read from the bytes."""
 
