@@ -11,8 +11,6 @@ reads otherwise than a naive parse would.
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 from collections.abc import Callable
 from functools import partial
@@ -22,11 +20,10 @@ import h5py
 import numpy as np
 import pytest
 from hdf5_files import mutated_copies
-from index_checks import recorded_calls
+from index_checks import copied_data, recorded_calls
 
 from marl_minari.format import entry_checks, group_templates, offset_index, symbol_tables
 from marl_minari.format.in_file import hard_link_address
-from marl_minari.storage.reader_state import metadata_read_as
 
 Attributes = Callable[[h5py.Group, int], None]
 
@@ -234,10 +231,7 @@ def test_a_whole_file_check_reads_counts_from_the_bytes_and_finds_a_changed_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     source, episodes = recorded_file
     data = tmp_path / "data"
-    shutil.copytree(source.parent, data)
-    index = offset_index.read(data)
-    assert index is not None
-    read_as = metadata_read_as(json.loads((data / "metadata.json").read_text()), data)
+    index, read_as = copied_data(source.parent, data)
     opened = recorded_calls(monkeypatch, entry_checks, "read_count")
     with h5py.File(data / source.name, "r") as file:
         assert offset_index.whole_file_mismatches(index, file, read_as) == []
@@ -318,10 +312,7 @@ def test_a_whole_file_check_names_an_episode_missing_from_the_file(
     named once, and its entries are not reported besides."""
     source, _ = recorded_file
     data = tmp_path / "data"
-    shutil.copytree(source.parent, data)
-    index = offset_index.read(data)
-    assert index is not None
-    read_as = metadata_read_as(json.loads((data / "metadata.json").read_text()), data)
+    index, read_as = copied_data(source.parent, data)
     with h5py.File(data / source.name, "r+") as file:
         del file["episode_3"]
     with h5py.File(data / source.name, "r") as file:

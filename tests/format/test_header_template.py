@@ -9,8 +9,6 @@ and their indexes' claims, and compare both verdicts on each.
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,11 @@ import h5py
 import numpy as np
 import pytest
 from hdf5_files import Mutation, dataset_names, mutated_copies
-from index_checks import recorded_calls
+from index_checks import copied_data, recorded_calls
 
 from marl_minari.format import entry_checks, group_templates, header_template, layout, offset_index
 from marl_minari.format.entry_checks import EntryCheck
 from marl_minari.format.in_file import hard_link_address
-from marl_minari.storage.reader_state import metadata_read_as
 
 SPREAD = "mpe2/simple_spread_v3"
 
@@ -290,10 +287,7 @@ def test_an_index_check_of_a_whole_file_finds_a_moved_leaf(
         recorded_file: tuple[Path, int], tmp_path: Path) -> None:
     path, _ = recorded_file
     data = tmp_path / "data"
-    shutil.copytree(path.parent, data)
-    index = offset_index.read(data)
-    assert index is not None
-    read_as = metadata_read_as(json.loads((data / "metadata.json").read_text()), data)
+    index, read_as = copied_data(path.parent, data)
     with h5py.File(data / layout.MAIN_FILE_NAME, "r") as file:
         assert offset_index.whole_file_mismatches(index, file, read_as) == []
         leaf = next(iter(index.offsets))

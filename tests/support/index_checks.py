@@ -3,12 +3,17 @@ a header template HDF5 compared), and the calls a comparison makes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from marl_minari.format import entry_checks, index_trust, offset_index
+from marl_minari.format.entry_checks import ReadAs
+from marl_minari.storage.reader_state import metadata_read_as
 
 
 def count_entry_checks(monkeypatch: pytest.MonkeyPatch, *, forget: bool = False) -> list[Any]:
@@ -43,3 +48,13 @@ def recorded_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
 
     monkeypatch.setattr(owner, name, recording)
     return calls
+
+
+def copied_data(data_dir: Path, into: Path
+                ) -> tuple[offset_index.OffsetIndex, Mapping[str, ReadAs | None]]:
+    """A copy of the dataset's ``data`` folder ``data_dir`` at ``into``: its offset index and
+    how readers read its leaves, for a whole-file check of the copy."""
+    shutil.copytree(data_dir, into)
+    index = offset_index.read(into)
+    assert index is not None
+    return index, metadata_read_as(json.loads((into / "metadata.json").read_text()), into)
