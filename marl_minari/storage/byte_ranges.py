@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import h5py
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError
@@ -166,3 +167,16 @@ def holds_its_views(owner: object) -> bool:
     from together; any other exporter's views are taken one at a time."""
     return isinstance(owner, (bytes, bytearray)) or (
         isinstance(owner, np.ndarray) and owner.flags.c_contiguous)
+
+
+def open_hdf5(source: ByteRanges) -> h5py.File:
+    """The file ``source`` supplies (``main_data.hdf5``) opened by HDF5 over its bytes.
+
+    Raises:
+        CorruptedDataError: HDF5 cannot open it.
+    """
+    try:
+        return h5py.File(RangesFile(source), "r")
+    except OSError as exc:
+        raise CorruptedDataError(f"{source.name} is damaged and cannot be opened ({exc}); "
+                                 "download it again") from exc

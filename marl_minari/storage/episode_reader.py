@@ -40,7 +40,7 @@ from marl_minari.format.jpeg import jpeg_paths
 from marl_minari.format.spaces import build_tree, leaf_shape, nest
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
-from marl_minari.storage.byte_ranges import ByteRanges, RangesFile
+from marl_minari.storage.byte_ranges import ByteRanges, open_hdf5
 from marl_minari.storage.datafile import (
     MARL_GROUP,
     attribute_steps,
@@ -115,7 +115,7 @@ class EpisodeReader:
             self._fd: int | None = self._file.id.get_vfd_handle()
             self._size = os.fstat(self._fd).st_size
         else:
-            self._file = _open_ranges(byte_source)
+            self._file = open_hdf5(byte_source)
             self._fd = None
             self._size = int(byte_source.size)
         self._spec = spec
@@ -487,19 +487,6 @@ class EpisodeReader:
             agent_infos=agent_infos or None,
             extras=subtree(f"{MARL_GROUP}/{layout.EXTRAS}"),
         )
-
-
-def _open_ranges(source: ByteRanges) -> h5py.File:
-    """``main_data.hdf5`` opened by HDF5 over a byte supplier.
-
-    Raises:
-        CorruptedDataError: HDF5 cannot open it.
-    """
-    try:
-        return h5py.File(RangesFile(source), "r")
-    except OSError as exc:
-        raise CorruptedDataError(f"{source.name} is damaged and cannot be opened ({exc}); "
-                                 "download it again") from exc
 
 
 def _is_nested(space: Any) -> bool:

@@ -1,4 +1,4 @@
-"""RangesFile: the file object HDF5 reads a byte supplier through."""
+"""RangesFile: the file object HDF5 reads a byte supplier through, and opening one."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
-from marl_minari.storage.byte_ranges import LocalFileRanges, RangesFile
+from marl_minari.errors import CorruptedDataError
+from marl_minari.storage.byte_ranges import LocalFileRanges, RangesFile, open_hdf5
 
 
 class CountingSource(LocalFileRanges):
@@ -59,3 +61,11 @@ def test_hdf5_metadata_reads_are_served_from_kept_pages(tmp_path: Path) -> None:
             total = sum(int(file[f"episode_{e}/a"][()].sum()) for e in range(200))
     assert total == 200 * 45
     assert reads > 400 and len(source.calls) * 10 < reads
+
+
+def test_bytes_hdf5_cannot_open_are_a_damaged_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "main_data.hdf5"
+    path.write_bytes(b"not an HDF5 file " * 100)
+    with LocalFileRanges(path) as source, pytest.raises(CorruptedDataError) as raised:
+        open_hdf5(source)
+    assert str(path) in str(raised.value) and "download it again" in str(raised.value)
