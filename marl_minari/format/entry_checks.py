@@ -425,9 +425,7 @@ def layout_mismatches(file: h5py.File, steps: np.ndarray, offsets: Mapping[str, 
                    for index in np.flatnonzero(~agreed).tolist()]
     for check in sorted(disagreeing, key=lambda check: check.episode_id):  # stable: by path
         if check.episode_id not in missing:
-            group = episode_group(file, check.episode_id)
-            held = ("HDF5 cannot open its episode group" if group is None
-                    else _stored(group, check.path))
+            held = _stored(file.id, b"episode_%d/%s" % (check.episode_id, check.path))
             found.append(f"episode_{check.episode_id}/{check.path.decode()}: index says "
                          f"offset {check.offset} holding {check.shape} of "
                          f"{_type_name(check.expected_type)}; {held}")
@@ -454,9 +452,9 @@ def _type_name(type_id: h5py.h5t.TypeID) -> str:
         return "its type"
 
 
-def _stored(group: h5py.h5g.GroupID, path: bytes) -> str:
-    """What the file holds at ``path`` under ``group``, for an error message."""
-    dataset = dataset_in_file(group, path)
+def _stored(loc: h5py.h5g.GroupID, path: bytes) -> str:
+    """What the file holds at ``path`` under ``loc``, for an error message."""
+    dataset = dataset_in_file(loc, path)
     if dataset is None:
         return "the file has no dataset there"
     offset = stored_offset(dataset)

@@ -293,7 +293,11 @@ def test_an_index_check_of_a_whole_file_finds_a_moved_leaf(
         leaf = next(iter(index.offsets))
         index.offsets[leaf][3] += 8
         found = offset_index.whole_file_mismatches(index, file, read_as)
+        stored = file[f"episode_3/{leaf}"]
+        held = (f"the file holds {stored.shape} of {stored.dtype}, "
+                f"at offset {stored.id.get_offset()}")
     assert len(found) == 1 and found[0].startswith(f"episode_3/{leaf}: index says offset")
+    assert found[0].endswith(held)
 
 
 def test_no_template_is_made_of_a_file_with_other_address_sizes(tmp_path: Path) -> None:
