@@ -142,9 +142,9 @@ def counted_varying(header: GroupHeader, name: bytes
     in the same messages, decodes them alike, and reads ``name``'s value from the same 8 bytes.
     ``None`` unless every attribute message is version 1, exactly one is named ``name`` (its
     NUL-terminated bytes: HDF5 refuses a name whose NUL is elsewhere), and it holds a signed
-    64-bit little-endian integer (:data:`_INT64`). Its dataspace is left to HDF5's reading of
-    the template's own value, which must equal what these bytes say (HDF5 reads one value
-    from the first 8 bytes of its data, or none).
+    64-bit little-endian integer (:data:`_INT64`) whose data lies inside its message. Its
+    dataspace is left to HDF5's reading of the template's own value, which must equal what
+    these bytes say (HDF5 reads one value from the first 8 bytes of its data, or none).
     """
     varying = [list(ranges) for ranges in header.varying]
     slot = None
@@ -159,7 +159,8 @@ def counted_varying(header: GroupHeader, name: bytes
         varying[chunk].remove((body, body + size))
         varying[chunk].append((value_at, body + size))
         if data[name_at:name_at + name_size] == name + b"\0":
-            if slot is not None or data[type_at:type_at + type_size] != _INT64:
+            if (slot is not None or data[type_at:type_at + type_size] != _INT64
+                    or value_at + 8 > body + size):
                 return None
             slot = (chunk, value_at)
     return None if slot is None else (varying, slot)

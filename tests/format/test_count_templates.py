@@ -274,6 +274,15 @@ def test_only_a_version_1_attribute_message_is_read_as_one() -> None:
         assert group_templates.counted_varying(header, group_templates.COUNT_ATTRIBUTE) is None
 
 
+def test_a_count_whose_data_lies_past_its_message_is_not_read() -> None:
+    """Fields that claim more bytes than the message holds (a dataspace of 16 bytes in a body
+    sized for 8): the value's place would be past the message, where HDF5 reads nothing."""
+    body = bytearray(_counted(1))
+    struct.pack_into("<H", body, 6, 16)
+    assert group_templates.counted_varying(_one_attribute(bytes(body)),
+                                           group_templates.COUNT_ATTRIBUTE) is None
+
+
 def test_an_attribute_message_too_short_for_its_header_is_not_parsed() -> None:
     for body in (b"", bytes([1])):
         assert group_templates.counted_varying(_one_attribute(body),
