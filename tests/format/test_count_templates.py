@@ -236,10 +236,10 @@ def test_a_whole_file_check_reads_counts_from_the_bytes_and_finds_a_changed_one(
     with h5py.File(data / source.name, "r") as file:
         assert offset_index.whole_file_mismatches(index, file, read_as) == []
     assert 0 < len(opened) < episodes  # the templates' own counts only
-    counted = group_templates.counted_varying(_headers(data / source.name, episodes)[2],
-                                              group_templates.COUNT_ATTRIBUTE)
+    header = _headers(data / source.name, episodes)[2]
+    counted = group_templates.counted_varying(header, group_templates.COUNT_ATTRIBUTE)
     assert counted is not None
-    header, (chunk, at) = _headers(data / source.name, episodes)[2], counted[1]
+    chunk, at = counted[1]
     raw = bytearray((data / source.name).read_bytes())
     struct.pack_into("<q", raw, header.chunks[chunk][0] + at, int(index.steps[2]) + 1)
     (data / source.name).write_bytes(bytes(raw))
