@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from marl_minari.storage.durable import Durability
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY, JournalWriter
 from marl_minari.storage.recording import Recording
+from marl_minari.user_warnings import warn
 
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
 
@@ -169,22 +169,19 @@ class RecorderCore:
     def _close_recording(self) -> None:
         if self._recording is None:
             return
-        close_recording(self._recording, stacklevel=5)
+        close_recording(self._recording)
         self._recording = None
 
 
-def close_recording(recording: Recording, *, stacklevel: int) -> None:
+def close_recording(recording: Recording) -> None:
     """Close a collector's journal; keep it, with a warning saying how to recover, if it
-    holds episodes in no dataset yet (``stacklevel`` points the warning at the user's call)."""
+    holds episodes in no dataset yet."""
     unsaved = recording.episodes
     recording.close(keep=unsaved > 0)
     if unsaved:
-        warnings.warn(
-            f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
-            f"{recording.path}. Recover them with: marl-minari recover "
-            f"{recording.path} NEW_DATASET_ID (NEW_DATASET_ID: an id no dataset has yet)",
-            stacklevel=stacklevel,
-        )
+        warn(f"{unsaved} recorded episode(s) are in no dataset yet; they are kept in "
+             f"{recording.path}. Recover them with: marl-minari recover "
+             f"{recording.path} NEW_DATASET_ID (NEW_DATASET_ID: an id no dataset has yet)")
 
 
 class DatasetRecorderMixin:
@@ -318,12 +315,9 @@ class DatasetRecorderMixin:
     def _warn_in_progress(self, dataset_id: str) -> None:
         steps = self._core.builder.steps
         if steps:
-            warnings.warn(
-                f"an episode in progress ({steps} steps so far) is not written to "
-                f"{dataset_id!r}: it goes whole into the next create_dataset/add_to_dataset "
-                "once it ends; call reset() first to save it here as truncated.",
-                stacklevel=3,
-            )
+            warn(f"an episode in progress ({steps} steps so far) is not written to "
+                 f"{dataset_id!r}: it goes whole into the next create_dataset/add_to_dataset "
+                 "once it ends; call reset() first to save it here as truncated.")
 
     def close(self) -> None:
         """Close the env; episodes in no dataset yet stay recoverable (with a warning)."""
@@ -348,8 +342,7 @@ def minari_metadata(
         ("algorithm_name", algorithm_name), ("author", author), ("author_email", author_email),
         ("code_permalink", code_permalink), ("description", description)) if value is None]
     if missing:
-        warnings.warn(f"{', '.join(missing)} not set: they help others reuse and cite the "
-                      "dataset.", UserWarning, stacklevel=3)
+        warn(f"{', '.join(missing)} not set: they help others reuse and cite the dataset.")
     return {
         "algorithm_name": algorithm_name, "author": author, "author_email": author_email,
         "code_permalink": code_permalink, "description": description,

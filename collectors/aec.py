@@ -18,7 +18,6 @@ layout of turns (``api: "aec"``) is in ``docs/format.md`` (*Turn-based episodes*
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from marl_minari.format import layout
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.storage.durable import Durability
 from marl_minari.storage.journal_writer import DEFAULT_CAPACITY
+from marl_minari.user_warnings import warn
 
 from ._base import (
     DatasetRecorderMixin,
@@ -317,12 +317,9 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         self._pending[agent] = handed
         if not self._warned_rewards:
             self._warned_rewards = True
-            warnings.warn(
-                f"{type(env.unwrapped).__name__}: the rewards dict does not add up to what "
-                f"last() hands {agent!r} ({handed!r} vs {expected!r}); recorded rewards follow "
-                "last(), the difference is credited at the step before the agent's turn.",
-                stacklevel=3,
-            )
+            warn(f"{type(env.unwrapped).__name__}: the rewards dict does not add up to what "
+                 f"last() hands {agent!r} ({handed!r} vs {expected!r}); recorded rewards follow "
+                 "last(), the difference is credited at the step before the agent's turn.")
 
     def _state(self) -> Any:
         if not self._has_state:

@@ -185,7 +185,7 @@ class FlashbaxDataCollector:
         self.timesteps = 0
         """Timesteps per stream consumed so far."""
         # The warning points at the user's ``write`` (through _consume and _store).
-        self._space_checks = SpaceChecks(self.spec, stacklevel=5)
+        self._space_checks = SpaceChecks(self.spec)
 
     @staticmethod
     def _no_max_action() -> int:
@@ -401,7 +401,7 @@ class FlashbaxDataCollector:
         try:
             self._store_unstored()
         finally:
-            close_recording(self._recording, stacklevel=3)
+            close_recording(self._recording)
 
     def __enter__(self) -> FlashbaxDataCollector:
         return self

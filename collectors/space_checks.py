@@ -9,27 +9,21 @@ actions outside their spaces.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from marl_minari.format.spaces import rows_outside
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
-
-WARNING_STACKLEVEL = 4
-"""Frames from the warning to the user's ``step`` (this module, the recorder's core, the
-collector's ``step``): the PettingZoo recorders'."""
+from marl_minari.user_warnings import warn
 
 
 class SpaceChecks:
     """Warns of the values of finished episodes that lie outside their spaces, once per agent
     and kind (action, observation) for the recorder's life."""
 
-    def __init__(self, spec: MultiAgentSpec, *, stacklevel: int = WARNING_STACKLEVEL) -> None:
+    def __init__(self, spec: MultiAgentSpec) -> None:
         self._spec = spec
-        self._stacklevel = stacklevel
         self._warned: set[tuple[str, str]] = set()
 
     def check(self, episode: MultiAgentEpisode, number: int) -> None:
@@ -39,7 +33,7 @@ class SpaceChecks:
         encoder takes only values of their type."""
         first_rows = np.zeros(1, dtype=np.int64)
         for message in self._messages(episode, first_rows, first_rows, number):
-            warnings.warn(message, UserWarning, stacklevel=self._stacklevel)
+            warn(message)
 
     def check_arrays(self, arrays: MultiAgentArrays, first_number: int) -> None:
         """:meth:`check` of each episode of ``arrays`` (the recorder's ``first_number``-th
@@ -47,7 +41,7 @@ class SpaceChecks:
         step_starts = np.asarray(arrays.step_starts, dtype=np.int64)
         observation_starts = step_starts + np.arange(len(step_starts))
         for message in self._messages(arrays, observation_starts, step_starts, first_number):
-            warnings.warn(message, UserWarning, stacklevel=self._stacklevel)
+            warn(message)
 
     def _messages(self, columns: MultiAgentEpisode | MultiAgentArrays,
                   observation_starts: np.ndarray, step_starts: np.ndarray,

@@ -10,12 +10,12 @@ manifest, every file, the datasets it combines, namespace metadata) share one de
 from __future__ import annotations
 
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
 from marl_minari.errors import CorruptedDataError, DatasetExistsError, InvalidDatasetIdError
 from marl_minari.format.ids import dataset_dir, datasets_root, parse_dataset_id
+from marl_minari.user_warnings import warn
 
 from .backend import Backend
 from .install import install, staging_area
@@ -201,8 +201,8 @@ def _warn_if_unsupported(dataset_id: str, metadata: dict[str, Any], where: str) 
 
     version = metadata.get("minari_version")
     if not isinstance(version, str) or version not in supported_dataset_versions:
-        warnings.warn(f"{dataset_id!r} was written for Minari {version!r} ({where}), which "
-                      "this Minari may not read", UserWarning, stacklevel=4)
+        warn(f"{dataset_id!r} was written for Minari {version!r} ({where}), which this Minari "
+             "may not read")
 
 
 def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: bool) -> None:
@@ -217,4 +217,4 @@ def _check_env_references(dataset_id: str, metadata: dict[str, Any], strict: boo
                f"dataset's author (trust_remote_code=True or ${TRUSTED_ENV_PACKAGES_VAR}).")
     if strict:
         raise EnvDescriptorError(f"{message} Not downloaded (strict).")
-    warnings.warn(message, UserWarning, stacklevel=4)
+    warn(message)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
 from marl_minari.errors import CorruptedDataError, InvalidDatasetIdError, RemoteError
 from marl_minari.format.ids import parse_dataset_id
+from marl_minari.user_warnings import warn
 
 from .backend import Backend
 from .jsonfiles import parse_json_object, typed
@@ -146,7 +146,7 @@ def listed_ids(index: Index, location: str, prefix: str | None = None) -> list[s
         try:
             parse_dataset_id(dataset_id)
         except InvalidDatasetIdError:
-            warnings.warn(f"skipping malformed id {dataset_id!r} in {location}", stacklevel=3)
+            warn(f"skipping malformed id {dataset_id!r} in {location}")
             continue
         if prefix is None or dataset_id.startswith(prefix):
             ids.append(dataset_id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
@@ -23,6 +22,7 @@ from minari.storage.remotes.cloud_storage import CloudStorage
 
 from marl_minari.errors import DatasetNotFoundError, MarlMinariError, RemoteError
 from marl_minari.format.ids import parse_dataset_id
+from marl_minari.user_warnings import warn
 
 from .backend import Backend
 from .credentials import scrub, url_secrets
@@ -187,8 +187,8 @@ def register_remote_kinds() -> None:
         if current is None or current in MINARI_FACTORIES.values():
             table[kind] = factory
         else:
-            warnings.warn(f"remote kind {kind!r} is registered by another package; "
-                          "marl-minari leaves it alone", UserWarning, stacklevel=2)
+            warn(f"remote kind {kind!r} is registered by another package; marl-minari leaves "
+                 "it alone")
 
 
 def open_remote(remote: str | None = None, token: str | None = None, *,

@@ -8,10 +8,10 @@ on a store without conditional writes, or to a deleted or damaged ``_index.json`
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, InvalidDatasetIdError
+from marl_minari.user_warnings import warn
 
 from .backend import Backend
 from .index import Index, empty_index, index_entry, replace_index
@@ -63,7 +63,7 @@ def rebuild_index(backend: Backend) -> Index:
                     "same files again to complete it")
             metadata = read_metadata_file(backend, dataset_id)
         except (InvalidDatasetIdError, CorruptedDataError, DatasetNotFoundError) as exc:
-            warnings.warn(f"reindex skips {dataset_id!r}: {exc}", stacklevel=3)
+            warn(f"reindex skips {dataset_id!r}: {exc}")
             continue
         datasets[dataset_id] = index_entry(metadata, manifest)
     namespaces: dict[str, Any] = {}

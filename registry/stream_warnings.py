@@ -5,8 +5,9 @@ what to change."""
 from __future__ import annotations
 
 import threading
-import warnings
 from pathlib import Path
+
+from marl_minari.user_warnings import warn
 
 _UNCACHED_FOLDERS: set[str] = set()
 """Block cache folders this process has said cannot be written."""
@@ -31,7 +32,7 @@ def warn_whole_download(name: str, mirror: str, size: int, ranges_ignored: bool)
                   "downloaded whole and verified before any of it was read; publish the "
                   "dataset again as a new version (-vN+1) with this marl-minari to read it in "
                   "place")
-    warnings.warn(reason, StreamingWarning, stacklevel=5)
+    warn(reason, StreamingWarning)
 
 
 def warn_uncached(folder: Path, failure: OSError) -> None:
@@ -41,19 +42,19 @@ def warn_uncached(folder: Path, failure: OSError) -> None:
         if str(folder) in _UNCACHED_FOLDERS:
             return
         _UNCACHED_FOLDERS.add(str(folder))
-    warnings.warn(
+    warn(
         f"the block cache at {folder} cannot be written "
         f"({failure.strerror or type(failure).__name__}): streamed files are read without it, "
         "so each pass fetches their blocks again; set MARL_MINARI_CACHE to a folder this user "
         "can write, or MARL_MINARI_CACHE_BYTES=0 to read without a disk cache",
-        StreamingWarning, stacklevel=5)
+        StreamingWarning)
 
 
 def warn_own_small_files_folder(cache_folder: Path, own: Path, failure: OSError) -> None:
     """Say that ``cache_folder`` cannot be written (``failure``), so a streamed version's
     small files are kept in ``own``, a folder of this process's."""
-    warnings.warn(
+    warn(
         f"the cache folder {cache_folder} cannot be written "
         f"({failure.strerror or type(failure).__name__}): a streamed dataset's metadata and "
         f"offset index are kept in {own} for this process only; set MARL_MINARI_CACHE to a "
-        "folder this user can write", StreamingWarning, stacklevel=6)
+        "folder this user can write", StreamingWarning)

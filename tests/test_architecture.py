@@ -15,9 +15,9 @@ MAPPED = {"adapters": "marl_minari.adapters", "collectors": "marl_minari.collect
           "registry": "marl_minari.registry"}
 """Top-level folders mapped as subpackages (pyproject.toml, ``package-dir``)."""
 
-LAYERS = ["errors", "version", "extras", "minari_compat", "format", "envs", "joint", "storage",
-          "vaults", "registry", "sources", "rows", "derive", "describe", "view", "adapters", "ray",
-          "collectors", "cli", "__init__", "__main__"]
+LAYERS = ["errors", "user_warnings", "version", "extras", "minari_compat", "format", "envs",
+          "joint", "storage", "vaults", "registry", "sources", "rows", "derive", "describe", "view",
+          "adapters", "ray", "collectors", "cli", "__init__", "__main__"]
 """The packages (and top-level modules) of ``marl_minari``, lowest first: each may import
 only those before it (and itself)."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -15,6 +14,7 @@ from marl_minari.describe.plots import plot_descriptions
 from marl_minari.describe.results import DatasetDescription, Summary
 from marl_minari.errors import MissingExtraError
 from marl_minari.extras import require
+from marl_minari.user_warnings import warn
 
 CARD_PLOT_NAME: Final = "statistics.png"
 """File name of the plot :func:`dataset_card` writes next to the card by default."""
@@ -86,9 +86,8 @@ def card_plot_path(card: str | os.PathLike[str],
             plot = True
         except MissingExtraError:
             plot = False
-            warnings.warn(
-                f"the dataset card {card} gets no statistics figure: figures need matplotlib, "
-                'pip install "marl-minari[plot]"', stacklevel=3)
+            warn(f"the dataset card {card} gets no statistics figure: figures need matplotlib, "
+                 'pip install "marl-minari[plot]"')
     if plot is True:
         return Path(card).parent / CARD_PLOT_NAME
     if plot is False:

@@ -16,13 +16,13 @@ import inspect
 import json
 import re
 import sys
-import warnings
 import weakref
 from typing import Any
 
 from marl_minari.envs.resolve import ResolvedEnv, load_factory, missing_extra_or
 from marl_minari.errors import EnvDescriptorError, MarlMinariError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
+from marl_minari.user_warnings import warn
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, EnvDescriptor] = weakref.WeakKeyDictionary()
 
@@ -164,12 +164,9 @@ def describe_env(env: Any, api: Api) -> EnvDescriptor:
         entry_point = f"{cls.__module__}:{cls.__qualname__}"
     else:
         entry_point = f"{module}:{'parallel_env' if api == 'parallel' else 'env'}"
-    warnings.warn(
-        f"recording an env not made by marl_minari.make_env: assuming {entry_point} with default "
-        "arguments. Make it with marl_minari.make_env(id, **kwargs), or pass env_descriptor=, to "
-        "record its exact constructor arguments.",
-        stacklevel=3,
-    )
+    warn(f"recording an env not made by marl_minari.make_env: assuming {entry_point} with default "
+         "arguments. Make it with marl_minari.make_env(id, **kwargs), or pass env_descriptor=, to "
+         "record its exact constructor arguments.")
     return EnvDescriptor(api=api, entry_point=entry_point, kwargs={},
                          versions=package_versions(entry_point), kwargs_known=False)
 

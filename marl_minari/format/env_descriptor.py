@@ -11,11 +11,11 @@ re-creating the environment, and deciding whether its code may be imported, is
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from marl_minari.errors import EnvDescriptorError
+from marl_minari.user_warnings import warn
 
 Api = Literal["parallel", "aec"]
 """The PettingZoo API an environment is recorded through."""
@@ -62,11 +62,8 @@ class EnvDescriptor:
         known = {f.name for f in fields(cls)}
         unknown = sorted(str(key) for key in data if key not in known)
         if unknown:
-            warnings.warn(
-                f"env descriptor keys {unknown} are unknown to this marl-minari and ignored "
-                "(written by a newer version?); upgrade marl-minari to use them.",
-                stacklevel=2,
-            )
+            warn(f"env descriptor keys {unknown} are unknown to this marl-minari and ignored "
+                 "(written by a newer version?); upgrade marl-minari to use them.")
         try:
             return cls(**{key: value for key, value in data.items() if key in known})
         except TypeError as exc:

@@ -10,7 +10,6 @@ but the metadata does not say so, a warning says the dataset is read as single-a
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from marl_minari.errors import MarlMinariError
 from marl_minari.format import layout
 from marl_minari.format.ids import dataset_dir
 from marl_minari.format.in_file import group_in_file
+from marl_minari.user_warnings import warn
 
 MARL_GROUP = f"infos/{layout.INFOS_GROUP}"
 """HDF5 group every episode of the multi-agent layout has."""
@@ -43,11 +43,10 @@ def with_recovered_layout(metadata: dict[str, Any], data_path: Path) -> dict[str
     if _holds_multi_agent_layout(Path(data_path) / layout.MAIN_FILE_NAME):
         why = (f"its parts {parts} are not all local multi-agent datasets that agree"
                if isinstance(parts, list) else "its metadata has no 'marl_minari' key")
-        warnings.warn(
-            f"dataset {metadata.get('dataset_id')!r} ({data_path}) holds multi-agent episodes "
-            f"but is read as single-agent: {why}. Combine multi-agent datasets with "
-            "marl_minari.combine_datasets, or download the parts and read it again.",
-            SingleAgentReadingWarning, stacklevel=3)
+        warn(f"dataset {metadata.get('dataset_id')!r} ({data_path}) holds multi-agent episodes "
+             f"but is read as single-agent: {why}. Combine multi-agent datasets with "
+             "marl_minari.combine_datasets, or download the parts and read it again.",
+             SingleAgentReadingWarning)
     return metadata
 
 

@@ -61,6 +61,7 @@ from marl_minari.storage.datafile import (
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.reader_state import IndexCache, ReadScratch
+from marl_minari.user_warnings import called_from_here
 
 MAIN_PATH: Final = f"data/{layout.MAIN_FILE_NAME}"
 SMALL_PATHS: Final = (f"data/{layout.METADATA_FILE_NAME}", f"data/{layout.INDEX_FILE_NAME}")
@@ -211,7 +212,7 @@ class StreamingSource(DatasetSource):
         if len(fetches) > 1:
             with ThreadPoolExecutor(len(fetches) - 1,
                                     thread_name_prefix="marl-minari-open") as pool:
-                later = [pool.submit(fetch) for fetch in fetches[1:]]
+                later = [pool.submit(called_from_here(fetch)) for fetch in fetches[1:]]
                 fetches[0]()
                 for future in later:  # errors in order: a small file's before the blocks'
                     future.result()

@@ -13,6 +13,8 @@ from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from marl_minari.user_warnings import called_from_here
+
 T = TypeVar("T")
 
 _END = object()
@@ -30,14 +32,15 @@ def read_ahead(items: Iterator[T]) -> Generator[T, None, None]:
     generator is finished or closed.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marl-minari-read-ahead")
+    produce = called_from_here(next)  # warnings name the line that asked for the items
     try:
-        pending = pool.submit(next, items, _END)
+        pending = pool.submit(produce, items, _END)
         while True:
             item = pending.result()
             if item is _END:
                 return
             # The next item is produced while the caller uses this one.
-            pending = pool.submit(next, items, _END)
+            pending = pool.submit(produce, items, _END)
             yield item  # type: ignore[misc]
     finally:
         # Waits for the item in flight (its exception, if any, is the caller's to ignore:

@@ -191,8 +191,9 @@ def test_a_buffer_index_outside_the_time_axis_is_refused_before_anything_is_writ
         collector.write(states[1].replace(current_index=current_index))
     assert collector.durable_episodes == before
     assert collector.write(states[1]) == 6  # the real state is still taken whole
-    with pytest.warns(UserWarning, match="in no dataset yet"):
+    with pytest.warns(UserWarning, match="in no dataset yet") as said:
         collector.close()
+    assert [w.filename for w in said] == [__file__]
 
 
 @pytest.mark.parametrize(("structure", "named"), [

@@ -487,11 +487,12 @@ def test_reset_mid_episode_saves_the_cut_episode_as_truncated() -> None:
 def test_create_dataset_twice_keeps_the_episode_in_progress_whole() -> None:
     collector = _spread()
     logs = play_logged(collector, 2, seed=0)
-    with pytest.warns(UserWarning, match="episode in progress"):
+    with pytest.warns(UserWarning, match="episode in progress") as said:
         collector.reset(seed=7)
         for _ in range(3):
             collector.step({a: 1 for a in collector.agents})
         first = collector.create_dataset("tests/twice-v0", **PROVENANCE)
+    assert [w.filename for w in said if "in progress" in str(w.message)] == [__file__]
     while collector.agents:
         collector.step({a: 2 for a in collector.agents})
     play_logged(collector, 1, seed=20)
@@ -549,7 +550,8 @@ def test_close_keeps_unsaved_episodes_recoverable() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         collector.close()
-    assert any("3 recorded episode(s) are in no dataset yet" in str(w.message) for w in caught)
+    assert [w.filename for w in caught
+            if "3 recorded episode(s) are in no dataset yet" in str(w.message)] == [__file__]
     assert [r.path for r in mm.list_recordings()] == [path]
     mm.recover_recording(path, "tests/closed-v0")
     dataset = mm.load_dataset("tests/closed-v0")

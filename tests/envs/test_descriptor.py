@@ -101,7 +101,8 @@ def test_envs_not_made_by_make_env_are_inferred_with_a_warning() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         descriptor = describe_env(env, "parallel")
-    assert any("not made by marl_minari.make_env" in str(w.message) for w in caught)
+    assert [w.filename for w in caught if "not made by marl_minari.make_env" in str(w.message)
+            ] == [__file__]  # the user's line
     assert descriptor.entry_point == "mpe2.simple_spread_v3:parallel_env"
     assert descriptor.kwargs_known is False and descriptor.kwargs == {}
     assert recreate_env(descriptor).possible_agents == ["agent_0", "agent_1", "agent_2"]

@@ -213,8 +213,9 @@ def test_a_server_ignoring_range_falls_back_to_a_verified_whole_file(
     url = http_server(registry_dir)  # python -m http.server answers 200 to every Range
     data = streamable.read_bytes()
     source = open_remote_file(url, DATASET, settings=settings)
-    with pytest.warns(StreamingWarning, match="ignores HTTP Range requests"):
+    with pytest.warns(StreamingWarning, match="ignores HTTP Range requests") as said:
         got = source.read_ranges([(MIN_BLOCK_SIZE, 10), (5, 5)])
+    assert [warning.filename for warning in said] == [__file__]  # the line that read
     # said once, as the warning: a log line too would print it twice where logging is not
     # set up (Python's last-resort handler writes it to stderr beside the warning)
     assert not [record for record in caplog.records if "Range" in record.getMessage()]

@@ -74,8 +74,9 @@ def test_register_remote_kinds_is_idempotent_and_leaves_foreign_kinds() -> None:
             raise AssertionError("never called")
 
         _registry["s3"] = foreign
-        with pytest.warns(UserWarning, match="'s3' is registered by another package"):
+        with pytest.warns(UserWarning, match="'s3' is registered by another package") as said:
             registry.register_remote_kinds()
+        assert [w.filename for w in said] == [__file__]
         assert _registry["s3"] is foreign
     finally:
         _registry.clear()

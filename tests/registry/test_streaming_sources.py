@@ -21,7 +21,7 @@ from marl_minari.registry.blocks import MIN_BLOCK_SIZE
 from marl_minari.registry.cache_writes import CACHE_WRITES
 from marl_minari.registry.stream_warnings import StreamingWarning
 from range_servers import RangeHandler, range_handler
-from registry_helpers import cached_block_numbers
+from registry_helpers import cached_block_numbers, drop_range_digests
 
 import marl_minari as mm
 from marl_minari import registry
@@ -113,6 +113,7 @@ def test_a_cache_folder_that_cannot_be_written_is_read_without(
     messages = [str(warning.message) for warning in said]
     assert sum("metadata and offset index are kept in" in m for m in messages) == 1
     assert sum("block cache" in m and "cannot be written" in m for m in messages) == 1
+    assert {warning.filename for warning in said} == {__file__}  # the user's lines
     assert source.local_data_path.is_dir() and blocked.read_text() == ""
     handler.served.clear()
     assert_same(mm.open_source(f"{url}/{DATASET}", streaming=True).read(np.arange(12)),
@@ -424,3 +425,24 @@ def test_a_uniform_subset_moves_only_the_episodes_it_keeps(
     assert subset.total_episodes == 2
     moved = sum(length for path, _, length in handler.served if path.endswith(".hdf5"))
     assert moved < larger / 2, (moved, larger)  # opening alone reads about a fifth here
+
+
+def test_a_streaming_warning_names_the_users_line_whichever_door_reached_it(
+        local_copy: tuple[MultiAgentArrays, list[Any]], registry_dir: Path,
+        served: Callable[..., tuple[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning of a file published without range digests is made deep in the reader,
+    reached through several doors at several depths; each attributes it to the caller's
+    line (``-W error`` and filters by module then see the user's code, not the reader's)."""
+    drop_range_digests(registry_dir, DATASET)
+    url = f"{served()[0]}/{DATASET}"
+    doors: dict[str, Callable[[], object]] = {
+        "load_dataset": lambda: mm.load_dataset(url, streaming=True)[0],
+        "open_source": lambda: mm.open_source(url, streaming=True).read(np.arange(2)),
+        "describe": lambda: mm.describe(mm.open_source(url, streaming=True)),
+    }
+    for name, door in doors.items():
+        monkeypatch.setenv("MARL_MINARI_CACHE", str(tmp_path / name))  # downloaded again
+        with pytest.warns(StreamingWarning, match="without range digests") as said:
+            door()
+        assert [(name, w.filename) for w in said] == [(name, __file__)]

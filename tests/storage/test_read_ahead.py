@@ -4,7 +4,9 @@ running; and ReadScratch's two slots keep a chunk's arrays valid while the next 
 
 from __future__ import annotations
 
+import sys
 import threading
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from marl_minari.storage.read_ahead import read_ahead
 from marl_minari.storage.reader_state import ReadScratch
+from marl_minari.user_warnings import warn
 
 
 def _read_ahead_threads() -> list[threading.Thread]:
@@ -105,3 +108,19 @@ def test_one_slot_reuses_its_memory_every_read() -> None:
 def test_no_slot_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         ReadScratch(slots=0)
+
+
+def test_a_warning_given_while_an_item_is_produced_names_the_line_that_asked() -> None:
+    """The producer's thread has no caller of its own: what the package warns of while it
+    produces an item names the line that asked for the items."""
+    def items() -> Iterator[int]:
+        for n in range(3):
+            warn(f"item {n}")
+            yield n
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        assert list(read_ahead(items())) == [0, 1, 2]
+    assert [(str(w.message), w.filename, w.lineno) for w in said] == [
+        (f"item {n}", __file__, line) for n in range(3)]
