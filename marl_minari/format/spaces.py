@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_minari.errors import StepDataError, UnsupportedSpaceError
+from marl_minari.errors import LayoutError, StepDataError, UnsupportedSpaceError
 
 Tree = Any
 """A numpy array, or a dict / tuple of trees."""
@@ -149,10 +149,10 @@ def cast_leaf(values: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
     """``values`` as ``dtype``, the dtype their leaf space stores (:func:`leaf_dtype`).
 
     HDF5 stores whatever dtype it is given, and Minari reads back what was stored, so a leaf
-    is cast before it is written. A cast may round a number to the nearest value of a
-    float dtype (a float32 space holds float32 values) and nothing else: every other value
-    must come back unchanged, so an action of 2.5 for a ``Discrete`` space, 300 for a
-    ``uint8`` one or a NaN for an integer one is refused rather than stored as another value.
+    is cast before it is written, by :func:`lossless_cast`'s rule: a value may be rounded to
+    the nearest value of a float dtype (a float32 space holds float32 values) and nothing
+    else, so an action of 2.5 for a ``Discrete`` space, 300 for a ``uint8`` one or a NaN for
+    an integer one is refused rather than stored as another value.
 
     Raises:
         StepDataError: a value the dtype cannot hold; the message names ``where``, the first
@@ -163,22 +163,61 @@ def cast_leaf(values: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
     if values.dtype.kind not in "biufc":
         raise StepDataError(f"{where}: {values.dtype} values cannot be stored as the space's "
                             f"{dtype}; pass numbers")
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
-        out = values.astype(dtype)
-        if np.can_cast(values.dtype, dtype, "safe"):
-            return out
-        if dtype.kind == "f" and values.dtype.kind in "biuf":
-            lost = np.isfinite(values) & ~np.isfinite(out)  # rounded, but not overflowed
-        else:
-            lost = out.astype(values.dtype) != values  # NaN != NaN: a NaN is lost too
-    if not lost.any():
+    out, first = lossless_cast(values, dtype)
+    if first is None:
         return out
-    first = np.unravel_index(int(np.argmax(lost)), lost.shape)
     raise StepDataError(
         f"{where}, row {first[0]}: {values.dtype} value {values[first].item()!r} does not fit "
         f"the space's {dtype} (it would be stored as {out[first].item()!r}); pass values the "
         "space holds, or declare the space with the dtype the data has")
+
+
+def cast_stored(stored: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
+    """A leaf read as it is stored, in another dtype than its space's (a dataset another
+    writer made), as ``dtype``, by the writers' rule (:func:`lossless_cast`).
+
+    Raises:
+        LayoutError: a value the space's dtype cannot hold, or values that are not numbers;
+            the message names ``where``, the first such row and the value it would become.
+    """
+    if stored.dtype.kind not in "biufc":
+        raise LayoutError(
+            f"{where} stores {stored.dtype} values where its space holds {dtype} numbers; "
+            "read what it stores with minari.load_dataset, or write the dataset again with "
+            "spaces that describe its values")
+    out, first = lossless_cast(stored, dtype)
+    if first is None:
+        return out
+    raise LayoutError(
+        f"{where}, row {first[0]}: stored {stored.dtype} value {stored[first].item()!r} does "
+        f"not fit the space's {dtype} (it would be read as {out[first].item()!r}); the "
+        "dataset's values do not fit its spaces (marl-minari check says so): read what it "
+        "stores with minari.load_dataset, or write the dataset again with spaces of the "
+        "data's dtype")
+
+
+def lossless_cast(values: np.ndarray, dtype: np.dtype
+                  ) -> tuple[np.ndarray, tuple[int, ...] | None]:
+    """``(values as dtype, None)``, or with the index of the first value the cast changed
+    other than by rounding to a float dtype (an overflow to infinity, a truncation, a
+    wrap-around, a NaN made an integer): the one rule by which values of another dtype
+    become a space's, on writing and on reading (``values`` are numbers)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        out = values.astype(dtype)
+        if np.can_cast(values.dtype, dtype, "safe"):
+            return out, None
+        if dtype.kind == "f" and values.dtype.kind in "biuf":
+            lost = np.isfinite(values) & ~np.isfinite(out)  # rounded, but not overflowed
+        else:
+            lost = out.astype(values.dtype) != values  # NaN != NaN: a NaN is lost too
+            if dtype.kind in "iu" and values.dtype.kind in "iu":
+                # -1 as uint64, 2**63 + 1 as int64: wrapped, yet they cast back unchanged
+                info = np.iinfo(dtype)
+                lost |= (values < info.min) | (values > info.max)
+    if not lost.any():
+        return out, None
+    return out, tuple(int(i) for i in np.unravel_index(int(np.argmax(lost)), lost.shape))
 
 
 def check_row_shapes(values: Sequence[Any], shape: tuple[int, ...], where: str) -> None:

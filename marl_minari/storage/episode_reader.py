@@ -37,7 +37,7 @@ from marl_minari.format.in_file import (
 )
 from marl_minari.format.index_trust import LeafEntries
 from marl_minari.format.jpeg import jpeg_paths
-from marl_minari.format.spaces import build_tree, leaf_shape, nest
+from marl_minari.format.spaces import build_tree, cast_stored, leaf_shape, nest
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.byte_ranges import ByteRanges, open_hdf5
@@ -440,8 +440,12 @@ class EpisodeReader:
             raise CorruptedDataError(
                 f"{self._path}: episode_{index}/{leaf.path} has shape {dataset.shape}, "
                 f"expected {target.shape}")
-        elif target.size:
+        elif target.size and dataset.dtype == target.dtype:
             dataset.read_direct(target)
+        elif target.size:  # stored by another writer in another dtype: cast by our rule,
+            # not by HDF5's conversion, which truncates 2.5 to 2 and overflows to inf silently
+            target[...] = cast_stored(dataset[()], target.dtype,
+                                      f"{self._path}: episode_{index}/{leaf.path}")
 
     def _agent_had_no_infos(self, leaf: Leaf, index: int) -> bool:
         prefix = _AGENT_INFOS + "/"

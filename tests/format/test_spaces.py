@@ -13,6 +13,7 @@ from minari.dataset.minari_storage import is_image_space as minari_is_image_spac
 from marl_minari.errors import StepDataError, UnsupportedSpaceError
 from marl_minari.format.spaces import (
     build_tree,
+    cast_leaf,
     check_storable,
     fill_rows,
     is_image_space,
@@ -108,6 +109,22 @@ def test_stack_stores_rows_as_the_space_says_and_refuses_values_it_cannot_hold()
     with pytest.raises(StepDataError, match=r"act, row 1: float64 value 2\.5 does not fit the "
                                             r"space's int64 \(it would be stored as 2\)"):
         stack(spaces.Discrete(3), [1.0, 2.5], "act")
+
+
+@pytest.mark.parametrize(("values", "dtype", "became"), [
+    (np.array([1, 2**63 + 1], dtype=np.uint64), np.int64, "-9223372036854775807"),
+    (np.array([1, -1], dtype=np.int64), np.uint64, "18446744073709551615"),
+    (np.array([1, -1], dtype=np.int8), np.uint8, "255"),
+    (np.array([1, 300], dtype=np.int64), np.uint8, "44"),
+], ids=["uint64-to-int64", "int64-to-uint64", "int8-to-uint8", "int64-to-uint8"])
+def test_an_integer_that_wraps_is_refused_though_it_casts_back(
+        values: np.ndarray, dtype: type, became: str) -> None:
+    """Between integer dtypes of one size a wrapped value casts back unchanged (-1 as
+    uint64 and back is -1): the rule compares with the dtype's range too."""
+    with pytest.raises(StepDataError, match=rf"act, row 1: .* \(it would be stored as "
+                                            rf"{became}\)"):
+        cast_leaf(values, np.dtype(dtype), "act")
+    assert cast_leaf(values[:1], np.dtype(dtype), "act").dtype == dtype
 
 
 def test_stack_of_no_rows_has_the_space_s_row_shape() -> None:
