@@ -184,7 +184,6 @@ class FlashbaxDataCollector:
                                     durability=durability)
         self.timesteps = 0
         """Timesteps per stream consumed so far."""
-        # The warning points at the user's ``write`` (through _consume and _store).
         self._space_checks = SpaceChecks(self.spec)
 
     @staticmethod
