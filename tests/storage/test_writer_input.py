@@ -4,6 +4,7 @@ name, never written as a dataset that no reader reads back."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -172,3 +173,19 @@ def test_an_append_that_does_not_fit_keeps_the_dataset_as_it_was() -> None:
                           SPEC)
     assert (folder / "data" / layout.MAIN_FILE_NAME).read_bytes() == before
     assert mm.load_dataset("input/kept-v0").total_episodes == 2
+
+
+def test_values_outside_their_space_are_written_as_given_without_a_warning() -> None:
+    """As Minari's ``create_dataset_from_buffers``: an action of the space's dtype but out of
+    its range is written as given (the episodes were made elsewhere) and not warned of;
+    ``describe`` counts it."""
+    episodes = _episodes()
+    actions = episodes[1].actions["red"].copy()
+    actions[0] = 7  # Discrete(3)
+    episodes[1] = _actions(episodes[1], "red", actions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_dataset("input/outside-v0", episodes, SPEC)
+    assert mm.load_dataset("input/outside-v0")[1].actions["red"][0] == 7
+    red = mm.describe("input/outside-v0").agents[0]
+    assert red.name == "red" and red.actions[0].out_of_space == 1
