@@ -48,6 +48,18 @@ def _own_folders() -> tuple[str, ...]:
     return tuple(folders)
 
 
+_OWN_FILES: dict[str, bool] = {}
+"""Whether each code file seen on a stack is this package's: a file is first looked at while
+its code runs, so its package is loaded by then and the answer holds."""
+
+
+def _is_own(filename: str) -> bool:
+    own = _OWN_FILES.get(filename)
+    if own is None:
+        own = _OWN_FILES[filename] = os.path.abspath(filename).startswith(_own_folders())
+    return own
+
+
 def _caller_of_package() -> _Place:
     """The line that called into this package: the caller of its outermost frame on this
     thread's stack. Frames of other libraries between ours are ours to answer for (h5py
@@ -56,11 +68,10 @@ def _caller_of_package() -> _Place:
     carried = getattr(_CARRIED, "place", None)
     if carried is not None:
         return carried
-    own = _own_folders()
     frame: FrameType | None = sys._getframe(1)
     outermost = caller = frame
     while frame is not None:
-        if os.path.abspath(frame.f_code.co_filename).startswith(own):
+        if _is_own(frame.f_code.co_filename):
             outermost, caller = frame, frame.f_back
         frame = frame.f_back
     chosen = caller if caller is not None else outermost
