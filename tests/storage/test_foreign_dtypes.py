@@ -23,8 +23,8 @@ DATASET = "foreign/dtypes-v0"
 
 
 @pytest.fixture
-def restore(record_parallel: Callable[..., Any]) -> Callable[[str, Any], Path]:
-    """``restore(path, change)``: the recorded dataset's leaf ``episode_1/<path>`` stored
+def rewrite_leaf(record_parallel: Callable[..., Any]) -> Callable[[str, Any], Path]:
+    """``rewrite_leaf(path, change)``: the recorded dataset's leaf ``episode_1/<path>`` stored
     again, as another writer would, as ``change(values as stored)`` (no offset index, so
     every reader reads the file through HDF5); returns the data file."""
     record_parallel("mpe2/simple_spread_v3", 3, max_cycles=5, dataset_id=DATASET)
@@ -51,9 +51,9 @@ def _read_both_ways(episode: int = 1) -> tuple[Any, Any]:
 
 
 def test_values_that_survive_the_cast_are_read_as_the_spaces_dtype(
-        restore: Callable[[str, Any], Path]) -> None:
-    main = restore("actions/agent_0", lambda a: a.astype(np.int8))
-    restore("observations/agent_1", lambda o: o.astype(np.float64) + 1e-12)  # rounds
+        rewrite_leaf: Callable[[str, Any], Path]) -> None:
+    main = rewrite_leaf("actions/agent_0", lambda a: a.astype(np.int8))
+    rewrite_leaf("observations/agent_1", lambda o: o.astype(np.float64) + 1e-12)  # rounds
     with h5py.File(main, "r") as file:
         actions = file["episode_1/actions/agent_0"][()]
         observations = file["episode_1/observations/agent_1"][()]
@@ -74,14 +74,14 @@ def test_values_that_survive_the_cast_are_read_as_the_spaces_dtype(
      "float32 (it would be read as inf)"),
 ], ids=["fraction", "nan", "wraps", "overflows"])
 def test_a_value_the_space_cannot_hold_is_refused_by_name(
-        restore: Callable[[str, Any], Path], path: str, value: Any, stored: str,
+        rewrite_leaf: Callable[[str, Any], Path], path: str, value: Any, stored: str,
         read_as: str) -> None:
     def change(values: np.ndarray) -> np.ndarray:
         changed = values.astype(np.asarray(value).dtype)
         changed[2] = value
         return changed
 
-    main = restore(path, change)
+    main = rewrite_leaf(path, change)
     for read in (lambda: mm.load_dataset(DATASET)[1],
                  lambda: mm.load_dataset(DATASET).to_arrays()):
         with pytest.raises(LayoutError) as refused:
@@ -97,9 +97,9 @@ def test_a_value_the_space_cannot_hold_is_refused_by_name(
     assert np.isnan(stored_value).all() if np.isnan(value) else (stored_value == value).all()
 
 
-def test_values_that_are_not_numbers_are_refused(restore: Callable[[str, Any], Path]
+def test_values_that_are_not_numbers_are_refused(rewrite_leaf: Callable[[str, Any], Path]
                                                  ) -> None:
-    main = restore("actions/agent_0", lambda a: np.array([str(v).encode() for v in a]))
+    main = rewrite_leaf("actions/agent_0", lambda a: np.array([str(v).encode() for v in a]))
     with pytest.raises(LayoutError, match=rf"^{main}: episode_1/actions/agent_0 stores \|S1 "
                                           "values where its space holds int64 numbers"):
         mm.load_dataset(DATASET)[1]
