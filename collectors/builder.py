@@ -16,7 +16,15 @@ from marl_minari.errors import InfoStructureError, StepDataError
 from marl_minari.format import layout
 from marl_minari.format.jpeg import FrameRows
 from marl_minari.format.returns import team_rewards
-from marl_minari.format.spaces import check_row_shapes, leaf_dtype, leaf_shape, leaves, nest, stack
+from marl_minari.format.spaces import (
+    check_row_shapes,
+    leaf_dtype,
+    leaf_shape,
+    leaves,
+    lossless_cast,
+    nest,
+    stack,
+)
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.storage.episode_writer import check_options
@@ -251,8 +259,25 @@ def _describe(found: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> str:
                      sorted(found.items()))
 
 
+_ABSENT: Any = object()
+"""An info row with no value: its agent handed out no info at that step (filled)."""
+
+
 def stack_info(template: Any, rows: list[Any], where: str) -> Any:
-    """Stack info values shaped like ``template``; missing rows get zeros of its dtype."""
+    """Stack info values shaped like ``template``; rows that are ``None`` (the agent handed
+    out no info there) get fill values: zeros of the leaf's dtype, or ``""``.
+
+    Every value given is kept exactly or refused: a ``None`` value, a value whose dtype or
+    shape differs from the first one's, a number its column's dtype cannot hold (by the
+    writers' :func:`~marl_minari.format.spaces.lossless_cast` rule, as for spaces' leaves)
+    and a non-string in a column of strings raise :class:`InfoStructureError` naming the key
+    and row.
+    """
+    return _stack_info(template, [_ABSENT if r is None else r for r in rows], where)
+
+
+def _stack_info(template: Any, rows: list[Any], where: str) -> Any:
+    _refuse_none(rows, where)
     if isinstance(template, Mapping):
         for key in template:
             if str(key) in ("", ".", "..") or "/" in str(key):
@@ -268,25 +293,53 @@ def stack_info(template: Any, rows: list[Any], where: str) -> Any:
                     "same keys through a dataset."
                 )
         return {
-            str(key): stack_info(value, [None if r is None else _get(r, key, where, i)
-                                         for i, r in enumerate(rows)], f"{where}[{key!r}]")
+            str(key): _stack_info(value, [_ABSENT if r is _ABSENT else _get(r, key, where, i)
+                                          for i, r in enumerate(rows)], f"{where}[{key!r}]")
             for key, value in template.items()
         }
-    first = _info_array(template, where, next((i for i, r in enumerate(rows) if r is not None), 0))
-    if first.dtype.kind in "UO":
-        return np.array(["" if r is None else str(r) for r in rows], dtype=object)
+    present = [(index, row) for index, row in enumerate(rows) if row is not _ABSENT]
+    first = _info_array(template, where, present[0][0])
+    if first.dtype.kind == "U":
+        for index, value in present:
+            if not isinstance(value, str):
+                raise InfoStructureError(
+                    f"{where}, row {index}: {type(value).__name__} value {value!r} in a column "
+                    "of strings; info values must keep their type through a dataset (one "
+                    "string per row).")
+        return np.array(["" if r is _ABSENT else r for r in rows], dtype=object)
+    if first.dtype.kind not in "biufcS":
+        raise InfoStructureError(
+            f"{where}, row {present[0][0]}: {template!r} has no array form of numbers or "
+            f"strings (numpy makes it {first.dtype}); info values must be numbers, strings or "
+            "rectangular arrays of numbers to be recorded (record_infos=True).")
     fill = np.zeros_like(first)
-    for index, value in enumerate(rows):
-        if value is None:
-            continue
-        value = _info_array(value, where, index)
+    values = []
+    for index, row in enumerate(rows):
+        value = fill if row is _ABSENT else _info_array(row, where, index)
         if value.shape != first.shape or not np.can_cast(value.dtype, first.dtype, "same_kind"):
             raise InfoStructureError(
                 f"{where}, row {index}: {value.dtype}{list(value.shape)} value does not fit "
                 f"the {first.dtype}{list(first.shape)} of earlier rows; info values must keep "
                 "their dtype and shape through a dataset."
             )
-    return np.asarray([fill if r is None else r for r in rows], dtype=first.dtype)
+        values.append(value)
+    stacked = np.asarray(values)
+    out, lost = lossless_cast(stacked, first.dtype)
+    if lost is not None:
+        raise InfoStructureError(
+            f"{where}, row {lost[0]}: {stacked.dtype} value {stacked[lost].item()!r} does not "
+            f"fit the {first.dtype} of earlier rows (it would be stored as "
+            f"{out[lost].item()!r}); info values must keep their dtype through a dataset.")
+    return out
+
+
+def _refuse_none(rows: list[Any], where: str) -> None:
+    for index, row in enumerate(rows):
+        if row is None:
+            raise InfoStructureError(
+                f"{where}, row {index}: None cannot be stored (Minari stores infos as columns "
+                "of one dtype); give a value of the column's type instead, e.g. NaN, -1 or "
+                "\"\" for 'none'.")
 
 
 def _info_array(value: Any, where: str, row: int) -> np.ndarray:

@@ -140,6 +140,39 @@ def test_changed_info_shape_is_refused() -> None:
         builder.finish(cut=False)
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [([None, 1.5], r"\['x'\], row 0: None cannot be stored"),
+     ([1.5, None], r"\['x'\], row 1: None cannot be stored"),
+     (["a", 3], r"\['x'\], row 1: int value 3 in a column of strings"),
+     (["a", np.array(["b", "c"])], r"row 1: ndarray value .* column of strings"),
+     ([2**70, 1], r"\['x'\], row 0: 1180591620717411303424 has no array form"),
+     ([np.int8(1), np.int64(300)], r"row 1: int64 value 300 does not fit the int8 .* 44\)"),
+     ([2**63, -1], r"row 1: int64\[\] value does not fit the uint64"),
+     ([b"ab", b"abc"], r"row 1: \|S3 value b'abc' does not fit the \|S2"),
+     ([{"p": 0}, None], r"\['x'\], row 1: None cannot be stored")],
+    ids=["none-first", "none-later", "str-then-int", "str-then-array", "huge-int", "int8-wrap",
+         "uint64-wrap", "bytes-cut", "nested-none"],
+)
+def test_info_values_that_would_change_when_stored_are_refused(values: list[Any],
+                                                                message: str) -> None:
+    """Each was stored as another value before: text for numbers, 0 for None, cut bytes."""
+    builder = _builder(record_infos=True)
+    _play(builder, [{"a": 0.0}], infos=[{"a": {"x": value}} for value in values])
+    with pytest.raises(InfoStructureError, match=message):
+        builder.finish(cut=False)
+
+
+def test_info_rows_of_an_absent_agent_are_filled_and_given_values_kept() -> None:
+    builder = _builder(record_infos=True)
+    _play(builder, [{"a": 0.0}, {"a": 0.0}],
+          infos=[{"a": {"n": np.int8(-3), "s": "x"}}, {}, {"a": {"n": 7, "s": "y"}}])
+    infos = builder.finish(cut=False).agent_infos
+    assert infos is not None
+    assert infos["a"]["n"].dtype == np.int8 and infos["a"]["n"].tolist() == [-3, 0, 7]
+    assert infos["a"]["s"].tolist() == ["x", "", "y"]
+
+
 def test_info_dtype_change_between_episodes_is_refused() -> None:
     builder = _builder(record_infos=True)
     _play(builder, [{"a": 0.0}], infos=[{"a": {"x": 0}}, {"a": {"x": 1}}])
