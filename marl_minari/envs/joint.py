@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from marl_minari.envs.make import recreate_env
+from marl_minari.envs.make import check_recreated, recreate_env
 from marl_minari.errors import EnvDescriptorError
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.returns import REWARD_AGGREGATIONS, team_rewards
@@ -43,8 +43,9 @@ class JointEnv(gym.Env):
             :func:`~marl_minari.envs.make.recreate_env`).
 
     Raises:
-        EnvDescriptorError: no env and no descriptor, or the descriptor's env cannot (or may
-            not) be made.
+        EnvDescriptorError: no env and no descriptor, the descriptor's env cannot (or may
+            not) be made, or its agents are not ``possible_agents`` (a dataset recorded from
+            an env made with other arguments).
     """
 
     def __init__(self, env: Any = None, descriptor: EnvDescriptor | dict | None = None,
@@ -68,6 +69,8 @@ class JointEnv(gym.Env):
         self.pettingzoo_env = env
         self.turn_based = isinstance(env, AECEnv)
         self.agents_order = list(possible_agents or env.possible_agents)
+        check_recreated(env, descriptor if isinstance(descriptor, EnvDescriptor) else None,
+                        self.agents_order)
         self.observation_space = spaces.Dict(
             {a: env.observation_space(a) for a in self.agents_order})
         self.action_space = spaces.Dict({a: env.action_space(a) for a in self.agents_order})

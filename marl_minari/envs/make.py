@@ -17,11 +17,13 @@ import json
 import re
 import sys
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marl_minari.envs.resolve import ResolvedEnv, load_factory, missing_extra_or
 from marl_minari.errors import EnvDescriptorError, MarlMinariError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
+from marl_minari.format.space_json import space_to_json
 from marl_minari.user_warnings import warn
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, EnvDescriptor] = weakref.WeakKeyDictionary()
@@ -80,6 +82,50 @@ def recreate_env(descriptor: EnvDescriptor, api: Api | None = None, *,
             "record with an env made by marl_minari.make_env or pass env_descriptor=.")
     factory, resolved = load_factory(reference, api, trusted_only=not trust_remote_code)
     return _convert(_create(reference, factory, resolved, kwargs), api, reference)
+
+
+def check_recreated(env: Any, descriptor: EnvDescriptor | None, possible_agents: Sequence[str],
+                    spaces_of: Callable[[str], tuple[Any, Any]] | None = None) -> None:
+    """Refuse an env re-created for a dataset that is not the env the data describes.
+
+    Args:
+        env: the re-created PettingZoo env.
+        descriptor: the descriptor it was made from (its ``kwargs_known`` says whether the
+            arguments were recorded or the env was made with defaults).
+        possible_agents: the dataset's agents.
+        spaces_of: an agent's ``(observation_space, action_space)`` in the dataset, to compare
+            too; ``None`` compares the agents alone.
+
+    Raises:
+        EnvDescriptorError: the env's agents, or an agent's spaces, differ from the dataset's;
+            the message names the first difference and how to make the right env.
+    """
+    made = list(env.possible_agents)
+    difference = None
+    if sorted(made) != sorted(possible_agents):
+        difference = f"has agents {made}, the dataset {list(possible_agents)}"
+    elif spaces_of is not None:
+        for agent in possible_agents:
+            for kind, given, recorded in zip(
+                    ("observation", "action"),
+                    (env.observation_space(agent), env.action_space(agent)),
+                    spaces_of(agent), strict=True):
+                if space_to_json(given) != space_to_json(recorded):
+                    difference = (f"gives agent {agent!r} the {kind} space {given}, the "
+                                  f"dataset {recorded}")
+                    break
+            if difference:
+                break
+    if difference is None:
+        return
+    name = "the environment" if descriptor is None else repr(descriptor.name)
+    why = ("the dataset's descriptor was inferred from an env not made by "
+           "marl_minari.make_env, so it was re-created with default arguments; "
+           if descriptor is not None and not descriptor.kwargs_known else "")
+    raise EnvDescriptorError(
+        f"{name} re-created for this dataset {difference}: {why}make it with the arguments the "
+        "data was recorded with: marl_minari.load_dataset(id).recover_environment(**arguments)"
+        ", or your own env in marl_minari.JointEnv(env, possible_agents=...)")
 
 
 def _create(reference: str, factory: Any, resolved: ResolvedEnv,

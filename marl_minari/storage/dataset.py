@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 from minari.dataset.minari_dataset import MinariDataset
 
-from marl_minari.envs.make import recreate_env
+from marl_minari.envs.make import check_recreated, recreate_env
 from marl_minari.errors import (
     CorruptedDataError,
     EnvDescriptorError,
@@ -357,8 +357,9 @@ class MultiAgentDataset:
             overrides: constructor arguments replacing the recorded ones.
 
         Raises:
-            EnvDescriptorError: the dataset does not say how to make its environment, or names
-                one outside the trusted packages.
+            EnvDescriptorError: the dataset does not say how to make its environment, names
+                one outside the trusted packages, or the env made has other agents or spaces
+                than the data (recorded from an env made with other arguments).
             InvalidOptionError: ``eval_env`` is not a bool (e.g. an API name passed first).
         """
         if not isinstance(eval_env, (bool, np.bool_)):
@@ -371,8 +372,11 @@ class MultiAgentDataset:
             raise EnvDescriptorError(
                 f"dataset {self._metadata.get('dataset_id')!r} records no environment "
                 "descriptor, so its environment cannot be re-created; make it yourself")
-        return recreate_env(descriptor, api, trust_remote_code=trust_remote_code,
-                            **overrides)
+        env = recreate_env(descriptor, api, trust_remote_code=trust_remote_code, **overrides)
+        spec = self._spec
+        check_recreated(env, descriptor, spec.possible_agents,
+                        lambda agent: (spec.observation_spaces[agent], spec.action_spaces[agent]))
+        return env
 
     def _eval_descriptor(self) -> EnvDescriptor | None:
         """The env descriptor inside ``eval_env_spec`` (``None`` when there is none)."""

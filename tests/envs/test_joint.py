@@ -98,3 +98,45 @@ def test_minari_recovers_a_turn_based_joint_view_that_replays_the_data() -> None
         assert reward == episode.team_rewards[t]
     assert terminated and not truncated
     assert info["agent_selection"] is None
+
+
+def _record(env: Any, dataset_id: str) -> None:
+    collector = mm.ParallelDataCollector(env)
+    collector.reset(seed=0)
+    while collector.agents:
+        collector.step({a: collector.action_space(a).sample() for a in collector.agents})
+    collector.create_dataset(dataset_id, algorithm_name="random", author="tests",
+                             author_email="tests@example.com", description="two steps",
+                             code_permalink="https://example.com")
+    collector.close()
+
+
+def test_an_env_recreated_with_other_agents_than_the_data_is_refused() -> None:
+    """Recorded from ``parallel_env(N=2)``: the inferred descriptor re-creates N=3, whose
+    joint view stepped with its own action sample raised ``KeyError: 'agent_2'``."""
+    from mpe2 import simple_spread_v3
+
+    with pytest.warns(UserWarning, match="not made by marl_minari.make_env"):
+        _record(simple_spread_v3.parallel_env(N=2, max_cycles=2), "tests/two-of-three-v0")
+    with pytest.raises(mm.EnvDescriptorError,
+                       match=r"has agents \['agent_0', 'agent_1', 'agent_2'\], the dataset "
+                             r"\['agent_0', 'agent_1'\]: the dataset's descriptor was inferred"):
+        minari.load_dataset("tests/two-of-three-v0").recover_environment()
+    dataset = mm.load_dataset("tests/two-of-three-v0")
+    with pytest.raises(mm.EnvDescriptorError, match="recover_environment\\(\\*\\*arguments\\)"):
+        dataset.recover_environment()
+    assert dataset.recover_environment(N=2).possible_agents == ["agent_0", "agent_1"]
+    with pytest.raises(mm.EnvDescriptorError, match=r"has agents \['b', 'a'\], the dataset"):
+        JointEnv(RandomSpacesEnv(["b", "a"], {a: spaces.Discrete(2) for a in "ba"},
+                                 {a: spaces.Discrete(2) for a in "ba"}), possible_agents=["a"])
+
+
+def test_an_env_recreated_with_other_spaces_than_the_data_is_refused() -> None:
+    _record(mm.make_env("mpe2/simple_spread_v3", max_cycles=2, continuous_actions=True),
+            "tests/continuous-v0")
+    dataset = mm.load_dataset("tests/continuous-v0")
+    assert dataset.recover_environment().possible_agents == list(dataset.possible_agents)
+    with pytest.raises(mm.EnvDescriptorError,
+                       match=r"gives agent 'agent_0' the action space Discrete\(5\), the dataset "
+                             r"Box\(0\.0, 1\.0, \(5,\), float32\): make it with the arguments"):
+        dataset.recover_environment(continuous_actions=False)
