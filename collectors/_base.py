@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from marl_minari.collectors.reference_scores import JointPolicy, reference_score
 from marl_minari.collectors.space_checks import SpaceChecks
 
 from marl_minari.envs.make import describe_env
-from marl_minari.errors import EnvApiError
+from marl_minari.errors import EnvApiError, InvalidOptionError
 from marl_minari.format.env_descriptor import Api, EnvDescriptor
 from marl_minari.format.spec import MultiAgentSpec, resolve_state_encoding
 from marl_minari.storage.dataset import open_written
@@ -23,6 +24,36 @@ from marl_minari.storage.recording import Recording
 from marl_minari.user_warnings import warn
 
 EpisodeMetadataCallback = Callable[[MultiAgentEpisode], dict[str, Any]]
+
+
+AUTOSEED_KEY = "minari_autoseed"
+"""The reset option that turns automatic seeds off (``{"minari_autoseed": False}``), as in
+Minari's ``DataCollector``."""
+
+
+def reset_seed(seed: int | None, options: dict[str, Any] | None, *, autoseed: bool = True
+               ) -> int | None:
+    """The seed a recorder resets the env with: ``seed``, or, when it is ``None``, a new
+    random 64-bit one, so that every recorded episode can be replayed from its stored seed,
+    as Minari's ``DataCollector`` does, unless ``options`` say ``minari_autoseed: False`` (or
+    ``autoseed`` is false: reference episodes are played as Minari plays them, on an env
+    that is not recording)."""
+    if seed is not None or not autoseed or (options and not options.get(AUTOSEED_KEY, True)):
+        return seed
+    return secrets.randbits(64)
+
+
+def check_data_format(data_format: str | None) -> None:
+    """Refuse a Minari ``data_format`` other than HDF5 (the only one this library writes).
+
+    Raises:
+        InvalidOptionError: ``data_format`` is neither ``None`` nor ``"hdf5"``.
+    """
+    if data_format not in (None, "hdf5"):
+        raise InvalidOptionError(
+            f"data_format={data_format!r}: marl-minari writes HDF5 datasets only (Minari's "
+            "arrow format writes are quadratic in episodes); pass data_format='hdf5' or leave "
+            "it out")
 
 
 def state_space_of(env: Any) -> Any:
@@ -107,6 +138,8 @@ class RecorderCore:
                                     capacity=writer_queue)
         self._space_checks = SpaceChecks(self.spec)
         self._finished = 0
+        self.autoseed = True
+        """Reset without a seed with a new random one (:func:`reset_seed`)."""
 
     @property
     def recording(self) -> Recording:

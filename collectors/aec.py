@@ -37,9 +37,11 @@ from ._base import (
     DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
+    check_data_format,
+    reset_seed,
     state_space_of,
 )
-from .step_data import step_callback
+from .step_data import episode_callback, step_callback
 
 NO_AGENT = -1
 """``extras/agent_selection`` value of rows where no agent is selected (episode over)."""
@@ -108,10 +110,15 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         writer_queue: finished episodes the background writer may hold before ``step``
             waits for it (default 2): the memory bound, and what a killed process can lose
             beyond the episode in progress.
+        data_format: Minari's storage format: ``None`` or ``"hdf5"``, the only one written
+            here (Minari's ``"arrow"`` is refused).
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
             message).
+        InvalidOptionError: ``episode_metadata_callback`` is not a function of the episode
+            (a Minari ``EpisodeMetadataCallback`` class among them), or ``data_format`` is
+            not HDF5.
     """
 
     def __init__(
@@ -130,7 +137,9 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         state_encoding: str | None = None,
         background_writing: bool = False,
         writer_queue: int = DEFAULT_CAPACITY,
+        data_format: str | None = None,
     ) -> None:
+        check_data_format(data_format)
         super().__init__(env)
         self._core = RecorderCore(
             env, "aec", record_infos=record_infos, jpeg_encoding=jpeg_encoding,
@@ -143,7 +152,7 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
         self._has_state = self._core.spec.state_space is not None
         self._observe_every_agent = observe_every_agent
         self._step_callback = step_callback(step_data_callback, env)
-        self._episode_callback = episode_metadata_callback
+        self._episode_callback = episode_callback(episode_metadata_callback)
         agents = self._core.spec.possible_agents
         self._index: dict[Any, int] = {agent: i for i, agent in enumerate(agents)}
         # What observe() hands out for the current row (the objects the env returned).
@@ -196,8 +205,13 @@ class AECDataCollector(DatasetRecorderMixin, BaseWrapper):
 
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Reset the env; an unfinished episode in progress is saved first."""
+        """Reset the env; an unfinished episode in progress is saved first.
+
+        Without a ``seed`` the env is reset with a new random one (stored with the episode),
+        as Minari's ``DataCollector`` does, unless ``options`` hold ``minari_autoseed: False``.
+        """
         self._save_unfinished()
+        seed = reset_seed(seed, options, autoseed=self._core.autoseed)
         self.env.reset(seed=seed, options=options)
         self._owners = {name: _owner(self.env, name) for name in _STEP_ATTRIBUTES}
         self._latest = {}

@@ -16,9 +16,11 @@ from ._base import (
     DatasetRecorderMixin,
     EpisodeMetadataCallback,
     RecorderCore,
+    check_data_format,
+    reset_seed,
     state_space_of,
 )
-from .step_data import step_callback
+from .step_data import episode_callback, step_callback
 
 
 class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
@@ -70,10 +72,15 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         writer_queue: finished episodes the background writer may hold before ``step``
             waits for it (default 2): the memory bound, and what a killed process can lose
             beyond the episode in progress.
+        data_format: Minari's storage format: ``None`` or ``"hdf5"``, the only one written
+            here (Minari's ``"arrow"`` is refused).
 
     Raises:
         UnsupportedSpaceError: an agent's space cannot be stored by Minari (named in the
             message).
+        InvalidOptionError: ``episode_metadata_callback`` is not a function of the episode
+            (a Minari ``EpisodeMetadataCallback`` class among them), or ``data_format`` is
+            not HDF5.
     """
 
     def __init__(
@@ -91,7 +98,9 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         state_encoding: str | None = None,
         background_writing: bool = False,
         writer_queue: int = DEFAULT_CAPACITY,
+        data_format: str | None = None,
     ) -> None:
+        check_data_format(data_format)
         super().__init__(env)
         self._core = RecorderCore(
             env, "parallel", record_infos=record_infos, jpeg_encoding=jpeg_encoding,
@@ -103,7 +112,7 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
         )
         self._has_state = self._core.spec.state_space is not None
         self._step_callback = step_callback(step_data_callback, env)
-        self._episode_callback = episode_metadata_callback
+        self._episode_callback = episode_callback(episode_metadata_callback)
 
     # Attributes the ParallelEnv base class defines at class level are forwarded explicitly.
     @property
@@ -124,8 +133,13 @@ class ParallelDataCollector(DatasetRecorderMixin, BaseParallelWrapper):
 
     def reset(self, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict, dict]:
-        """Reset the env; an unfinished episode in progress is saved as truncated first."""
+        """Reset the env; an unfinished episode in progress is saved as truncated first.
+
+        Without a ``seed`` the env is reset with a new random one (stored with the episode),
+        as Minari's ``DataCollector`` does, unless ``options`` hold ``minari_autoseed: False``.
+        """
         self._save_unfinished()
+        seed = reset_seed(seed, options, autoseed=self._core.autoseed)
         observations, infos = self.env.reset(seed=seed, options=options)
         observations, infos = self._apply_reset_callback(observations, infos)
         self._core.builder.start(observations, infos, state=self._state(), seed=seed,

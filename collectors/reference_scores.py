@@ -172,6 +172,7 @@ def average_team_return(env: Any, spec: MultiAgentSpec, recorder: RecorderFactor
                        jpeg_encoding=False, reward_aggregation=spec.reward_aggregation,
                        env_descriptor=spec.env or EnvDescriptor(api=spec.api, entry_point=None))
     wrapped._core.writer = JournalWriter(lambda episode, note: None)
+    wrapped._core.autoseed = False  # unseeded resets go on from the env's state, as Minari's
     play = _play_parallel if spec.api == "parallel" else _play_aec
     for index in range(episodes):
         play(wrapped, policy, MINARI_SCORE_SEED if index == 0 else None)

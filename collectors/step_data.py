@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from minari import EpisodeMetadataCallback as MinariEpisodeMetadataCallback
 from minari import StepDataCallback
 
 from marl_minari.errors import InvalidOptionError, StepDataError
@@ -56,6 +57,33 @@ def step_callback(callback: Any, env: Any) -> StepCallback | None:
         raise InvalidOptionError(
             f"step_data_callback must be a minari StepDataCallback subclass or a function, got "
             f"{type(callback).__name__}")
+    return callback  # type: ignore[no-any-return]
+
+
+def episode_callback(callback: Any) -> Callable[[Any], dict[str, Any]] | None:
+    """A user's ``episode_metadata_callback``, checked when the collector is made.
+
+    Raises:
+        InvalidOptionError: ``callback`` is not a function of the finished
+            :class:`~marl_minari.MultiAgentEpisode`: a class (Minari's
+            ``EpisodeMetadataCallback`` among them, which Minari instantiates and calls with
+            its single-agent episode dict when the dataset is created) or not callable.
+    """
+    if callback is None:
+        return None
+    minari_class = isinstance(callback, type) and issubclass(
+        callback, MinariEpisodeMetadataCallback)
+    if minari_class or isinstance(callback, MinariEpisodeMetadataCallback):
+        raise InvalidOptionError(
+            "episode_metadata_callback is called with each finished MultiAgentEpisode, not "
+            "Minari's episode dict, so a minari.EpisodeMetadataCallback is not accepted: "
+            "pass a function, e.g. lambda episode: {'rewards_sum': "
+            "float(episode.team_rewards.sum())} (the team reward is what Minari's default "
+            "sums)")
+    if isinstance(callback, type) or not callable(callback):
+        raise InvalidOptionError(
+            "episode_metadata_callback must be a function of the finished MultiAgentEpisode "
+            f"returning a dict, got {callback!r}")
     return callback  # type: ignore[no-any-return]
 
 

@@ -371,6 +371,26 @@ def test_a_minari_callback_adding_keys_is_told_where_they_go() -> None:
         mm.ParallelDataCollector(mm.make_env(SPREAD), step_data_callback=dict)
 
 
+@pytest.mark.parametrize("collector", [mm.ParallelDataCollector, mm.AECDataCollector])
+@pytest.mark.parametrize("callback", [minari.EpisodeMetadataCallback,
+                                      minari.EpisodeMetadataCallback(), dict, 3])
+def test_an_episode_metadata_callback_not_a_function_of_the_episode_is_refused_at_once(
+        collector: Any, callback: Any) -> None:
+    """Minari's callback class was accepted, then failed with a TypeError inside the step
+    that ended the first episode."""
+    with pytest.raises(InvalidOptionError, match="episode_metadata_callback"):
+        collector(mm.make_env(SPREAD, api="parallel" if collector is mm.ParallelDataCollector
+                              else "aec"), episode_metadata_callback=callback)
+
+
+@pytest.mark.parametrize("collector", [mm.ParallelDataCollector, mm.AECDataCollector])
+def test_minari_data_format_hdf5_is_accepted_and_arrow_refused(collector: Any) -> None:
+    api = "parallel" if collector is mm.ParallelDataCollector else "aec"
+    collector(mm.make_env(SPREAD, api=api), data_format="hdf5").close()
+    with pytest.raises(InvalidOptionError, match="data_format='arrow'.*HDF5 datasets only"):
+        collector(mm.make_env(SPREAD, api=api), data_format="arrow")
+
+
 def test_describe_and_card_show_returns_normalised_as_minari_does(tmp_path: Path) -> None:
     collector = _record_spread(episodes=3)
     dataset = collector.create_dataset("parity/spread-v0", ref_min_score=-40.0,

@@ -441,17 +441,47 @@ def test_seeds_and_options_round_trip() -> None:
     collector = mm.ParallelDataCollector(env)
     play_logged(collector, 3, seed=40, options=lambda i: None if i == 1 else
                 {"level": i, "cfg": {"name": f"n{i}", "hard": bool(i)}})
-    collector.reset()  # no seed
+    collector.reset(options={"minari_autoseed": False})  # no seed, and none drawn
     collector.step({"a": 0})
     collector.step({"a": 1})
     dataset = collector.create_dataset("tests/seeds-v0", **PROVENANCE)
     collector.close()
     assert dataset.episode_seeds() == [40, 41, 42, None]
+    assert dataset.episode(3).options == {"minari_autoseed": False}
     assert dataset.episode(0).options == {"level": 0, "cfg": {"name": "n0", "hard": False}}
     assert dataset.episode(1).options is None
     assert dataset.episode(2).options == {"level": 2, "cfg": {"name": "n2", "hard": True}}
     metadata = list(minari.load_dataset("tests/seeds-v0").storage.get_episode_metadata([2]))
     assert metadata[0]["seed"] == 42 and metadata[0]["options"]["cfg"]["name"] == "n2"
+
+
+@pytest.mark.parametrize("api", ["parallel", "aec"])
+def test_a_reset_without_a_seed_is_seeded_and_replays_from_the_stored_seed(api: str) -> None:
+    """Minari's ``DataCollector`` draws a 64-bit seed for an unseeded reset, so that every
+    episode can be replayed; the seed was stored as ``None`` before."""
+    env = mm.make_env("mpe2/simple_spread_v3", api=api, max_cycles=2)
+    collector = (mm.ParallelDataCollector if api == "parallel" else mm.AECDataCollector)(env)
+    for _ in range(2):
+        collector.reset()
+        if api == "parallel":
+            while collector.agents:
+                collector.step({a: 0 for a in collector.agents})
+        else:
+            for agent in collector.agent_iter():
+                done = collector.terminations[agent] or collector.truncations[agent]
+                collector.step(None if done else 0)
+    dataset = collector.create_dataset("tests/autoseed-v0", **PROVENANCE)
+    collector.close()
+    seeds = dataset.episode_seeds()
+    assert all(isinstance(seed, int) and 0 <= seed < 2**64 for seed in seeds)
+    assert seeds[0] != seeds[1]
+    replay = mm.make_env("mpe2/simple_spread_v3", max_cycles=2)
+    for index, seed in enumerate(seeds):
+        observations, _ = replay.reset(seed=seed)
+        np.testing.assert_array_equal(dataset.episode(index).observations["agent_0"][0],
+                                      observations["agent_0"])
+    stored = minari.load_dataset("tests/autoseed-v0").storage.get_episode_metadata([0, 1])
+    assert [int(metadata["seed"]) for metadata in stored] == seeds
 
 
 def test_options_minari_cannot_store_are_refused_before_recording() -> None:
