@@ -210,12 +210,15 @@ class EpisodeReader:
         Raises:
             InvalidOptionError: no episode asked for (named by ``caller``).
         """
+        name = str(self._path if self._source is None else self._source.name)
         if len(indices) == 0:
-            raise InvalidOptionError(f"{caller} needs at least one episode index")
+            raise InvalidOptionError(
+                f"{caller} was given no episodes to read from {name} (an empty list of ids, or "
+                "a dataset that holds no episodes): pass the ids of stored episodes")
         indices = np.asarray(indices, dtype=np.int64)
         lengths = (self._index.steps[indices] if self._index is not None
                    else attribute_steps(self._file, self._path, indices))
-        return indices, lengths, str(self._path if self._source is None else self._source.name)
+        return indices, lengths, name
 
     def _read_planned(self, planner: RangePlanner, name: str,
                       remote_gap: int = REMOTE_MAX_GAP) -> None:

@@ -60,8 +60,19 @@ def test_to_arrays_of_a_subset_in_any_order(written: tuple) -> None:
     dataset, episodes = written
     _assert_arrays_match(dataset.to_arrays([2, 0]), episodes, [2, 0])
     _assert_arrays_match(dataset.to_arrays([3]), episodes, [3])
-    with pytest.raises(ValueError, match="at least one episode"):
+    with pytest.raises(mm.InvalidOptionError, match="given no episodes to read from .*hdf5"):
         dataset.to_arrays([])
+
+
+def test_to_arrays_of_a_dataset_without_episodes_says_so() -> None:
+    collector = mm.ParallelDataCollector(mm.make_env("mpe2/simple_spread_v3", max_cycles=3))
+    collector.reset(seed=0)  # in progress: not in the dataset
+    with pytest.warns(UserWarning):
+        dataset = collector.create_dataset("tests/empty-v0", algorithm_name="none")
+    collector.close()
+    assert dataset.total_episodes == 0
+    with pytest.raises(mm.InvalidOptionError, match="or a dataset that holds no episodes"):
+        dataset.to_arrays()
 
 
 def test_bulk_arrays_are_concatenated_with_boundaries(written: tuple) -> None:
