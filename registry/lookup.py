@@ -13,6 +13,7 @@ from typing import Any, Final
 from marl_minari.errors import CorruptedDataError, MarlMinariError, RemoteError
 
 from .backend import Backend, Forbidden
+from .connections import IDLE_PER_SERVER
 from .credentials import scrub, url_secrets
 from .deadline import Deadline
 from .index import Index, listed_ids, read_index
@@ -178,6 +179,8 @@ def find_published_manifest(candidates: Sequence[tuple[str, str]], *,
     early = open_backend(first_registry, settings=manifest_settings)
     early_key = manifest_key(first_id)
     in_flight = 2 + min(MAX_PARALLEL_INDEXES, len(candidates) - 1)  # indexes, the manifest
+    # More connections than a server keeps idle would be closed as they are opened.
+    warm_connections = min(warm_connections, IDLE_PER_SERVER)
     warming = max(0, warm_connections - in_flight)
     pool = ThreadPoolExecutor(1 + warming, thread_name_prefix="marl-minari-registry-manifest")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ class StreamSettings:
             trip; ``0``: none.
     """
 
-    cache_dir: Path | None = None
+    cache_dir: str | os.PathLike[str] | None = None
     cache_bytes: int | None = None
     parallel_requests: int = 8
     max_request_bytes: int = 4 << 20
@@ -44,6 +45,11 @@ class StreamSettings:
     connections_ahead: int | None = None
 
     def __post_init__(self) -> None:
+        if self.cache_dir is not None:
+            if not isinstance(self.cache_dir, (str, os.PathLike)):
+                raise InvalidOptionError(f"StreamSettings(cache_dir={self.cache_dir!r}): "
+                                         "expected a folder's path or None (the default)")
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
         for name, least, optional in (("cache_bytes", 0, True), ("parallel_requests", 1, False),
                                       ("max_request_bytes", 1, False),
                                       ("memory_bytes", 0, False),
@@ -61,7 +67,7 @@ class StreamSettings:
 
     def cache(self) -> BlockCache:
         """The block cache these settings name."""
-        return BlockCache(self.cache_dir or default_cache_dir(),
+        return BlockCache(default_cache_dir() if self.cache_dir is None else Path(self.cache_dir),
                           default_cache_bytes() if self.cache_bytes is None
                           else self.cache_bytes)
 

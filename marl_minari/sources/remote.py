@@ -118,7 +118,7 @@ def find_remote_version(url: str, settings: RemoteSettings, *, warm_connections:
         registry, dataset_id = splits[-1]
         return registry, dataset_id, read_manifest(open_backend(registry, settings=settings),
                                                    dataset_id)
-    found = find_published_manifest(splits, manifest_settings=settings,
+    found = find_published_manifest(splits, settings=settings, manifest_settings=settings,
                                     warm_connections=warm_connections)
     if found is None:
         raise _published_nowhere(url, splits)

@@ -153,3 +153,18 @@ def test_a_trickled_tls_handshake_ends_at_the_deadline() -> None:
     finally:
         listener.close()
     assert isinstance(failure, RemoteError) and "deadline" in str(failure), failure
+
+
+def test_a_streaming_open_looks_up_the_registry_within_its_own_http_timeout(
+        published: str, registry_dir: Path,
+        thread_server: Callable[[Path, type[Any]], str]) -> None:
+    # The settings given to the open bound its lookup too: the indexes were read with the
+    # environment's (60 s by default), only the manifest with the ones given.
+    import marl_minari as mm
+
+    url = _trickling(thread_server, registry_dir, ("_index.json",))
+    settings = registry.StreamSettings(remote=SETTINGS)
+    error = _fails_in_time(lambda: mm.open_source(f"{url}/{published}", streaming=True,
+                                                  stream_settings=settings))
+    _assert_deadline(error, "_index.json")
+    assert f"http_timeout {SETTINGS.http_timeout:g} s" in str(error), str(error)

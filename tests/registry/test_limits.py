@@ -108,7 +108,7 @@ def test_settings_come_from_parameters_then_environment(
     ("parallel_requests", 0), ("parallel_requests", 2.5), ("parallel_requests", None),
     ("max_request_bytes", 0), ("memory_bytes", -1), ("cache_bytes", -5),
     ("cache_bytes", True), ("connections_ahead", -1), ("connections_ahead", "10"),
-    ("remote", 60.0)])
+    ("remote", 60.0), ("cache_dir", 123)])
 def test_stream_settings_refuse_what_they_cannot_use(option: str, value: Any) -> None:
     with pytest.raises(InvalidOptionError, match=rf"StreamSettings\({option}={value!r}\)"):
         StreamSettings(**{option: value})
@@ -118,6 +118,13 @@ def test_stream_settings_take_their_documented_values() -> None:
     StreamSettings(cache_bytes=0, memory_bytes=0, connections_ahead=0, parallel_requests=1,
                    max_request_bytes=1, remote=RemoteSettings())
     StreamSettings(cache_bytes=None, connections_ahead=None, remote=None)
+
+
+def test_stream_settings_take_a_cache_folder_as_a_string(tmp_path: Path) -> None:
+    # A string was kept as given, and the open failed with "'str' object has no attribute".
+    settings = StreamSettings(cache_dir=str(tmp_path / "blocks"))
+    assert settings.cache_dir == tmp_path / "blocks"
+    assert settings.cache().folder == tmp_path / "blocks"
 
 
 def test_fsync_setting_is_honoured(registry_dir: Path, small_dataset: Callable[..., str],

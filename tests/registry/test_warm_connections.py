@@ -216,3 +216,19 @@ def test_a_warming_that_fails_leaves_the_error_to_the_request(
     assert idle_connections() == 0 and len(connects_tried) == 2
     with pytest.raises(RemoteError, match="cannot read"):
         backend.read("_index.json", 1 << 20)
+
+
+def test_more_connections_ahead_than_a_server_keeps_are_not_made(
+        streamable: Path, registry_dir: Path, block_cache: Path,
+        thread_server: Callable[[Path, type[Any]], str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """``connections_ahead=10**6`` started a thread per connection asked for, and failed with
+    ``RuntimeError: can't start new thread``; a server's connections kept idle bound them."""
+    asked: list[int] = []
+    monkeypatch.setattr(HttpBackend, "warm", lambda self, enough: asked.append(enough))
+    url, _ = _accepting(thread_server, registry_dir)
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True,
+                            stream_settings=StreamSettings(connections_ahead=10**6))
+    assert source.total_episodes == 12
+    assert asked and set(asked) == {connections.IDLE_PER_SERVER}
+    assert len(asked) <= connections.IDLE_PER_SERVER
