@@ -184,7 +184,9 @@ class HttpBackend(Backend):
         except ValueError:
             # The parser's message quotes the part it failed on, which may be a credential.
             raise self.fail(f"malformed URL {self.scheme}://{name}: expected "
-                            f"{self.scheme}://[user:password@]host[:port]/path") from None
+                            f"{self.scheme}://host[:port]/path, with a port from 0 to 65535, "
+                            "an IPv6 host in brackets and any credentials as user:password@ "
+                            "before the host") from None
         if not hostname:
             raise self.fail(f"no host in {self.scheme}://{name}")
         netloc = hostname if ":" not in hostname else f"[{hostname}]"

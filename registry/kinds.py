@@ -51,7 +51,9 @@ def resolve_remote(remote: str | None) -> str:
         raise RemoteError("a remote must be a non-empty string such as file:///srv/registry")
     remote = remote.strip()
     if "://" not in remote:
-        return f"file://{Path(remote).expanduser().absolute()}"
+        # A path is taken as written: as a URL, its '%' and '#' are escaped (file:// is read
+        # percent-decoded, as every URL is).
+        return Path(remote).expanduser().absolute().as_uri()
     return remote
 
 

@@ -184,7 +184,29 @@ class RemoteFile:
         self._failures.last = None
 
     @contextlib.contextmanager
+    def one_operation(self) -> Iterator[None]:
+        """Make the reads of this thread inside the block one operation: :attr:`failure` is
+        cleared on entry, and once a read fails, every later read of the block raises that
+        error again without a request.
+
+        HDF5 reads again what failed, sometimes through calls that take its error for a
+        missing object; against a stalled mirror each such read would wait out a deadline
+        of its own. Blocks nest (the outermost one clears and ends).
+        """
+        depth = getattr(self._failures, "depth", 0)
+        if depth == 0:
+            self._failures.last = None
+        self._failures.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._failures.depth = depth
+
+    @contextlib.contextmanager
     def _failure_recorded(self) -> Iterator[None]:
+        failed = getattr(self._failures, "last", None)
+        if failed is not None and getattr(self._failures, "depth", 0):
+            raise failed
         try:
             yield
         except MarlMinariError as exc:

@@ -161,7 +161,10 @@ def _local_url_path(url: str) -> Path | None:
     A dataset published on a ``file://`` registry is also a dataset folder: it is recognised
     by its manifest and goes through the verified download like any remote dataset.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a malformed URL: the remote it names says so, by name
+        return None
     if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
         return None
     path = Path(unquote(parts.path))

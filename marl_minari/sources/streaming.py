@@ -252,9 +252,9 @@ class StreamingSource(DatasetSource):
         remote file named where the reader named its local stand-in. The blocks fetched
         are in the disk cache when the operation returns (a bulk read leaves their writes to
         the cache writer while it compares the offset index)."""
-        self.remote_file.clear_failure()
         try:
-            yield
+            with self.remote_file.one_operation():
+                yield
         except MarlMinariError as exc:
             failure = self.remote_file.failure
             if failure is not None and failure is not exc:

@@ -218,3 +218,18 @@ def test_missing_registry_folder_is_an_error_not_an_empty_registry(tmp_path: Pat
     assert not missing.exists()  # reading never creates it
     missing.mkdir()
     assert registry.list_datasets(str(missing)) == []
+
+
+def test_a_bare_path_registry_is_the_folder_named_as_written(
+        tmp_path: Path, small_dataset: Callable[..., str]) -> None:
+    """``reg%41b`` was read as a URL's path and published to ``regAb``."""
+    dataset_id = small_dataset()
+    folder = tmp_path / "registries" / "reg%41b #1"
+    folder.mkdir(parents=True)
+    assert registry.publish(dataset_id, str(folder)).outcomes == {dataset_id: "published"}
+    assert (folder / dataset_id / "manifest.json").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == ["reg%41b #1"]
+    assert [d.dataset_id for d in registry.list_datasets(str(folder))] == [dataset_id]
+    shutil.rmtree(dataset_dir(dataset_id))
+    assert registry.download(dataset_id, str(folder)) == dataset_dir(dataset_id)
+    assert registry.publish(dataset_id, str(folder)).outcomes == {dataset_id: "unchanged"}

@@ -240,3 +240,17 @@ def test_cli_combines_a_local_and_a_remote_dataset(registry_dir: Path, published
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert [line for line in missing.stderr.splitlines() if line.startswith("error:")] == [
         line for line in missing.stderr.splitlines() if "no registry along" in line]
+
+
+@pytest.mark.parametrize("url", ["http://[::1/registry/mpe2/spread/one-v0",
+                                 "http://127.0.0.1:99999/registry/mpe2/spread/one-v0"])
+@pytest.mark.parametrize("door", ["open_source", "load_dataset", "open_source streaming",
+                                  "load_dataset streaming"])
+def test_a_malformed_url_is_a_remote_error_saying_what_a_url_holds(url: str, door: str) -> None:
+    """An unclosed IPv6 bracket escaped as ``ValueError: Invalid IPv6 URL``; the hint that
+    the registry's errors gave had its ``[user:password@`` taken for a credential."""
+    name, _, streaming = door.partition(" ")
+    with pytest.raises(RemoteError, match=r"malformed URL .* expected http://host\[:port\]/path,"
+                                          r" with a port from 0 to 65535, an IPv6 host in "
+                                          r"brackets and any credentials as user:password@"):
+        getattr(mm, name)(url, streaming=bool(streaming))

@@ -446,3 +446,37 @@ def test_a_streaming_warning_names_the_users_line_whichever_door_reached_it(
         with pytest.warns(StreamingWarning, match="without range digests") as said:
             door()
         assert [(name, w.filename) for w in said] == [(name, __file__)]
+
+
+class _StallingHandler(RangeHandler):
+    """Once ``stalled[0]`` is set, answers nothing for ``main_data.hdf5`` (a stalled
+    mirror: the connection stays open), counting those requests."""
+
+    stalled: ClassVar[list[bool]] = [False]
+    unanswered: ClassVar[list[str]] = []
+
+    def send_head(self) -> Any:
+        if self.stalled[0] and self.path.endswith(layout.MAIN_FILE_NAME):
+            with self.lock:
+                self.unanswered.append(self.headers.get("Range", ""))
+            time.sleep(30)
+            self.close_connection = True
+            return None
+        return super().send_head()
+
+
+def test_a_read_from_a_stalled_mirror_waits_out_one_deadline(
+        larger: int, served: Callable[..., tuple[str, Any]], tmp_path: Path) -> None:
+    """HDF5 takes a failed read for a missing object and reads on; each read waited out a
+    deadline of its own (two here: 2 x http_timeout for one episode)."""
+    shutil.rmtree(dataset_dir(DATASET))  # what streams can only come from the mirror
+    url, handler = served(_StallingHandler, stalled=[False], unanswered=[])
+    source = mm.open_source(f"{url}/{DATASET}", streaming=True, stream_settings=StreamSettings(
+        cache_dir=tmp_path / "blocks", memory_bytes=0,
+        remote=registry.RemoteSettings(http_timeout=1.0)))
+    handler.stalled[0] = True
+    with pytest.raises(mm.RemoteError, match="did not finish within 1.0 s"):
+        source.read([20])  # in blocks the open did not fetch
+    assert len(handler.unanswered) == 1
+    handler.stalled[0] = False
+    assert source.read([20]).episode_ids.tolist() == [20]  # the next operation asks again
