@@ -205,7 +205,7 @@ class RemoteFile:
     @contextlib.contextmanager
     def _failure_recorded(self) -> Iterator[None]:
         failed = getattr(self._failures, "last", None)
-        if failed is not None and getattr(self._failures, "depth", 0):
+        if failed is not None and getattr(self._failures, "depth", 0) > 0:
             raise failed
         try:
             yield
