@@ -58,6 +58,18 @@ OBSERVED: Final = "observed"
 """AEC only, under extras, only when recorded with ``observe_every_agent=False``: ``(T + 1, N)``
 bool, the agent was observed at row k (False: its latest observation is repeated)."""
 
+MARL_COLUMN_DTYPES: Final = {
+    f"infos/{INFOS_GROUP}/{AGENT_REWARDS}": "float64",
+    f"infos/{INFOS_GROUP}/{AGENT_TERMINATIONS}": "bool",
+    f"infos/{INFOS_GROUP}/{AGENT_TRUNCATIONS}": "bool",
+    f"infos/{INFOS_GROUP}/{ACTIVE}": "bool",
+    f"infos/{INFOS_GROUP}/{ACTED}": "bool",
+    f"infos/{INFOS_GROUP}/{EXTRAS}/{AGENT_SELECTION}": "int64",
+    f"infos/{INFOS_GROUP}/{EXTRAS}/{OBSERVED}": "bool",
+}
+"""The dtype the layout gives each of its own columns under ``infos/marl``: what readers
+return whatever dtype another writer stored (by the writers' casting rule)."""
+
 # Keys of the multi-agent metadata dict (metadata.json -> "marl_minari").
 META_LAYOUT_VERSION: Final = "layout_version"
 META_API: Final = "api"

@@ -172,9 +172,11 @@ def cast_leaf(values: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
         "space holds, or declare the space with the dtype the data has")
 
 
-def cast_stored(stored: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
+def cast_stored(stored: np.ndarray, dtype: np.dtype, where: str, *,
+                typed_by: str = "space") -> np.ndarray:
     """A leaf read as it is stored, in another dtype than its space's (a dataset another
-    writer made), as ``dtype``, by the writers' rule (:func:`lossless_cast`).
+    writer made), as ``dtype``, by the writers' rule (:func:`lossless_cast`); ``typed_by``
+    names what gives the leaf ``dtype`` in messages (``"layout"`` for its own columns).
 
     Raises:
         LayoutError: a value the space's dtype cannot hold, or values that are not numbers;
@@ -182,18 +184,19 @@ def cast_stored(stored: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
     """
     if stored.dtype.kind not in "biufc":
         raise LayoutError(
-            f"{where} stores {stored.dtype} values where its space holds {dtype} numbers; "
+            f"{where} stores {stored.dtype} values where its {typed_by} holds {dtype} numbers; "
             "read what it stores with minari.load_dataset, or write the dataset again with "
             "spaces that describe its values")
     out, first = lossless_cast(stored, dtype)
     if first is None:
         return out
+    fix = ("spaces of the data's dtype" if typed_by == "space"
+           else "values of the layout's types")
     raise LayoutError(
         f"{where}, row {first[0]}: stored {stored.dtype} value {stored[first].item()!r} does "
-        f"not fit the space's {dtype} (it would be read as {out[first].item()!r}); the "
-        "dataset's values do not fit its spaces (marl-minari check says so): read what it "
-        "stores with minari.load_dataset, or write the dataset again with spaces of the "
-        "data's dtype")
+        f"not fit the {typed_by}'s {dtype} (it would be read as {out[first].item()!r}); the "
+        f"dataset's values do not fit its {typed_by}'s types (marl-minari check says so): "
+        f"read what it stores with minari.load_dataset, or write the dataset again with {fix}")
 
 
 def lossless_cast(values: np.ndarray, dtype: np.dtype

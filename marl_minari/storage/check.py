@@ -34,10 +34,9 @@ from marl_minari.storage.self_contained import check_file
 
 _MARL = f"infos/{layout.INFOS_GROUP}"
 
-_AGENT_COLUMNS = {layout.AGENT_REWARDS: np.dtype(np.float64),
-                  layout.AGENT_TERMINATIONS: np.dtype(bool),
-                  layout.AGENT_TRUNCATIONS: np.dtype(bool),
-                  layout.ACTIVE: np.dtype(bool), layout.ACTED: np.dtype(bool)}
+_AGENT_COLUMNS = {name: np.dtype(layout.MARL_COLUMN_DTYPES[f"{_MARL}/{name}"])
+                  for name in (layout.AGENT_REWARDS, layout.AGENT_TERMINATIONS,
+                               layout.AGENT_TRUNCATIONS, layout.ACTIVE, layout.ACTED)}
 _EPISODE_COLUMNS = {"rewards": "f", "terminations": "b", "truncations": "b"}
 
 
@@ -157,9 +156,13 @@ def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int,
     width = (spec.num_agents,)
     for name, dtype in _AGENT_COLUMNS.items():
         expect.column(f"{_MARL}/{name}", steps + 1, width, dtype=dtype)
-    if spec.state_space is not None and layout.STATE_PATH in expect.group:
+    if spec.state_space is not None:
         expect.leaf(layout.STATE_PATH, spec.state_space, steps + 1,
                     jpeg=layout.STATE_PATH in jpeg)
+    elif offset_index.dataset_id(expect.group, layout.STATE_PATH) is not None:
+        raise LayoutError(f"{expect.where}/{layout.STATE_PATH} is present but the metadata's "
+                          "state_space is null: the layout stores a state in every episode "
+                          "exactly when state_space names its space")
     for name, dataset in _datasets(expect.group, f"{_MARL}/{layout.AGENT_INFOS}"):
         agent = name.split("/")[3]
         if agent not in spec.possible_agents:

@@ -272,8 +272,13 @@ class EpisodeReader:
                     path = f"{prefix}/{name}"
                     dataset = self._first_indexed(path) or dataset
                     text = h5py.check_string_dtype(dataset.dtype) is not None
-                    yield Leaf(path, np.dtype(object) if text else dataset.dtype,
-                               dataset.shape[1:], True, text=text, drop=_DROPPED.get(path))
+                    # The layout's own columns are read as the layout types them, not as the
+                    # first episode read stores them (another writer's int8 mask holding a 5).
+                    fixed = layout.MARL_COLUMN_DTYPES.get(path)
+                    dtype = (np.dtype(fixed) if fixed is not None
+                             else np.dtype(object) if text else dataset.dtype)
+                    yield Leaf(path, dtype, dataset.shape[1:], True, text=text and fixed is None,
+                               drop=_DROPPED.get(path))
 
         check_links(group, self._path)
         visit(group, MARL_GROUP)
@@ -436,7 +441,14 @@ class EpisodeReader:
             from PIL import Image
 
             for row, encoded in enumerate(dataset[()]):
-                target[row] = np.asarray(Image.open(io.BytesIO(encoded.tobytes())))
+                try:
+                    target[row] = np.asarray(Image.open(io.BytesIO(encoded.tobytes())))
+                except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is one
+                    raise CorruptedDataError(
+                        f"{self._path}: episode_{index}/{leaf.path}, row {row}: not a JPEG "
+                        f"image of the leaf's shape ({type(exc).__name__}: {exc}); the "
+                        "dataset is damaged: restore it from a copy or record it again"
+                    ) from exc
         elif leaf.text:
             target[...] = np.asarray(dataset.asstr()[()], dtype=object)
         elif dataset.shape != target.shape:
@@ -447,8 +459,9 @@ class EpisodeReader:
             dataset.read_direct(target)
         elif target.size:  # stored by another writer in another dtype: cast by our rule,
             # not by HDF5's conversion, which truncates 2.5 to 2 and overflows to inf silently
-            target[...] = cast_stored(dataset[()], target.dtype,
-                                      f"{self._path}: episode_{index}/{leaf.path}")
+            target[...] = cast_stored(
+                dataset[()], target.dtype, f"{self._path}: episode_{index}/{leaf.path}",
+                typed_by="layout" if leaf.path in layout.MARL_COLUMN_DTYPES else "space")
 
     def _agent_had_no_infos(self, leaf: Leaf, index: int) -> bool:
         prefix = _AGENT_INFOS + "/"

@@ -118,7 +118,8 @@ def _script() -> list[dict[str, Any]]:
         live = [a for a in live if not (ends or {}).get(a)]
         e1["steps"][-1]["agents_after"] = list(live)
     episodes.append(e1)
-    # Episode 2: no seed; tank hands out infos for the first time (not at row 1).
+    # Episode 2: reset without a seed; tank hands out infos for the first time (not at
+    # row 1).
     live = list(AGENTS)
     e2 = {"seed": None, "rows": [row(live, 0, tank_infos=True)], "steps": []}
     for t in range(3):
@@ -208,6 +209,8 @@ def _write_from_the_spec(script: list[dict[str, Any]], root: Path) -> dict[str, 
 def both(datasets_root: Path) -> tuple[mm.MultiAgentDataset, Path, list[dict[str, Any]]]:
     script = _script()
     library = _record_with_the_library(script)
+    for episode, seed in zip(script, library.episode_seeds(), strict=True):
+        episode["seed"] = seed  # a reset without one draws one, as Minari's recorder does
     _write_from_the_spec(script, datasets_root)
     return library, datasets_root / "conformance" / "spec-v0" / "data", script
 

@@ -76,6 +76,10 @@ def _unknown_agent_infos(file: h5py.File) -> None:
     file["episode_0/infos/marl/agent_infos/intruder/x"] = np.zeros(7)
 
 
+def _missing_state(file: h5py.File) -> None:
+    del file["episode_3/infos/marl/state"]  # the metadata's state_space names one
+
+
 @pytest.mark.parametrize(("tamper", "where"), [
     (_t_rows_of_observations, "episode_2/observations/agent_0"),
     (_wrong_dtype, "episode_3/actions/agent_1"),
@@ -83,6 +87,7 @@ def _unknown_agent_infos(file: h5py.File) -> None:
     (_wrong_shape, "episode_4/observations/agent_2"),
     (_missing_column, "episode_1/infos/marl/active"),
     (_unknown_agent_infos, "episode_0/infos/marl/agent_infos/intruder"),
+    (_missing_state, "episode_3/infos/marl/state is missing"),
 ])
 def test_layout_violations_name_the_episode_and_path(spread: Any, tamper: Any,
                                                      where: str) -> None:
@@ -258,3 +263,29 @@ def test_a_dataset_that_mixes_apis_is_reported(record_parallel: Callable[..., An
             rf"episode_1 was recorded through the '{other}' API .* the dataset's api is "
             rf"'{stored_api}': the dataset mixes turn-based and simultaneous episodes")):
         mm.check_dataset(apis[stored_api])
+
+
+def test_a_state_without_a_state_space_is_refused(spread: Any) -> None:
+    metadata_path = Path(spread.data_path) / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    metadata["marl_minari"]["state_space"] = None
+    metadata_path.write_text(json.dumps(metadata))
+    with pytest.raises(LayoutError, match="episode_0/infos/marl/state is present but the "
+                                          "metadata's state_space is null"):
+        mm.check_dataset(DATASET)
+
+
+def test_a_damaged_jpeg_row_is_named_by_episode_leaf_and_row() -> None:
+    from marl_minari.collectors.collect import collect
+
+    dataset = collect("butterfly/pistonball_v6", 1, dataset_id="check/jpeg-row-v0",
+                      env_kwargs={"n_pistons": 3, "max_cycles": 4}, author="tests",
+                      author_email="tests@example.com", code_permalink="https://example.com")
+    with h5py.File(_main(dataset), "r+") as file:
+        leaf = file["episode_0/observations/piston_0"]
+        rows = leaf[()]
+        rows[1, :] = np.arange(rows.shape[1]) % 251  # no JPEG header
+        leaf[...] = rows
+    with pytest.raises(CorruptedDataError, match=r"episode_0/observations/piston_0, row 1: not "
+                                                 r"a JPEG image .*UnidentifiedImageError"):
+        mm.load_dataset("check/jpeg-row-v0")[0]

@@ -103,3 +103,27 @@ def test_values_that_are_not_numbers_are_refused(rewrite_leaf: Callable[[str, An
     with pytest.raises(LayoutError, match=rf"^{main}: episode_1/actions/agent_0 stores \|S1 "
                                           "values where its space holds int64 numbers"):
         mm.load_dataset(DATASET)[1]
+
+
+@pytest.mark.parametrize("first", ["episode", "all"])
+def test_the_layouts_own_columns_are_read_as_the_layout_types_them(
+        rewrite_leaf: Callable[[str, Any], Path], first: str) -> None:
+    """An ``int8`` ``active`` column holding a 5 was returned as stored by ``dataset[1]``
+    (indexing with it picks rows), and then by every ``to_arrays()`` of the process."""
+    def five(active: np.ndarray) -> np.ndarray:
+        changed = active.astype(np.int8)
+        changed[3, 0] = 5
+        return changed
+
+    main = rewrite_leaf("infos/marl/active", five)
+    dataset = mm.load_dataset(DATASET)
+    reads = [lambda: dataset[1], lambda: dataset.to_arrays()]
+    for read in reads if first == "episode" else reads[::-1]:
+        with pytest.raises(LayoutError, match=rf"^{main}: episode_1/infos/marl/active, row 3: "
+                                              "stored int8 value 5 does not fit the layout's "
+                                              "bool"):
+            read()
+    rewrite_leaf("infos/marl/active", lambda active: (active != 0).astype(np.int8))
+    for read in (lambda: mm.load_dataset(DATASET)[1],
+                 lambda: mm.load_dataset(DATASET).to_arrays()):
+        assert read().active.dtype == np.bool_

@@ -156,8 +156,9 @@ def write(folder: Path, *, dataset_id: str, agents: list[str], obs_spaces: dict[
             steps = len(script["steps"])
             group.attrs["id"] = np.int64(e)
             group.attrs["total_steps"] = np.int64(steps)
-            if script.get("seed") is not None:
-                group.attrs["seed"] = np.int64(script["seed"])
+            if script.get("seed") is not None:  # int64, or uint64 for seeds >= 2**63
+                seed = int(script["seed"])
+                group.attrs["seed"] = np.uint64(seed) if seed >= 2**63 else np.int64(seed)
             datasets = episode_datasets(script, agents, obs_spaces, act_spaces, info_structure,
                                         state_space is not None)
             for path, array in datasets.items():
