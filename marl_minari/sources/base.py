@@ -23,6 +23,7 @@ from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode_ids import episode_ids
 from marl_minari.storage.reader_state import ReadScratch
 
 DEFAULT_CHUNK_BYTES: Final = 32 * 2**20
@@ -102,6 +103,16 @@ class DatasetSource(ABC):
     def total_steps(self) -> int:
         """Steps of the episodes this source reads."""
         return int(self.episode_lengths().sum())
+
+    def stored_ids(self, ids: Iterable[int] | np.ndarray) -> np.ndarray:
+        """``ids`` checked as stored episode ids of this dataset (integers, each stored).
+
+        Raises:
+            InvalidOptionError: an id that is not an integer.
+            EpisodeIndexError: an id outside the stored episodes.
+        """
+        stored = self.metadata.get("total_episodes")
+        return episode_ids(ids, stored if isinstance(stored, int) else None)
 
     @property
     def reads_all_episodes(self) -> bool:

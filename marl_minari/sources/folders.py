@@ -106,7 +106,7 @@ class FolderSource(DatasetSource):
         return episode_steps(self.data_path, self.metadata, ids)
 
     def episode_attributes(self, ids: Sequence[int] | np.ndarray) -> list[EpisodeAttributes]:
-        ids = [int(i) for i in ids]
+        ids = self.stored_ids(ids).tolist()
         if self.metadata.get("data_format", "hdf5") != "hdf5":
             metas = self._minari_storage().get_episode_metadata(ids)
             return [(None if m.get("seed") is None else int(m["seed"]), m.get("options") or None)

@@ -37,7 +37,6 @@ import numpy as np
 
 from marl_minari.errors import (
     CorruptedDataError,
-    EpisodeIndexError,
     LayoutError,
     MarlMinariError,
 )
@@ -59,6 +58,7 @@ from marl_minari.storage.datafile import (
     hdf5_errors,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode_ids import episode_position
 from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.reader_state import IndexCache, ReadScratch
 from marl_minari.user_warnings import called_from_here
@@ -302,8 +302,9 @@ class StreamingSource(DatasetSource):
             return attribute_steps(file, Path(self.remote_file.name), np.arange(total))
 
     def episode_attributes(self, ids: Sequence[int] | np.ndarray) -> list[EpisodeAttributes]:
+        checked = self.stored_ids(ids).tolist()
         with self._open() as file:
-            return file_episode_attributes(file, self.remote_file.name, [int(i) for i in ids])
+            return file_episode_attributes(file, self.remote_file.name, checked)
 
     def _reader(self) -> EpisodeReader:
         if self._index_cache is None:
@@ -314,16 +315,15 @@ class StreamingSource(DatasetSource):
 
     def read(self, ids: Sequence[int] | np.ndarray, *,
              observations: bool = True) -> MultiAgentArrays:
+        ids = self.stored_ids(ids)
         if not self.multi_agent:  # no offset index: HDF5 reads it over the ranges
             with self._open() as file:
                 return plain_file_episodes(
-                    file, self.remote_file.name, self.spec,
-                    [int(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1)],
+                    file, self.remote_file.name, self.spec, ids.tolist(),
                     jpeg_encoding=bool(self.metadata.get("jpeg_encoding", True)),
                     observations=observations)
         with self._supplier_errors(), self._reader() as reader:
-            return reader.read(np.asarray(ids, dtype=np.int64).reshape(-1),
-                               observations=observations)
+            return reader.read(ids, observations=observations)
 
     def read_batches(self, batches: Iterable[np.ndarray], *, observations: bool = True,
                      reuse_arrays: bool = False,
@@ -402,12 +402,8 @@ class StreamingDataset:
                 f"agents={list(self.possible_agents)})")
 
     def __getitem__(self, index: int) -> MultiAgentEpisode:
-        count = self.total_episodes
-        if not -count <= index < count:
-            raise EpisodeIndexError(
-                f"episode {index} out of range: the dataset holds {count} episodes "
-                f"(indices {-count}..{count - 1})")
-        episode_id = int(self.source.episode_indices[index])
+        episode_id = int(self.source.episode_indices[episode_position(index,
+                                                                      self.total_episodes)])
         seed, options = self.source.episode_attributes([episode_id])[0]
         return replace(self.to_arrays([episode_id]).episode(0), seed=seed, options=options)
 
@@ -417,8 +413,7 @@ class StreamingDataset:
     def iterate_episodes(self, episode_indices: Iterable[int] | None = None,
                          *, batch_size: int = 256) -> Iterator[MultiAgentEpisode]:
         """Yield episodes (stored ids; all by default) in order, ``batch_size`` at a time."""
-        indices = [int(i) for i in (self.source.episode_indices if episode_indices is None
-                                    else episode_indices)]
+        indices = self._ids(episode_indices).tolist()
         for start in range(0, len(indices), batch_size):
             chunk = indices[start:start + batch_size]
             arrays = self.to_arrays(chunk)
@@ -428,9 +423,13 @@ class StreamingDataset:
     def to_arrays(self, episode_indices: Sequence[int] | None = None) -> MultiAgentArrays:
         """Episodes (stored ids; all by default) as contiguous per-agent arrays, fetched by
         ranges."""
-        ids = self.source.episode_indices if episode_indices is None else episode_indices
-        return self.source.read(np.asarray(ids, dtype=np.int64))
+        return self.source.read(self._ids(episode_indices))
 
     def episode_attributes(self, episode_indices: Iterable[int]) -> list[EpisodeAttributes]:
         """``(seed, options)`` of stored episodes."""
-        return self.source.episode_attributes(list(episode_indices))
+        return self.source.episode_attributes(self._ids(episode_indices))
+
+    def _ids(self, episode_indices: Iterable[int] | None) -> np.ndarray:
+        if episode_indices is None:
+            return self.source.episode_indices
+        return self.source.stored_ids(episode_indices)

@@ -24,7 +24,6 @@ from marl_minari.envs.make import check_recreated, recreate_env
 from marl_minari.errors import (
     CorruptedDataError,
     EnvDescriptorError,
-    EpisodeIndexError,
     InvalidOptionError,
     MarlMinariError,
 )
@@ -47,6 +46,7 @@ from marl_minari.storage.datafile import (
     open_data_file,
 )
 from marl_minari.storage.episode import MultiAgentEpisode
+from marl_minari.storage.episode_ids import episode_count, episode_ids, episode_position
 from marl_minari.storage.episode_reader import EpisodeReader
 from marl_minari.storage.reader_state import IndexCache, ReadScratch, cached_steps
 
@@ -206,13 +206,9 @@ class MultiAgentDataset:
 
         Raises:
             EpisodeIndexError: ``index`` is outside ``-len(dataset)..len(dataset) - 1``.
+            InvalidOptionError: ``index`` is not an integer.
         """
-        count = self.total_episodes
-        if not -count <= index < count:
-            raise EpisodeIndexError(
-                f"episode {index} out of range: the dataset holds {count} episodes "
-                f"(indices {-count}..{count - 1})")
-        episode_id = int(self._ids[index])
+        episode_id = int(self._ids[episode_position(index, self.total_episodes)])
         episode = self.to_arrays([episode_id]).episode(0)
         if not with_seed:
             return episode
@@ -226,7 +222,7 @@ class MultiAgentDataset:
         ``episode_indices`` are stored episode ids, as for ``MinariDataset.iterate_episodes``;
         by default every episode of this dataset.
         """
-        indices = [int(i) for i in (self._ids if episode_indices is None else episode_indices)]
+        indices = self._checked_ids(episode_indices).tolist()
         for start in range(0, len(indices), batch_size):
             chunk = indices[start:start + batch_size]
             arrays = self.to_arrays(chunk)
@@ -292,14 +288,9 @@ class MultiAgentDataset:
             if reader is not None:
                 reader.close()
 
-    def _checked_ids(self, episode_indices: Sequence[int] | np.ndarray | None) -> np.ndarray:
-        indices = self._ids if episode_indices is None else np.asarray(
-            episode_indices, dtype=np.int64)
-        if indices.size and (indices.min() < 0 or indices.max() >= self._stored_episodes):
-            raise EpisodeIndexError(
-                f"episode ids must lie in 0..{self._stored_episodes - 1}, got "
-                f"{sorted(set(indices.tolist()))[:5]}")
-        return indices
+    def _checked_ids(self, episode_indices: Iterable[int] | np.ndarray | None) -> np.ndarray:
+        return self._ids if episode_indices is None else episode_ids(episode_indices,
+                                                                     self._stored_episodes)
 
     def episode_seeds(self) -> list[int | None]:
         """The reset seed of every episode (``None`` where none was given)."""
@@ -308,7 +299,7 @@ class MultiAgentDataset:
     def episode_attributes(self, episode_indices: Iterable[int] | None = None
                            ) -> list[tuple[int | None, dict[str, Any] | None]]:
         """``(seed, options)`` of episodes (stored ids; all episodes by default)."""
-        ids = self._ids.tolist() if episode_indices is None else list(episode_indices)
+        ids = self._checked_ids(episode_indices).tolist()
         return episode_attributes(self._data_path / layout.MAIN_FILE_NAME, ids)
 
     # ------------------------------------------------------------------ selection
@@ -323,7 +314,7 @@ class MultiAgentDataset:
         Raises:
             InvalidOptionError: more than the dataset holds.
         """
-        if not 0 <= n_episodes <= self.total_episodes:
+        if episode_count(n_episodes, "sample_episodes' n_episodes") > self.total_episodes:
             raise InvalidOptionError(
                 f"cannot sample {n_episodes} episodes from a dataset of {self.total_episodes}; "
                 "ask for at most that many")
@@ -391,7 +382,8 @@ def split_dataset(dataset: MultiAgentDataset, sizes: Sequence[int],
     Raises:
         InvalidOptionError: a negative size, or sizes summing to more than the dataset holds.
     """
-    if any(size < 0 for size in sizes) or sum(sizes) > dataset.total_episodes:
+    sizes = [episode_count(size, "each split size") for size in sizes]
+    if sum(sizes) > dataset.total_episodes:
         raise InvalidOptionError(
             f"split sizes {list(sizes)} must be non-negative and sum to at most the dataset's "
             f"{dataset.total_episodes} episodes")

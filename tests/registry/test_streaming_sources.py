@@ -480,3 +480,17 @@ def test_a_read_from_a_stalled_mirror_waits_out_one_deadline(
     assert len(handler.unanswered) == 1
     handler.stalled[0] = False
     assert source.read([20]).episode_ids.tolist() == [20]  # the next operation asks again
+
+
+def test_a_streaming_source_checks_the_ids_it_is_given(streamable: Path, registry_dir: Path
+                                                       ) -> None:
+    source = mm.open_source(f"file://{registry_dir}/{DATASET}", streaming=True)
+    with pytest.raises(mm.InvalidOptionError, match=r"integers, got float64 values \[1.5\]"):
+        source.read([1.5])
+    with pytest.raises(mm.EpisodeIndexError, match=r"must lie in 0..11, got \[12\]"):
+        source.episode_attributes([12])
+    dataset = mm.load_dataset(f"file://{registry_dir}/{DATASET}", streaming=True)
+    with pytest.raises(mm.InvalidOptionError, match="one integer position"):
+        dataset[0.0]
+    with pytest.raises(mm.InvalidOptionError, match="np.flatnonzero"):
+        dataset.to_arrays(np.ones(12, dtype=bool))
