@@ -50,6 +50,9 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptedDataError(f"{path} is not valid JSON ({exc}); restore it from a copy or "
                                  "re-create the dataset") from exc
+    except RecursionError as exc:
+        raise CorruptedDataError(f"{path} nests deeper than a JSON parser follows; restore it "
+                                 "from a copy or re-create the dataset") from exc
     if not isinstance(metadata, dict):
         raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
     return with_recovered_layout(metadata, Path(data_path))

@@ -117,12 +117,24 @@ class MultiAgentSpec:
                 f"dataset {metadata.get('dataset_id')!r} has no '{layout.METADATA_KEY}' metadata: "
                 "it is not a multi-agent dataset written by marl-minari."
             )
+        name = f"dataset {metadata.get('dataset_id')!r}"
         version = marl.get(layout.META_LAYOUT_VERSION)
-        if not isinstance(version, int) or version > layout.LAYOUT_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise LayoutError(
-                f"dataset {metadata.get('dataset_id')!r} uses layout version {version!r}; this "
-                f"marl-minari reads up to {layout.LAYOUT_VERSION}. Upgrade marl-minari."
+                f"{name}: metadata.json's {layout.METADATA_KEY}.{layout.META_LAYOUT_VERSION} "
+                f"is {version!r}, not a layout version (a whole number from 1); the metadata is "
+                "damaged: restore it from a copy")
+        if version > layout.LAYOUT_VERSION:
+            raise LayoutError(
+                f"{name} uses layout version {version!r}; this marl-minari reads up to "
+                f"{layout.LAYOUT_VERSION}. Upgrade marl-minari."
             )
+        data_format = metadata.get("data_format", "hdf5")
+        if data_format != "hdf5":
+            raise LayoutError(
+                f"{name}: metadata.json's data_format is {data_format!r}, but multi-agent "
+                "datasets are stored in HDF5 (main_data.hdf5); the metadata is damaged: restore "
+                "it from a copy, or set data_format to 'hdf5'")
         agents = _agents(marl.get(layout.META_POSSIBLE_AGENTS), metadata)
         api = marl.get(layout.META_API)
         if api not in ("parallel", "aec"):
@@ -133,9 +145,14 @@ class MultiAgentSpec:
         ) or set(observation_space.spaces) != set(agents) or set(action_space.spaces) != set(
             agents
         ):
+            def keys(space: spaces.Space) -> str:
+                return (f"keys {sorted(space.spaces)}" if isinstance(space, spaces.Dict)
+                        else f"a {type(space).__name__}")
+
             raise LayoutError(
-                "observation and action spaces must be Dicts keyed by possible_agents "
-                f"{list(agents)}"
+                f"{name}: metadata.json's observation_space and action_space must be Dicts "
+                f"keyed by possible_agents {list(agents)}, not {keys(observation_space)} and "
+                f"{keys(action_space)}; the metadata is damaged: restore it from a copy"
             )
         env = marl.get(layout.META_ENV)
         state_space = marl.get(layout.META_STATE_SPACE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,13 +60,28 @@ class ByteRanges(Protocol):
         ...
 
 
+def not_regular(path: Path, mode: int) -> CorruptedDataError:
+    """The error for a dataset file that is not a regular file (a FIFO, a device, a folder):
+    reading it could block forever or read without end."""
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a device or socket")
+    return CorruptedDataError(
+        f"{path} is {kind}, not a regular file; a dataset's files are regular files: restore "
+        "the dataset from a copy or re-create it")
+
+
 class LocalFileRanges:
     """A local file read with ``pread``: the supplier for datasets on this machine."""
 
     def __init__(self, path: Path) -> None:
         self.name = str(path)
-        self._fd = os.open(path, os.O_RDONLY)
-        self.size = os.fstat(self._fd).st_size
+        # Not blocking: a FIFO in a dataset's place would wait forever for a writer.
+        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        status = os.fstat(self._fd)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(self._fd)
+            raise not_regular(path, status.st_mode)
+        self.size = status.st_size
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         out: list[memoryview] = []

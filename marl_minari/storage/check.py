@@ -28,7 +28,12 @@ from marl_minari.format.jpeg import image_leaf_paths, jpeg_paths
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.datafile import cross_check, hdf5_errors, open_data_file
+from marl_minari.storage.datafile import (
+    cross_check,
+    episode_seed,
+    hdf5_errors,
+    open_data_file,
+)
 from marl_minari.storage.reader_state import spec_read_as
 from marl_minari.storage.self_contained import check_file
 
@@ -139,6 +144,7 @@ def _check_episode(file: h5py.File, index: int, spec: MultiAgentSpec | None,
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise CorruptedDataError(f"{where}: attribute total_steps is {steps!r}, not a count")
     steps = int(steps)
+    episode_seed(group.id, where)
     expect = _Expect(group, where, steps)
     for name, kind in _EPISODE_COLUMNS.items():
         expect.column(name, steps, (), kinds=kind)

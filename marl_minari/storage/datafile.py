@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -23,6 +24,7 @@ from marl_minari.format import entry_checks, layout, offset_index
 from marl_minari.format.in_file import dataset_in_file, refuse_link_out
 from marl_minari.format.spaces import nest
 from marl_minari.format.spec import MultiAgentSpec
+from marl_minari.storage.byte_ranges import not_regular
 
 MARL_GROUP = f"infos/{layout.INFOS_GROUP}"
 """The group of an episode that holds the exact per-agent data."""
@@ -40,6 +42,9 @@ def open_data_file(path: Path) -> h5py.File:
     """
     if not path.exists():
         raise DatasetNotFoundError(f"no dataset file at {path}")
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
     try:
         return h5py.File(path, "r")
     except OSError as exc:
@@ -104,6 +109,28 @@ def episode_attributes(h5_path: Path, episode_ids: Iterable[int]
         return file_episode_attributes(file, Path(h5_path), episode_ids)
 
 
+def episode_seed(group: h5py.h5g.GroupID, where: str) -> int | None:
+    """The ``seed`` attribute of an episode group (``None`` when reset had none).
+
+    Raises:
+        CorruptedDataError: it is not one integer (a string, a float, an array); ``where``
+            names the episode.
+    """
+    if not h5py.h5a.exists(group, b"seed"):
+        return None
+    attribute = h5py.h5a.open(group, b"seed")
+    if attribute.dtype.kind not in "iu" or attribute.shape != ():
+        value = h5py.Group(group).attrs["seed"]
+        value = value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
+        raise CorruptedDataError(
+            f"{where}: attribute seed is {value!r} ({attribute.dtype}, shape "
+            f"{attribute.shape}), not one integer as Minari stores a reset's seed; the "
+            "dataset is damaged: restore it from a copy, or delete the attribute")
+    value = np.empty((), dtype=attribute.dtype)
+    attribute.read(value)
+    return int(value)
+
+
 def file_episode_attributes(file: h5py.File, h5_path: Path | str, episode_ids: Iterable[int]
                             ) -> list[tuple[int | None, dict[str, Any] | None]]:
     """:func:`episode_attributes` of an open file (``h5_path``: how errors name it)."""
@@ -111,12 +138,7 @@ def file_episode_attributes(file: h5py.File, h5_path: Path | str, episode_ids: I
     with hdf5_errors(Path(h5_path)):
         for episode_id in episode_ids:
             group = episode_group(file, episode_id, Path(h5_path))
-            seed = None
-            if h5py.h5a.exists(group, b"seed"):
-                attribute = h5py.h5a.open(group, b"seed")
-                value = np.empty((), dtype=attribute.dtype)
-                attribute.read(value)
-                seed = int(value)
+            seed = episode_seed(group, f"{h5_path}: episode_{episode_id}")
             options = None
             if h5py.h5a.get_num_attrs(group) > 2 + (seed is not None):
                 flat = {k[len("options/"):]: v for k, v in h5py.Group(group).attrs.items()

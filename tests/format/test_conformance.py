@@ -381,7 +381,9 @@ def test_plain_minari_opens_the_spec_dataset(both: Any) -> None:
 @pytest.mark.parametrize(("change", "key"), [
     ({"api": None}, "api"),
     ({"possible_agents": "scout"}, "possible_agents"),
-    ({"layout_version": "1"}, "layout version"),
+    ({"layout_version": "1"}, "layout_version is '1', not a layout version .* damaged"),
+    ({"layout_version": 0}, "layout_version is 0, not a layout version"),
+    ({"layout_version": 2}, "uses layout version 2; this marl-minari reads up to 1. Upgrade"),
     ({"reward_aggregation": "median"}, "reward_aggregation"),
 ])
 def test_required_metadata_keys_are_checked(both: Any, change: dict[str, Any],
@@ -392,6 +394,28 @@ def test_required_metadata_keys_are_checked(both: Any, change: dict[str, Any],
     metadata["marl_minari"].update(change)
     path.write_text(json.dumps(metadata))
     with pytest.raises(mm.LayoutError, match=key), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        mm.load_dataset("conformance/spec-v0")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"data_format": "arrow"}, "data_format is 'arrow', but multi-agent datasets are stored "
+                               "in HDF5"),
+    ({"observation_space": '{"type": "Box", "low": [0.0], "high": [1.0], "shape": [1], '
+                           '"dtype": "float32"}'},
+     r"must be Dicts keyed by possible_agents .*, not a Box and keys"),
+], ids=["data-format", "spaces"])
+def test_metadata_that_cannot_describe_the_file_names_the_dataset(
+        both: Any, change: dict[str, Any], message: str) -> None:
+    """``data_format: arrow`` led readers to Minari's Arrow storage (a bare
+    ``FileNotFoundError``); mismatched spaces named neither the dataset nor a fix."""
+    _, spec_data, _ = both
+    path = spec_data / "metadata.json"
+    metadata = json.loads(path.read_text())
+    metadata.update(change)
+    path.write_text(json.dumps(metadata))
+    with pytest.raises(mm.LayoutError, match=f"^dataset 'conformance/spec-v0': .*{message}"), \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         mm.load_dataset("conformance/spec-v0")
 

@@ -289,3 +289,17 @@ def test_a_damaged_jpeg_row_is_named_by_episode_leaf_and_row() -> None:
     with pytest.raises(CorruptedDataError, match=r"episode_0/observations/piston_0, row 1: not "
                                                  r"a JPEG image .*UnidentifiedImageError"):
         mm.load_dataset("check/jpeg-row-v0")[0]
+
+
+@pytest.mark.parametrize(("seed", "shown"), [("a seed", "'a seed'"), (1.5, "1.5"),
+                                             (np.array([1, 2]), r"\[1, 2\]")])
+def test_a_seed_that_is_not_one_integer_is_named(spread: Any, seed: Any, shown: str) -> None:
+    """It escaped as a bare ValueError, or was read as 1."""
+    with h5py.File(_main(spread), "r+") as file:
+        file["episode_1"].attrs["seed"] = seed
+    message = rf"episode_1: attribute seed is {shown} .*not one integer"
+    for read in (lambda: mm.check_dataset(DATASET), lambda: mm.load_dataset(DATASET)[1],
+                 lambda: mm.load_dataset(DATASET).episode_attributes([1])):
+        with pytest.raises(CorruptedDataError, match=message):
+            read()
+    assert mm.load_dataset(DATASET)[0].id == 0  # the other episodes stay readable

@@ -194,11 +194,35 @@ def test_metadata_claiming_more_episodes_than_stored(written: tuple) -> None:
         mm.load_dataset("read/mixed-v0")
 
 
+def test_a_data_file_that_is_not_a_regular_file_is_refused(written: tuple) -> None:
+    """A FIFO in its place (an untrusted archive can hold one) made every reader wait
+    forever for a writer."""
+    import os
+
+    from marl_minari.storage.byte_ranges import LocalFileRanges
+
+    dataset, _ = written
+    main = _main(dataset)
+    main.unlink()
+    os.mkfifo(main)
+    with pytest.raises(CorruptedDataError, match=rf"^{main} is a FIFO, not a regular file"):
+        mm.load_dataset("read/mixed-v0")
+    with pytest.raises(CorruptedDataError, match="is a FIFO"):
+        LocalFileRanges(main)
+    main.unlink()
+    main.mkdir()
+    with pytest.raises(CorruptedDataError, match="is a folder, not a regular file"):
+        mm.load_dataset("read/mixed-v0")
+
+
 def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
     dataset, _ = written
     (dataset.data_path / "metadata.json").write_text("{not json")
     with pytest.raises(CorruptedDataError, match="not valid JSON"):
         dataset.metadata  # noqa: B018
+    (dataset.data_path / "metadata.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CorruptedDataError, match="nests deeper than a JSON parser follows"):
+        mm.load_dataset("read/mixed-v0")  # a RecursionError escaped before
 
 
 # --- the offset index --------------------------------------------------------------------------
