@@ -26,6 +26,7 @@ from marl_minari.format.digests import forget_digests
 from marl_minari.format.entry_checks import ReadAs
 from marl_minari.format.jpeg import image_leaf_paths, jpeg_paths
 from marl_minari.format.metadata import metadata_count, metadata_space, read_metadata
+from marl_minari.format.returns import team_rewards
 from marl_minari.format.spaces import leaf_dtype, leaf_shape, leaf_spaces
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.datafile import (
@@ -154,7 +155,47 @@ def _check_episode(file: h5py.File, index: int, spec: MultiAgentSpec | None,
             expect.leaf(path, leaf, rows, jpeg=path in jpeg)
     if spec is not None:
         _check_marl(expect, spec, steps, jpeg)
+        _check_values(expect, spec)
     return steps
+
+
+def _check_values(expect: _Expect, spec: MultiAgentSpec) -> None:
+    """The layout's rules on the values of its small columns (the episode flags, whose
+    turn each row is, the team reward): a few numbers per step, read whole."""
+    group, where, steps = expect.group, expect.where, expect.steps
+    if steps == 0:
+        return
+    ends = np.stack([group["terminations"][()], group["truncations"][()]]).astype(bool)
+    early = np.flatnonzero(ends[:, :-1].any(axis=0))
+    if early.size:
+        raise LayoutError(f"{where}: terminations or truncations is true at step {early[0]}, "
+                          f"before the last ({steps - 1}); the layout marks only the step "
+                          "the episode ended at")
+    if int(ends[:, -1].sum()) != 1:
+        said = "both" if ends[:, -1].all() else "neither of"
+        raise LayoutError(f"{where}: at the last step {said} terminations and truncations "
+                          "is true; exactly one is (docs/format.md, *Team reward and episode "
+                          "flags*)")
+    if spec.api == "aec":
+        selection = group[layout.AGENT_SELECTION_PATH][()]
+        bad = np.flatnonzero((selection < -1) | (selection >= spec.num_agents))
+        if bad.size:
+            raise LayoutError(
+                f"{where}/{layout.AGENT_SELECTION_PATH}, row {bad[0]}: "
+                f"{selection[bad[0]].item()} is no index into the {spec.num_agents} "
+                "possible_agents (nor -1, nobody)")
+    if spec.reward_aggregation == "sum":  # the other aggregations need who was rewarded
+        per_agent = group[f"{_MARL}/{layout.AGENT_REWARDS}"][1:]
+        expected = team_rewards(per_agent, np.ones(per_agent.shape, dtype=bool), "sum")
+        team = group["rewards"][()]
+        expected = expected.astype(team.dtype)  # a float32 column is another check's finding
+        off = np.flatnonzero((team != expected) & ~(np.isnan(team) & np.isnan(expected)))
+        if off.size:
+            raise LayoutError(
+                f"{where}: rewards[{off[0]}] is {team[off[0]].item()!r}, but the agents' rewards "
+                f"of that step ({_MARL}/{layout.AGENT_REWARDS} row {off[0] + 1}) sum to "
+                f"{expected[off[0]].item()!r}; the team reward is their sum (reward_aggregation "
+                "'sum')")
 
 
 def _check_marl(expect: _Expect, spec: MultiAgentSpec, steps: int,

@@ -303,3 +303,40 @@ def test_a_seed_that_is_not_one_integer_is_named(spread: Any, seed: Any, shown: 
         with pytest.raises(CorruptedDataError, match=message):
             read()
     assert mm.load_dataset(DATASET)[0].id == 0  # the other episodes stay readable
+
+
+def _ended_at_every_step(file: h5py.File) -> None:
+    file["episode_2/terminations"][...] = True
+
+
+def _ended_neither_way(file: h5py.File) -> None:
+    for flag in ("terminations", "truncations"):
+        file[f"episode_2/{flag}"][...] = False
+
+
+def _team_reward_off(file: h5py.File) -> None:
+    file["episode_1/rewards"][0] += 1.0
+
+
+@pytest.mark.parametrize(("tamper", "message"), [
+    (_ended_at_every_step, "episode_2: terminations or truncations is true at step 0, before "
+                           "the last"),
+    (_ended_neither_way, "episode_2: at the last step neither of terminations and truncations"),
+    (_team_reward_off, r"episode_1: rewards\[0\] is .*, but the agents' rewards of that step "
+                       r"\(infos/marl/rewards row 1\) sum to"),
+], ids=["flags-early", "flags-none", "team-reward"])
+def test_values_the_layout_rules_out_are_named(spread: Any, tamper: Any, message: str) -> None:
+    """Shapes and dtypes passed, and check said the dataset followed the layout."""
+    with h5py.File(_main(spread), "r+") as file:
+        tamper(file)
+    with pytest.raises(LayoutError, match=message):
+        mm.check_dataset(DATASET)
+
+
+def test_a_turn_that_names_no_agent_is_named(record_tictactoe: Callable[..., Any]) -> None:
+    dataset = record_tictactoe("check/ttt-turns-v0", 2)
+    with h5py.File(_main(dataset), "r+") as file:
+        file["episode_1/infos/marl/extras/agent_selection"][2] = 99
+    with pytest.raises(LayoutError, match="episode_1/infos/marl/extras/agent_selection, row 2: "
+                                          "99 is no index into the 2 possible_agents"):
+        mm.check_dataset("check/ttt-turns-v0")
