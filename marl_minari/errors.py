@@ -36,6 +36,11 @@ class DatasetNotFoundError(MarlMinariError, FileNotFoundError):
     """No dataset with that id or path exists."""
 
 
+class EmptyDatasetError(MarlMinariError, ValueError):
+    """Work that needs episodes was given a dataset that holds none (``compare``, a subset):
+    the data's state, not a wrong argument (exit code 1 at the command line)."""
+
+
 class UnsupportedSpaceError(MarlMinariError, TypeError):
     """A Gymnasium space that Minari's HDF5 format cannot store."""
 

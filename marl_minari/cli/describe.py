@@ -10,18 +10,24 @@ import typer
 from marl_minari.cli.reading import Streaming, opened
 
 
-def check_output_file(path: Path | None, option: str) -> None:
-    """Refuse, before any work, an output option naming a folder (the report would be
-    printed, then the write would fail).
+def check_output_file(path: Path | None, option: str, example: str = "figure.png") -> None:
+    """Refuse, before any work, an output option naming a folder or a file in a folder that
+    does not exist (the report would be printed, then the write would fail; a mistyped
+    folder is not created), as ``view --out`` does.
+
+    Args:
+        path: the option's value (``None``: not given).
+        option: the option, as the error names it.
+        example: the file name the error suggests inside a folder that was given.
 
     Raises:
-        InvalidOptionError: ``path`` is an existing folder.
+        InvalidOptionError: ``path`` is a folder, its folder does not exist, or it lies
+            below a file.
     """
-    from marl_minari.errors import InvalidOptionError
+    from marl_minari.describe.checks import output_file
 
-    if path is not None and path.is_dir():
-        raise InvalidOptionError(f"{option} {path} is a folder; name the file to write, e.g. "
-                                 f"{path / 'figure.png'}")
+    if path is not None:
+        output_file(path, option, example, existing_folder=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -87,9 +93,9 @@ def describe_command(
     from marl_minari.describe.results import json_document
     from marl_minari.errors import InvalidOptionError
 
-    for path, option in ((plot, "--plot"), (card, "--card"),
-                         (coverage_plot, "--coverage-plot")):
-        check_output_file(path, option)
+    for path, option, example in ((plot, "--plot", "figure.png"), (card, "--card", "README.md"),
+                                  (coverage_plot, "--coverage-plot", "pairs.png")):
+        check_output_file(path, option, example)
     if not statistics:
         needing = [option for option, given in (("--plot", plot is not None),
                                                 ("--coverage", coverage),

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, overload
 import numpy as np
 
 from marl_minari.derive.combine import COMBINED_KEY
-from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
+from marl_minari.errors import EmptyDatasetError, IncompatibleSourcesError, InvalidOptionError
 from marl_minari.format.metadata import check_minari_metadata
 from marl_minari.sources import DatasetSource, load_dataset, open_source
 from marl_minari.storage.dataset import MultiAgentDataset
@@ -143,6 +143,7 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
             or equal to ``dataset_id``, or nothing chosen (the option responsible is named).
         IncompatibleSourcesError: the source (or, with ``like_dataset_id``, ``like``) is a
             plain single-agent dataset.
+        EmptyDatasetError: the source or ``like`` holds no episodes.
         DatasetExistsError: ``dataset_id`` or ``like_dataset_id`` exists.
     """
     _check_options(max_steps, profile, like, tolerance, seed, metadata)
@@ -153,6 +154,11 @@ def subsample(source: Any, dataset_id: str, *, max_steps: int | None = None,
         _check_multi_agent(opened)
         if like_dataset_id is not None and other is not None:
             _check_multi_agent(other)
+        for given, role in ((opened, "source"), (other, "like")):
+            if given is not None and not given.total_episodes:
+                raise EmptyDatasetError(
+                    f"the {role} dataset {given.dataset_id!r} ({given.name}) holds no "
+                    "episodes, so none can be chosen: give a dataset that holds some")
         table = episode_table(opened, returns_needed=profile is not None or other is not None)
         rng = np.random.default_rng(seed)
         record: dict[str, Any] = {"source": opened.dataset_id, "source_name": opened.name,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
+from marl_minari.describe import checks
 from marl_minari.describe._format import env_name, num
 from marl_minari.describe.coverage_results import CountFrequencies
 from marl_minari.describe.plots import plot_descriptions
@@ -45,7 +49,7 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
 
     Args:
         description: what :func:`describe` returned.
-        path: the Markdown file to write.
+        path: the Markdown file to write (missing parent folders are created).
         plot: ``True`` writes ``statistics.png`` next to the card; a path writes the plot
             there; ``False`` writes no plot (:func:`card_plot_path` says where it goes).
             ``None`` (default): ``True`` when matplotlib (the ``plot`` extra) is installed,
@@ -60,13 +64,19 @@ def dataset_card(description: DatasetDescription, path: str | os.PathLike[str], 
         ``path``.
 
     Raises:
+        InvalidOptionError: ``description`` is not what :func:`describe` returned, or
+            ``path`` (or the ``plot`` path) is a folder or lies below a file.
         MissingExtraError: ``plot`` asks for a figure and matplotlib is not installed.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    checks.description(description, "dataset_card", "description")
+    # checked before the figure is drawn, so a wrong card path costs no drawing
+    target = checks.output_file(path, "dataset_card: path", "README.md")
     if plot is None and not description.statistics:
         plot = False  # a metadata-only description has nothing to plot
     image = card_plot_path(target, plot)
+    if image is not None:
+        checks.output_file(image, "dataset_card: plot", CARD_PLOT_NAME)
+    target.parent.mkdir(parents=True, exist_ok=True)
     if image is not None:
         plot_descriptions([description], image)
     link = None if image is None else Path(
@@ -120,17 +130,17 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         f"- {_yaml(size_category(d.total_steps))}",
         "---",
     ]
-    body = [f"# {d.name}", ""]
+    body = [f"# {_text(d.name)}", ""]
     if meta.get("description"):
-        body += [str(meta["description"]), ""]
+        body += [_text(meta["description"], cell=False), ""]
     body += ["## Dataset summary", "", "| | |", "|---|---|"]
     rows = [
-        ("Dataset id" if d.kind != "vault" else "Vault", f"`{d.name}`"),
+        ("Dataset id" if d.kind != "vault" else "Vault", _code(d.name)),
         ("Kind", {"multi_agent": "multi-agent (marl-minari layout)",
                   "single_agent": "single-agent Minari dataset",
                   "vault": "Flashbax vault"}[d.kind]),
         ("Environment", env_name(meta)),
-        ("Agents", ", ".join(f"`{a}`" for a in d.possible_agents)),
+        ("Agents", _Markdown(", ".join(_code(a) for a in d.possible_agents))),
         ("Episodes", f"{d.total_episodes:,}"),
         ("Steps", f"{d.total_steps:,}"),
         ("Algorithm", meta.get("algorithm_name")),
@@ -153,15 +163,14 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
         body += ["import minari", "", f"dataset = minari.load_dataset({d.name!r})"]
     else:
         body += ["from flashbax.vault import Vault", "",
-                 f"# the vault folder: {d.name}", "vault = Vault(vault_name=..., "
+                 f"# the vault folder: {_one_line(d.name)}", "vault = Vault(vault_name=..., "
                  "rel_dir=..., vault_uid=...)", "experience = vault.read().experience"]
     body += ["```", "", "## Agents and spaces", "",
              "| agent | observation space | action space |", "|---|---|---|"]
     for name, observation_space, action_space in d.agent_spaces():
-        body.append(f"| `{name}` | {_cell(observation_space, code=True)} | "
-                    f"{_cell(action_space, code=True)} |")
+        body.append(f"| {_code(name)} | {_code(observation_space)} | {_code(action_space)} |")
     if meta.get("state_space"):
-        body += ["", f"Global state: {_cell(meta['state_space'], code=True)}"]
+        body += ["", f"Global state: {_code(meta['state_space'], cell=False)}"]
     if env is not None:
         body += ["", "## Environment", "", "```json", json.dumps(env, indent=2, sort_keys=True),
                  "```"]
@@ -189,26 +198,28 @@ def _card_text(d: DatasetDescription, image: str | None, license: str | None,
                  "|---|---|---|---|---|---|---|---|---|", _summary_row("team", d.team_returns)]
         if d.normalized_team_returns is not None:
             body.append(_summary_row("team, normalised", d.normalized_team_returns))
-    body += [_summary_row(f"`{a.name}`", a.returns) for a in d.agents]
+    body += [_summary_row(_code(a.name), a.returns) for a in d.agents]
     body += _outcome_lines(d)
     body += ["", "### Agents", "",
              f"Inactive agent-steps (agent absent): {d.inactive_share:.2%} overall.", "",
              "| agent | active steps | acted steps | inactive | terminations | truncations |",
              "|---|---|---|---|---|---|"]
-    body += [f"| `{a.name}` | {a.active_steps:,} | {a.acted_steps:,} | "
+    body += [f"| {_code(a.name)} | {a.active_steps:,} | {a.acted_steps:,} | "
              f"{a.inactive_share:.2%} | {a.terminations:,} | {a.truncations:,} |"
              for a in d.agents]
     body += _coverage_lines(d)
     body += ["", "### Actions", ""]
     for agent in d.agents:
         for action in agent.actions:
-            where = f"`{agent.name}`" + (f" `{action.path}`" if action.path else "")
+            where = _code(agent.name, cell=False) + (
+                f" {_code(action.path, cell=False)}" if action.path else "")
             body.append(f"- {where} ({action.kind}, {action.samples:,} actions"
                         + (f", {action.out_of_space:,} outside the space"
                            if action.out_of_space else "")
-                        + f"): {action.text(top=12)}")
+                        + f"): {_text(action.text(top=12), cell=False)}")
     if image is not None:
-        body += ["", "## Plots", "", f"![Statistics of {d.name}]({image})"]
+        alt = _text(d.name).replace("[", "\\[").replace("]", "\\]")
+        body += ["", "## Plots", "", f"![Statistics of {alt}]({quote(image)})"]
     body.append("")
     return "\n".join(front) + "\n\n" + "\n".join(body)
 
@@ -229,7 +240,7 @@ def _coverage_lines(d: DatasetDescription) -> list[str]:
              "|---|---|---|---|---|"]
     for name, share in c.agents.items():
         counted = c.agent_frequencies[name]
-        lines.append(f"| `{name}` | {c.agent_pairs[name]:,} | {share:.4f} | "
+        lines.append(f"| {_code(name)} | {c.agent_pairs[name]:,} | {share:.4f} | "
                      f"{counted.once:,} | {counted.most:,} times |")
     return lines
 
@@ -254,7 +265,7 @@ def _outcome_lines(d: DatasetDescription) -> list[str]:
              f"{games:,} terminated games, read from the final rewards (the last rewarded "
              "step): positive is a win, negative a loss, zero a draw.", "",
              "| agent | wins | draws | losses |", "|---|---|---|---|"]
-    lines += [f"| `{name}` | {o.wins:,} ({o.share(o.wins):.1%}) | "
+    lines += [f"| {_code(name)} | {o.wins:,} ({o.share(o.wins):.1%}) | "
               f"{o.draws:,} ({o.share(o.draws):.1%}) | {o.losses:,} ({o.share(o.losses):.1%}) |"
               for name, o in rows]
     return lines
@@ -279,6 +290,32 @@ def _join(value: Any) -> str | None:
     return str(value)
 
 
-def _cell(value: Any, *, code: bool = False) -> str:
-    text = str(value).replace("|", "\\|").replace("\n", " ")
-    return f"`{text}`" if code else text
+class _Markdown(str):
+    """Text already written as Markdown (code spans), put into the card as it is."""
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).splitlines())
+
+
+def _text(value: Any, *, cell: bool = True) -> str:
+    """Untrusted metadata as Markdown text: HTML special characters escaped, so it shows as
+    written and is never markup (``view`` puts the same strings on its page as text); in a
+    table cell also ``|`` escaped and line breaks as spaces, so it stays one cell."""
+    text = html.escape(str(value), quote=False)
+    return _one_line(text.replace("|", "\\|")) if cell else text
+
+
+def _code(value: Any, *, cell: bool = True) -> _Markdown:
+    """A code span of ``value`` that its own backticks cannot close (CommonMark: a longer
+    fence), on one line; in a table cell with ``|`` escaped (GFM unescapes it there)."""
+    text = _one_line(value)
+    if cell:
+        text = text.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return _Markdown(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, _Markdown) else _text(value)

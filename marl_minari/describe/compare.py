@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from marl_minari.describe import checks
 from marl_minari.describe._describe import describe
 from marl_minari.describe.results import DatasetDescription, require_statistics
-from marl_minari.errors import InvalidOptionError
+from marl_minari.errors import EmptyDatasetError, InvalidOptionError
 from marl_minari.extras import require
 
 if TYPE_CHECKING:
@@ -173,8 +174,10 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
 
     Raises:
         InvalidOptionError: fewer than two sources, one source given where the list of
-            them goes (a string would be taken character by character), or a
-            metadata-only description among them.
+            them goes (a string would be taken character by character), a metadata-only
+            description among them.
+        EmptyDatasetError: a dataset without episodes (named; nothing to compare its returns
+            with), found as soon as it is described.
     """
     if isinstance(sources, (str, bytes, os.PathLike, DatasetDescription)):
         raise InvalidOptionError(
@@ -182,11 +185,19 @@ def compare(sources: Sequence[Any], *, coverage: bool = True,
             f"({sources!r}): e.g. compare(['first-v0', 'second-v0'])")
     if len(sources) < 2:
         raise InvalidOptionError(f"compare needs at least two sources, got {len(sources)}")
-    descriptions = tuple(
-        s if isinstance(s, DatasetDescription) else describe(
-            s, coverage=coverage, chunk_steps=chunk_steps, vault_options=vault_options)
-        for s in sources)
-    require_statistics(descriptions, "compare")
+    described: list[DatasetDescription] = []
+    for source in sources:
+        d = source if isinstance(source, DatasetDescription) else describe(
+            source, coverage=coverage, chunk_steps=chunk_steps, vault_options=vault_options)
+        require_statistics([d], "compare")
+        # a test against no episodes would read "no evidence they differ": refused before
+        # the other sources are read
+        if not d.total_episodes:
+            raise EmptyDatasetError(
+                f"dataset {d.name!r} holds no episodes, so there are no returns to compare: "
+                "record episodes into it first, or leave it out of the comparison")
+        described.append(d)
+    descriptions = tuple(described)
     first = descriptions[0]
     tests = tuple(_return_test(first.episode_team_returns, other.episode_team_returns)
                   for other in descriptions[1:])
@@ -259,13 +270,20 @@ def draw_comparison(comparison: Comparison, *, dpi: int = 100) -> Figure:
     figures = require("matplotlib.figure", "plot", "plot_comparison")
     from matplotlib.lines import Line2D
 
+    if not isinstance(comparison, Comparison):
+        raise InvalidOptionError(
+            f"plot_comparison takes what compare() returns, not a "
+            f"{type(comparison).__name__}: e.g. plot_comparison(compare(['first-v0', "
+            "'second-v0']), 'compare.png')")
+    resolution = checks.dpi(dpi)
+
     labels = comparison.labels
     has_coverage = any(d.coverage is not None for d in comparison.descriptions)
     panels = 4 if has_coverage else 3
     width, height = COMPARE_PANEL
     legend_rows = math.ceil(len(labels) / 3)
     figure = figures.Figure(figsize=(panels * width / 100, (height + 60 + 22 * legend_rows) / 100),
-                            dpi=dpi, layout="constrained")
+                            dpi=resolution, layout="constrained")
     backend.FigureCanvasAgg(figure)
     figure.suptitle("Comparison of " + _joined(labels), fontsize=11)
     colors = [f"C{i % 10}" for i in range(len(labels))]
@@ -292,11 +310,15 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike[str], *,
     measured). Every panel is per dataset, never per agent, so it reads the same at 3 or 100
     agents.
 
+    Missing parent folders of ``path`` are created.
+
     Raises:
+        InvalidOptionError: ``comparison`` is not what :func:`compare` returns, ``dpi`` is not
+            a positive number, or ``path`` is a folder or lies below a file.
         MissingExtraError: matplotlib is not installed (``pip install "marl-minari[plot]"``).
     """
+    target = checks.output_file(path, "plot_comparison: path", "compare.png")
     figure = draw_comparison(comparison, dpi=dpi)
-    target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, format="png", dpi=dpi)
     return target

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from marl_minari.describe import checks
 from marl_minari.describe.coverage_results import CountFrequencies, Coverage
 from marl_minari.describe.results import DatasetDescription
 from marl_minari.errors import InvalidOptionError
@@ -51,18 +52,20 @@ def draw_coverage(items: CoverageLike | Sequence[CoverageLike], *,
     Agg canvas; pyplot's state is not touched).
 
     Raises:
-        InvalidOptionError: nothing to draw, a description without coverage, or not one
-            label per item.
+        InvalidOptionError: nothing to draw, an item that is neither a description nor a
+            coverage (a dataset id: describe it first), a description without coverage, not
+            one label per item, or ``dpi`` not a positive number.
         MissingExtraError: matplotlib is not installed.
     """
     backend = require("matplotlib.backends.backend_agg", "plot", "plot_coverage")
     figures = require("matplotlib.figure", "plot", "plot_coverage")
     coverages, names = _coverages(items, labels)
+    resolution = checks.dpi(dpi)
     width, height = PANEL_SIZE
     several = len(coverages) > 1
     legend_rows = -(-len(names) // 3) if several else 0
     figure = figures.Figure(figsize=(2 * width / 100, (height + 50 + 22 * legend_rows) / 100),
-                            dpi=dpi, layout="constrained")
+                            dpi=resolution, layout="constrained")
     backend.FigureCanvasAgg(figure)
     figure.suptitle(_title(coverages, names), fontsize=11)
     joint, agents = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
@@ -121,7 +124,7 @@ def plot_coverage(items: CoverageLike | Sequence[CoverageLike],
     Args:
         items: a description made with ``describe(..., coverage=True)`` or its
             :class:`~marl_minari.describe.Coverage`, or a sequence of them (compared).
-        path: the PNG file to write (parent folders are created).
+        path: the PNG file to write (missing parent folders are created).
         labels: one name per item (default: the dataset ids; ``dataset k`` for a bare
             coverage).
         dpi: resolution.
@@ -130,12 +133,12 @@ def plot_coverage(items: CoverageLike | Sequence[CoverageLike],
         ``path``.
 
     Raises:
-        InvalidOptionError: nothing to draw, a description without coverage, or not one label
-            per item.
+        InvalidOptionError: ``path`` is a folder or lies below a file, or an argument
+            :func:`draw_coverage` refuses.
         MissingExtraError: matplotlib is not installed (``pip install "marl-minari[plot]"``).
     """
+    target = checks.output_file(path, "plot_coverage: path", "pairs.png")
     figure = draw_coverage(items, labels=labels, dpi=dpi)
-    target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, format="png", dpi=dpi)
     return target
@@ -254,12 +257,21 @@ def _title(coverages: Sequence[Coverage], names: Sequence[str]) -> str:
 
 def _coverages(items: CoverageLike | Sequence[CoverageLike], labels: Sequence[str] | None
                ) -> tuple[list[Coverage], list[str]]:
+    if isinstance(items, (str, bytes, os.PathLike)):
+        raise InvalidOptionError(
+            f"plot_coverage takes a description made with coverage=True, not the "
+            f"{type(items).__name__} {items!r}: e.g. plot_coverage(describe({items!r}, "
+            "coverage=True), 'pairs.png')")
     many = list(items) if isinstance(items, Sequence) else [items]
     if not many:
         raise InvalidOptionError("plot_coverage needs at least one description or coverage")
     coverages: list[Coverage] = []
     names: list[str] = []
     for index, item in enumerate(many):
+        if not isinstance(item, (DatasetDescription, Coverage)):
+            raise InvalidOptionError(
+                f"plot_coverage: item {index} is a {type(item).__name__}, not a description "
+                "or a coverage: pass what describe(..., coverage=True) returns")
         if isinstance(item, DatasetDescription):
             if item.coverage is None:
                 raise InvalidOptionError(
@@ -270,10 +282,4 @@ def _coverages(items: CoverageLike | Sequence[CoverageLike], labels: Sequence[st
         else:
             coverages.append(item)
             names.append(f"dataset {index}")
-    if labels is not None:
-        if len(labels) != len(coverages):
-            raise InvalidOptionError(
-                f"{len(labels)} labels for {len(coverages)} coverages: give one label each, "
-                "or none to use the dataset ids")
-        names = list(labels)
-    return coverages, names
+    return coverages, checks.labels_list(labels, len(coverages), "coverage") or names

@@ -10,6 +10,7 @@ summarised side by side in one panel.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import numpy as np
 
-from marl_minari.describe import _draw
+from marl_minari.describe import _draw, checks
 from marl_minari.describe.results import ActionSummary, DatasetDescription, require_statistics
 from marl_minari.errors import InvalidOptionError
 from marl_minari.extras import require
@@ -123,23 +124,21 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
     with an Agg canvas; pyplot's state is not touched).
 
     Raises:
-        InvalidOptionError: no descriptions, a metadata-only description (nothing to
-            plot), not one label per description, or ``bins`` is neither a positive number
-            nor one of :data:`BIN_RULES`.
+        InvalidOptionError: no descriptions, one description (or a dataset id) where the
+            list goes, an item that is not a description, a metadata-only description
+            (nothing to plot), not one label per description, ``bins`` neither a whole
+            number >= 1 nor one of :data:`BIN_RULES`, or ``dpi`` not a positive number.
     """
     backend = require("matplotlib.backends.backend_agg", "plot", "plot_descriptions")
     figures = require("matplotlib.figure", "plot", "plot_descriptions")
+    descriptions = checks.description_list(descriptions, "plot_descriptions")
     if not descriptions:
         raise InvalidOptionError("plot_descriptions needs at least one description")
     require_statistics(descriptions, "plot")
-    names = list(labels) if labels is not None else [d.label for d in descriptions]
-    if len(names) != len(descriptions):
-        raise InvalidOptionError(
-            f"{len(names)} labels for {len(descriptions)} descriptions: give one label per "
-            "description, or none to use the dataset ids")
-    if isinstance(bins, str) and bins not in BIN_RULES or isinstance(bins, int) and bins < 1:
-        raise InvalidOptionError(
-            f"bins={bins!r}: give a number of bins >= 1 or one of {', '.join(BIN_RULES)}")
+    names = (checks.labels_list(labels, len(descriptions), "description")
+             or [d.label for d in descriptions])
+    bins = checked_bins(bins)
+    resolution = checks.dpi(dpi)
     panels = plot_panels(descriptions)
     rows, columns = plot_layout(descriptions)
     width, height = PANEL_SIZE
@@ -147,7 +146,7 @@ def draw_descriptions(descriptions: Sequence[DatasetDescription], *,
     legend_rows = math.ceil(len(descriptions) / LEGEND_COLUMNS) if compare else 0
     header = HEADER_HEIGHT + LEGEND_ROW_HEIGHT * legend_rows
     figure = figures.Figure(figsize=(columns * width / 100, (rows * height + header) / 100),
-                            dpi=dpi, layout="constrained")
+                            dpi=resolution, layout="constrained")
     backend.FigureCanvasAgg(figure)
     figure.suptitle(_title(descriptions, names), fontsize=11)
     colors = [f"C{i % 10}" for i in range(len(descriptions))]
@@ -181,7 +180,7 @@ def plot_descriptions(descriptions: Sequence[DatasetDescription], path: str | os
 
     Args:
         descriptions: what :func:`describe` returned, one per dataset.
-        path: the PNG file to write (parent folders are created).
+        path: the PNG file to write (missing parent folders are created).
         labels: legend names (default: the dataset ids, or ``vault_name/vault_uid``).
         bins: histogram bins: a number, or a numpy rule (``"auto"``, ``"fd"``, ``"sturges"``
             ...); the number of bins never exceeds the episodes of the largest sample, and
@@ -192,14 +191,30 @@ def plot_descriptions(descriptions: Sequence[DatasetDescription], path: str | os
         ``path``.
 
     Raises:
-        InvalidOptionError: no descriptions, or not one label per description.
+        InvalidOptionError: ``path`` is a folder or lies below a file, or an argument
+            :func:`draw_descriptions` refuses.
         MissingExtraError: matplotlib is not installed (``pip install "marl-minari[plot]"``).
     """
+    target = checks.output_file(path, "plot_descriptions: path", "figure.png")
     figure = draw_descriptions(descriptions, labels=labels, bins=bins, dpi=dpi)
-    target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, format="png", dpi=dpi)
     return target
+
+
+def checked_bins(bins: object) -> int | str:
+    """``bins`` as the figures take it: a whole number >= 1 (numpy's integers too) or one of
+    :data:`BIN_RULES`.
+
+    Raises:
+        InvalidOptionError: any other value (numpy takes no fractional count of bins).
+    """
+    if isinstance(bins, str) and bins in BIN_RULES:
+        return bins
+    if isinstance(bins, numbers.Integral) and not isinstance(bins, bool) and int(bins) >= 1:
+        return int(bins)
+    raise InvalidOptionError(
+        f"bins={bins!r}: give a whole number of bins >= 1 or one of {', '.join(BIN_RULES)}")
 
 
 def _draw_panel(ax: object, panel: Panel, descriptions: Sequence[DatasetDescription],

@@ -42,6 +42,7 @@ def test_describe_coverage_plot(ramp: None, tmp_path: Path) -> None:
     from matplotlib.image import imread
 
     target = tmp_path / "out" / "pairs.png"
+    target.parent.mkdir()  # the command writes into an existing folder
     result = CliRunner().invoke(app, ["describe", "cli/ramp-v0", "--compare", "cli/few-v0",
                                       "--coverage-plot", str(target)])
     assert result.exit_code == 0, result.output
@@ -79,7 +80,9 @@ def test_subset_commands(ramp: None) -> None:
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--bin-edges", "0,1"], "--bin-edges and --weights go together"),
     (["--bin-edges", "0,x", "--weights", "1"], "--bin-edges takes numbers"),
-    ([], "needs a rule"),
+    ([], "give a rule: --max-steps N, --bin-edges with --weights, or --like OTHER"),
+    (["--bin-edges", "0,1", "--weights", "1", "--like", "cli/few-v0"],
+     "--bin-edges/--weights and --like are two rules"),
     (["--max-steps", "2"], "max_steps chose no episode"),
     (["--max-steps", "10", "--like-id", "cli/twin-v0"], "--like-id names the subset of the "
                                                        "--like dataset: give --like too"),

@@ -449,6 +449,8 @@ def test_describe_command(recorded_parallel: Recorder, tmp_path: Path) -> None:
     # compared: the plot shows both datasets, the card's own plot only the first; both are
     # written and every file is named
     plot, card = tmp_path / "out" / "cmp.png", tmp_path / "card" / "README.md"
+    plot.parent.mkdir()
+    card.parent.mkdir()
     result = runner.invoke(app, ["describe", "tests/kaz-v0", "--compare", "tests/spread-v0",
                                  "--plot", str(plot), "--card", str(card),
                                  "--license", "cc-by-4.0"])
@@ -463,6 +465,7 @@ def test_describe_command(recorded_parallel: Recorder, tmp_path: Path) -> None:
 
     # one dataset: the card links the --plot file, drawn once; no second statistics.png
     plot, card = tmp_path / "one" / "stats.png", tmp_path / "one" / "card.md"
+    plot.parent.mkdir()
     result = runner.invoke(app, ["describe", "tests/kaz-v0", "--plot", str(plot), "--card",
                                  str(card), "--json"])
     assert result.exit_code == 0, result.output
