@@ -25,7 +25,7 @@ app = typer.Typer(
     epilog="First try (records 5 episodes of MPE simple_spread, then describes them):\n\n"
            f"\b\n{FIRST_EXAMPLE}\n\n"
            "Exit codes: 0 success, 1 the work failed, 2 the command line is wrong, "
-           "130 interrupted. See docs/cli.md.",
+           "130 interrupted, 141 output pipe closed early. See docs/cli.md.",
 )
 for commands in (datasets, vaults, registry, describe, tools, export, view):
     commands.register(app)

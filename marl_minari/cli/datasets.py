@@ -111,7 +111,7 @@ def collect(
 
 
 def info(dataset: Annotated[str, typer.Argument(
-        metavar="DATASET",
+        metavar="DATASET", callback=checks.source,
         help="Dataset id, dataset folder, registry URL or Flashbax vault folder.")]) -> None:
     """Agents, spaces, counts and per-agent return statistics of a dataset."""
     import numpy as np
@@ -144,7 +144,7 @@ def info(dataset: Annotated[str, typer.Argument(
 
 
 def check(dataset: Annotated[str, typer.Argument(
-        metavar="DATASET",
+        metavar="DATASET", callback=checks.source,
         help="Dataset id, dataset folder (or a file in it), registry URL or vault folder.")]
           ) -> None:
     """Check every episode of a dataset against docs/format.md (plain Minari datasets too)."""
@@ -163,7 +163,7 @@ def check(dataset: Annotated[str, typer.Argument(
 
 def recover(
     recording: Annotated[str | None, typer.Argument(
-        metavar="RECORDING",
+        metavar="RECORDING", callback=checks.named,
         help="Recording folder; omit to list recordings holding unsaved episodes.")] = None,
     dataset_id: Annotated[str | None, typer.Argument(
         metavar="DATASET_ID", help="Id of the dataset to create (with --append: to add to).")
@@ -203,7 +203,7 @@ def recover(
 
 def combine(
     dataset_ids: Annotated[list[str], typer.Argument(
-        metavar="DATASET",
+        metavar="DATASET", callback=checks.source,
         help="Multi-agent datasets to combine, in order: ids, dataset folders or "
         "registry URLs followed by an id (http://host/registry/mpe2/spread/random-v0).")],
     dataset_id: Annotated[str, typer.Option(

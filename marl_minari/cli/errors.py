@@ -27,6 +27,9 @@ EXIT_USAGE: Final = 2
 """The command line is wrong: unknown option, bad value, malformed id or JSON."""
 EXIT_INTERRUPTED: Final = 130
 """Stopped with Ctrl-C (``128 + SIGINT``, as shells report it)."""
+EXIT_PIPE_CLOSED: Final = 141
+"""The reader of stdout went away (``| head``): ``128 + SIGPIPE``, what a shell reports for a
+Unix tool stopped that way; no ``error:`` line, as those tools print none."""
 DEBUG_ENV_VAR: Final = "MARL_MINARI_DEBUG"
 
 USAGE_ERRORS: Final = (InvalidDatasetIdError, InvalidOptionError)
@@ -66,10 +69,12 @@ class CommandGroup(FullHelpGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, typer.Exit, typer.Abort):
-            raise
-        except Exception as exc:
-            if ctx.params.get("debug"):
+        except BaseException as exc:
+            finish_progress_bars()
+            if isinstance(exc, BrokenPipeError):
+                raise typer.Exit(EXIT_PIPE_CLOSED) from None
+            if (isinstance(exc, (click.ClickException, typer.Exit, typer.Abort))
+                    or not isinstance(exc, Exception) or ctx.params.get("debug")):
                 raise
             raise explain(exc) from exc
 
@@ -83,20 +88,43 @@ class CommandGroup(FullHelpGroup):
         **extra: Any,
     ) -> Any:
         options = {"windows_expand_args": windows_expand_args, **extra}
+        _shown_warnings.clear()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **options)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **options)
-        except _NO_ARGS_IS_HELP as exc:
-            typer.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
-            sys.exit(EXIT_USAGE)
-        except click.ClickException as exc:
-            fail(exc)
-        except typer.Abort:
-            fail(CommandFailed("aborted"))
-        if code == EXIT_INTERRUPTED:
-            typer.echo("error: interrupted", err=True)
+            try:
+                code = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                    **options)
+            except _NO_ARGS_IS_HELP as exc:
+                typer.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+                code = EXIT_USAGE
+            except click.ClickException as exc:
+                fail(exc)
+            except typer.Abort:
+                fail(CommandFailed("aborted"))
+            if code == EXIT_INTERRUPTED:
+                typer.echo("error: interrupted", err=True)
+        except BrokenPipeError:  # the help, or the error line, went to a closed pipe
+            code = EXIT_PIPE_CLOSED
         sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        # `marl-minari --help | head -1`: the help is written while the command line is
+        # parsed, before any command runs.
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            raise typer.Exit(EXIT_PIPE_CLOSED) from None
+
+
+def finish_progress_bars() -> None:
+    """Close the progress bars a failed command left open, each ending its line, so that
+    the ``error:`` line starts one of its own and no bar is redrawn after it (stderr being
+    a file or a CI log as much as a terminal)."""
+    from tqdm.std import tqdm
+
+    for bar in list(tqdm._instances):
+        bar.close()
 
 
 def fail(exc: Any) -> NoReturn:
@@ -134,11 +162,21 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+_shown_warnings: set[str] = set()
+"""The ``warning:`` lines this command has printed (:func:`show_warning` prints each once)."""
+
+
 def show_warning(message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: Any = None, line: str | None = None) -> None:
-    """Print warnings as ``warning: ...`` lines (a drop-in ``warnings.showwarning``)."""
+    """Print warnings as ``warning: ...`` lines (a drop-in ``warnings.showwarning``), each
+    text once per command: reaching the same data twice (``check`` opens a dataset, then
+    reads it) must not repeat what is wrong with it."""
     del category, filename, lineno, file, line
-    typer.echo(f"warning: {one_line(str(message))}", err=True)
+    text = f"warning: {one_line(str(message))}"
+    if text in _shown_warnings:
+        return
+    _shown_warnings.add(text)
+    typer.echo(text, err=True)
 
 
 def install_warning_format() -> None:

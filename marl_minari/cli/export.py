@@ -11,15 +11,18 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.cli import checks
 from marl_minari.cli.errors import FullHelpGroup
 from marl_minari.extras import require
 
 
 def export_rllib_command(
     dataset: Annotated[str, typer.Argument(
-        metavar="DATASET", help="Dataset id, dataset folder, or a plain Minari dataset's folder.")],
+        metavar="DATASET", callback=checks.source,
+        help="Dataset id, dataset folder, or a plain Minari dataset's folder.")],
     out: Annotated[str, typer.Argument(
-        metavar="OUT_DIR", help="Output folder (one sub-folder per module).")],
+        metavar="OUT_DIR", callback=checks.named,
+        help="Output folder (one sub-folder per module).")],
     modules: Annotated[str, typer.Option(
         help="'pooled': every agent into module default_policy; 'per-agent': one module per "
              "agent; or a JSON object {agent: module}.")] = "pooled",

@@ -68,10 +68,10 @@ COMPRESSORS: dict[Compression, dict[str, Any] | None] = {
 
 def convert(
     source: Annotated[str, typer.Argument(
-        metavar="SOURCE",
+        metavar="SOURCE", callback=checks.named,
         help="A vault folder (rel_dir/vault_name/vault_uid) or a local dataset id.")],
     target: Annotated[str | None, typer.Argument(
-        metavar="TARGET",
+        metavar="TARGET", callback=checks.named,
         help="The dataset id to create (from a vault) or the vault folder to create "
              "(rel_dir/vault_name/vault_uid, from a dataset; default OG-MARL's "
              "vaults/<dataset id>.vlt/<Algorithm>).")] = None,
@@ -166,21 +166,10 @@ def _require_dataset(source: str, *, download: bool) -> None:
     try:
         parse_dataset_id(source)
     except InvalidDatasetIdError:
-        raise DatasetNotFoundError(f"no vault at {source}: {_nearby(Path(source))}") from None
+        raise DatasetNotFoundError(
+            f"no vault at {source}: {checks.nearby(Path(source), checks.VAULT_LAYOUT)}"
+        ) from None
     checks.require_local_dataset(source, download=download)
-
-
-def _nearby(path: Path) -> str:
-    """What the deepest existing folder on ``path`` holds, for a "no vault" message."""
-    missing = path
-    while not missing.parent.is_dir() and missing.parent != missing.parent.parent:
-        missing = missing.parent
-    if not missing.parent.is_dir() or missing.parent in (Path("."), Path("")):
-        return f"{missing} does not exist (a vault folder is rel_dir/vault_name/vault_uid)"
-    entries = sorted(p.name for p in missing.parent.iterdir() if p.is_dir())
-    shown = ", ".join(entries[:10]) + (", ..." if len(entries) > 10 else "")
-    return (f"{missing.parent} holds {shown or 'no folders'} (a vault folder is "
-            "rel_dir/vault_name/vault_uid)")
 
 
 def _vault_target(target: str) -> tuple[Path, str, str]:
@@ -194,7 +183,8 @@ def _vault_target(target: str) -> tuple[Path, str, str]:
 
 def vault_info(
     path: Annotated[str, typer.Argument(
-        metavar="VAULT", help="A vault folder (rel_dir/vault_name/vault_uid).")],
+        metavar="VAULT", callback=checks.named,
+        help="A vault folder (rel_dir/vault_name/vault_uid).")],
 ) -> None:
     """Arrays, streams, length and provenance of a Flashbax vault."""
     from marl_minari.vaults.store import VaultReader

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from marl_minari.cli import checks
 from marl_minari.cli.reading import Streaming, opened
 
 
@@ -18,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 def view_command(
     source: Annotated[str, typer.Argument(
-        metavar="SOURCE",
+        metavar="SOURCE", callback=checks.source,
         help="Dataset id, dataset folder, file:// or registry URL, or vault folder.")],
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="FILE.html",
@@ -28,7 +29,7 @@ def view_command(
         "--port", min=0, max=65535,
         help="Port on 127.0.0.1 to serve the page on (0: any free one).")] = 0,
     compare: Annotated[str | None, typer.Option(
-        "--compare", metavar="OTHER",
+        "--compare", metavar="OTHER", callback=checks.source,
         help="A second dataset to set beside the first: return distributions and identical "
              "episodes.")] = None,
     coverage: Annotated[bool, typer.Option(
@@ -53,7 +54,7 @@ def view_command(
     typer.echo(f"serving {server.source.dataset_id} at {server.url} (Ctrl-C to stop)")
     try:
         server.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C is how serving ends, as for python -m http.server
         pass
     finally:
         server.close()

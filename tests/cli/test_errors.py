@@ -73,8 +73,11 @@ def test_usage_errors_exit_2_before_any_work(case: str, cli: Callable, workdir: 
 FAILURE_CASES = {
     "missing dataset": (["info", "nope-v0"], ["'nope-v0' not found locally",
                                               "`marl-minari download nope-v0`"]),
-    "neither a path nor an id": (["info", "foo"], ["no dataset at 'foo'", "not a dataset id"]),
-    "check a missing path": (["check", "nowhere/at-all"], ["no dataset at 'nowhere/at-all'"]),
+    "neither a path nor an id": (["info", "foo"], ["no dataset folder or vault at foo",
+                                                   "foo does not exist", "malformed dataset id"]),
+    "check a missing path": (["check", "nowhere/at-all"],
+                             ["no dataset folder or vault at nowhere/at-all",
+                              "nowhere does not exist"]),
     "describe missing dataset": (["describe", "nope-v0"], ["nope-v0"]),
     "recover a folder that is no recording": (["recover", "not-a-recording", "x-v0"],
                                               ["not-a-recording"]),

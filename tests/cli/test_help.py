@@ -77,7 +77,7 @@ def test_docs_cli_md_is_whole() -> None:
     codes = {int(line.split("|")[1]) for line in head.splitlines()
              if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
     assert codes == {cli_errors.EXIT_OK, cli_errors.EXIT_FAILURE, cli_errors.EXIT_USAGE,
-                     cli_errors.EXIT_INTERRUPTED}
+                     cli_errors.EXIT_INTERRUPTED, cli_errors.EXIT_PIPE_CLOSED}
 
 
 def test_the_reference_command_keeps_the_head_and_refuses_a_file_without_it(
