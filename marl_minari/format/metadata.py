@@ -27,6 +27,7 @@ from marl_minari.errors import (
 from marl_minari.format import layout
 from marl_minari.format.env_descriptor import EnvDescriptor
 from marl_minari.format.recovered_layout import with_recovered_layout
+from marl_minari.format.regular_files import read_regular
 from marl_minari.format.space_json import space_from_json, space_to_json
 from marl_minari.format.spec import MultiAgentSpec
 
@@ -46,7 +47,7 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
     if not path.exists():
         raise DatasetNotFoundError(f"no dataset metadata at {path}")
     try:
-        metadata: dict[str, Any] = json.loads(path.read_text())
+        metadata: dict[str, Any] = json.loads(read_regular(path).decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptedDataError(f"{path} is not valid JSON ({exc}); restore it from a copy or "
                                  "re-create the dataset") from exc

@@ -126,7 +126,7 @@ def locate_dataset(dataset_id: str, *, download: bool = False,
     """
     parse_dataset_id(dataset_id)
     data_path = dataset_dir(dataset_id) / "data"
-    if (data_path / layout.METADATA_FILE_NAME).is_file():
+    if (data_path / layout.METADATA_FILE_NAME).exists():  # a FIFO there is named when read
         return data_path.resolve()
     if remote is not None:
         from marl_minari.registry import download as registry_download
@@ -191,7 +191,7 @@ def _open_path(name: str, path: Path, vault_options: dict[str, Any] | None) -> D
 def _data_folder(path: Path) -> Path:
     """The ``data/`` folder of a dataset folder, a ``data/`` folder or a file in it."""
     candidates = [path.parent if path.is_file() else path, path / "data"]
-    data_path = next((c for c in candidates if (c / layout.METADATA_FILE_NAME).is_file()),
+    data_path = next((c for c in candidates if (c / layout.METADATA_FILE_NAME).exists()),
                      None)
     if data_path is None:
         raise DatasetNotFoundError(

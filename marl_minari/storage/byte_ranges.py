@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from marl_minari.errors import CorruptedDataError
+from marl_minari.format.regular_files import not_regular
 
 
 @runtime_checkable
@@ -58,16 +59,6 @@ class ByteRanges(Protocol):
                 not be verified.
         """
         ...
-
-
-def not_regular(path: Path, mode: int) -> CorruptedDataError:
-    """The error for a dataset file that is not a regular file (a FIFO, a device, a folder):
-    reading it could block forever or read without end."""
-    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "a device or socket")
-    return CorruptedDataError(
-        f"{path} is {kind}, not a regular file; a dataset's files are regular files: restore "
-        "the dataset from a copy or re-create it")
 
 
 class LocalFileRanges:

@@ -22,9 +22,9 @@ import numpy as np
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError, MarlMinariError
 from marl_minari.format import entry_checks, layout, offset_index
 from marl_minari.format.in_file import dataset_in_file, refuse_link_out
+from marl_minari.format.regular_files import not_regular
 from marl_minari.format.spaces import nest
 from marl_minari.format.spec import MultiAgentSpec
-from marl_minari.storage.byte_ranges import not_regular
 
 MARL_GROUP = f"infos/{layout.INFOS_GROUP}"
 """The group of an episode that holds the exact per-agent data."""

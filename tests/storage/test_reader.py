@@ -213,6 +213,12 @@ def test_a_data_file_that_is_not_a_regular_file_is_refused(written: tuple) -> No
     main.mkdir()
     with pytest.raises(CorruptedDataError, match="is a folder, not a regular file"):
         mm.load_dataset("read/mixed-v0")
+    metadata = dataset.data_path / "metadata.json"
+    metadata.unlink()
+    os.mkfifo(metadata)  # was taken for a dataset that is not there ("record it")
+    for reference in ("read/mixed-v0", dataset.data_path.parent):
+        with pytest.raises(CorruptedDataError, match=rf"^{metadata} is a FIFO"):
+            mm.load_dataset(reference)
 
 
 def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
