@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,29 +167,38 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int | N
     sink = ExactSink(writer, rows_per_chunk)
     assembler = StreamAssembler(streams, keys)
     pending: list[Any] = []
+    futures: list[Any] = []
     episodes = steps = 0
     bar = tqdm(total=source.total_steps or None, unit="step", disable=not progress,
                desc=f"{source.name} -> vault")
-    for chunk in _chain(first, chunks):
-        rows = view_rows(plan, chunk.arrays)
-        assembler.push(chunk.info.streams, chunk.arrays.episode_lengths, rows)
-        futures = sink.append(columns(plan, chunk.arrays, chunk.info))
-        for path, block in assembler.pop().items():
+    try:
+        for chunk in _chain(first, chunks):
+            rows = view_rows(plan, chunk.arrays)
+            assembler.push(chunk.info.streams, chunk.arrays.episode_lengths, rows)
+            futures = sink.append(columns(plan, chunk.arrays, chunk.info))
+            for path, block in assembler.pop().items():
+                futures += appenders[path].append(block)
+            wait(pending)
+            pending = futures
+            count = int(chunk.arrays.episode_lengths.sum())
+            episodes += len(chunk.arrays.episode_lengths)
+            steps += count
+            bar.update(count)
+        bar.close()
+        futures = sink.close()
+        for path, block in assembler.pop(final=True).items():
             futures += appenders[path].append(block)
+        for appender in appenders.values():
+            futures += appender.close()
         wait(pending)
-        pending = futures
-        count = int(chunk.arrays.episode_lengths.sum())
-        episodes += len(chunk.arrays.episode_lengths)
-        steps += count
-        bar.update(count)
-    bar.close()
-    futures = sink.close()
-    for path, block in assembler.pop(final=True).items():
-        futures += appenders[path].append(block)
-    for appender in appenders.values():
-        futures += appender.close()
-    wait(pending)
-    wait(futures)
+        wait(futures)
+    except BaseException:
+        # Writes in flight finish before the staging folder is removed: one finishing later
+        # would make its files again there (a half-written vault left behind).
+        for future in (*pending, *futures):
+            with contextlib.suppress(Exception):
+                future.result()
+        raise
     length = assembler.length
     metadata = _metadata(source, plan, sink, record, streams, length, assembler.lengths,
                          episodes, steps)

@@ -283,7 +283,10 @@ class VaultReader:
 
 
 VAULT_STAGING_FOLDER = ".marl_minari_staging"
-"""Hidden folder beside a vault being written (removed again once empty)."""
+"""Hidden folder beside the vault-name folder (``<rel_dir>/.marl_minari_staging`` for
+``<rel_dir>/<vault_name>/<vault_uid>``) where a vault is written before it is renamed into
+place; removed again once empty. Not inside the vault-name folder, whose every subfolder
+OG-MARL's ``get_available_uids`` takes for a uid."""
 
 
 class VaultWriter:
@@ -308,9 +311,9 @@ class VaultWriter:
                 f"a vault already exists at {self.path}; vaults are not overwritten here: pick "
                 "another vault_uid or delete it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Staged beside the target (same file system: one rename commits it), in a locked
+        # Staged near the target (same file system: one rename commits it), in a locked
         # folder, so the next conversion there removes what a killed one left behind.
-        self._staging = self.path.parent / VAULT_STAGING_FOLDER
+        self._staging = self.path.parent.parent / VAULT_STAGING_FOLDER
         remove_stale_staging(self._staging)
         self._cleanup = contextlib.ExitStack()
         self.work = self._cleanup.enter_context(staging_folder(self._staging, "vault"))

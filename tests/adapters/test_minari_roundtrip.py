@@ -324,7 +324,7 @@ def test_a_killed_conversions_staging_is_removed_by_the_next(recorded, vaults: P
     from marl_minari.vaults.store import VAULT_STAGING_FOLDER
 
     dataset = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=5)
-    staging = vaults / "spread" / VAULT_STAGING_FOLDER
+    staging = vaults / VAULT_STAGING_FOLDER  # beside the vault-name folder, not in it
     stale = staging / f"vault-{'0' * 32}"  # a killed conversion's folder: nobody holds its lock
     (stale / "d").mkdir(parents=True)
     (stale / "d" / "chunk").write_bytes(b"x" * 1024)
@@ -332,3 +332,25 @@ def test_a_killed_conversions_staging_is_removed_by_the_next(recorded, vaults: P
     assert not stale.exists()
     assert sorted(p.name for p in (vaults / "spread").iterdir()) == ["Good"]  # staging gone too
     assert (path / "metadata.json").is_file()
+
+
+def test_a_conversion_whose_source_fails_leaves_no_vault_and_no_staging(recorded,
+                                                                         vaults: Path) -> None:
+    """Writes still in flight when a read failed made their files again after the staging
+    folder was removed: a half-written vault stayed in ``.marl_minari_staging``."""
+    import h5py
+
+    from marl_minari.errors import CorruptedDataError
+    from marl_minari.vaults.store import VAULT_STAGING_FOLDER
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=6, max_cycles=25)
+    with h5py.File(Path(dataset.data_path) / "main_data.hdf5", "r+") as file:
+        name = "episode_5/observations/agent_0"
+        rows = file[name][()]
+        del file[name]
+        file[name] = rows[:, :3]  # the last episode no longer reads
+    with pytest.raises(CorruptedDataError, match="episode_5/observations/agent_0"):
+        to_vault(dataset, rel_dir=vaults, vault_name="spread.vlt", vault_uid="Good",
+                 chunk_steps=26)  # one episode per chunk: five are written first
+    assert not (vaults / VAULT_STAGING_FOLDER).exists()
+    assert list((vaults / "spread.vlt").iterdir()) == []  # no uid for OG-MARL to list
