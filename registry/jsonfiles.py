@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_minari.errors import CorruptedDataError, DatasetNotFoundError
+from marl_minari.format.json_text import load_json
 
 _TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
                bool: "true or false"}
@@ -28,12 +29,7 @@ def parse_json_object(raw: bytes, where: str, fix: str = "") -> dict[str, Any]:
         CorruptedDataError: not UTF-8 JSON, nested deeper than the parser's stack, an integer
             longer than Python converts, or not an object.
     """
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise CorruptedDataError(f"{where} is not valid JSON: {exc}{fix}") from None
-    except RecursionError:
-        raise CorruptedDataError(f"{where} is not valid JSON: nested too deeply{fix}") from None
+    value = load_json(raw, where, fix)
     if not isinstance(value, dict):
         raise CorruptedDataError(f"{where} does not hold a JSON object{fix}")
     return value

@@ -54,7 +54,8 @@ def resolve_remote(remote: str | None) -> str:
         # A path is taken as written: as a URL, its '%' and '#' are escaped (file:// is read
         # percent-decoded, as every URL is).
         return Path(remote).expanduser().absolute().as_uri()
-    return remote
+    kind, separator, rest = remote.partition("://")
+    return kind.lower() + separator + rest  # schemes are case-insensitive (RFC 3986)
 
 
 def _file() -> type[Backend]:

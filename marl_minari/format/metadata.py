@@ -26,6 +26,7 @@ from marl_minari.errors import (
 )
 from marl_minari.format import layout
 from marl_minari.format.env_descriptor import EnvDescriptor
+from marl_minari.format.json_text import load_json
 from marl_minari.format.recovered_layout import with_recovered_layout
 from marl_minari.format.regular_files import read_regular
 from marl_minari.format.space_json import space_from_json, space_to_json
@@ -46,14 +47,8 @@ def read_metadata(data_path: Path) -> dict[str, Any]:
     path = Path(data_path) / layout.METADATA_FILE_NAME
     if not path.exists():
         raise DatasetNotFoundError(f"no dataset metadata at {path}")
-    try:
-        metadata: dict[str, Any] = json.loads(read_regular(path).decode())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptedDataError(f"{path} is not valid JSON ({exc}); restore it from a copy or "
-                                 "re-create the dataset") from exc
-    except RecursionError as exc:
-        raise CorruptedDataError(f"{path} nests deeper than a JSON parser follows; restore it "
-                                 "from a copy or re-create the dataset") from exc
+    metadata = load_json(read_regular(path), str(path),
+                         "; restore it from a copy or re-create the dataset")
     if not isinstance(metadata, dict):
         raise CorruptedDataError(f"{path} holds a {type(metadata).__name__}, not a JSON object")
     return with_recovered_layout(metadata, Path(data_path))

@@ -233,3 +233,15 @@ def test_a_bare_path_registry_is_the_folder_named_as_written(
     shutil.rmtree(dataset_dir(dataset_id))
     assert registry.download(dataset_id, str(folder)) == dataset_dir(dataset_id)
     assert registry.publish(dataset_id, str(folder)).outcomes == {dataset_id: "unchanged"}
+
+
+def test_a_scheme_is_read_in_any_case(tmp_path: Path, small_dataset: Callable[..., str]
+                                      ) -> None:
+    """``FILE://`` was an "unknown remote kind" (schemes are case-insensitive: RFC 3986)."""
+    dataset_id = small_dataset()
+    folder = tmp_path / "registry"
+    folder.mkdir()
+    assert registry.publish(dataset_id, f"FILE://{folder}").outcomes == {dataset_id: "published"}
+    assert [d.dataset_id for d in registry.list_datasets(f"File://{folder}")] == [dataset_id]
+    streamed = mm.load_dataset(f"FILE://{folder}/{dataset_id}", streaming=True)
+    assert streamed.total_episodes == mm.load_dataset(dataset_id).total_episodes

@@ -66,8 +66,8 @@ def _escape(document: dict[str, Any]) -> dict[str, Any]:
 
 MANIFESTS: dict[str, tuple[bytes | Callable[[Any], Any], str]] = {
     "not JSON": (b"{not json", "not valid JSON"),
-    "nested too deeply": (DEEP, "nested too deeply"),
-    "integer too long": (LONG_INTEGER, "not valid JSON"),
+    "nested too deeply": (DEEP, "nests deeper than a JSON parser follows"),
+    "integer too long": (LONG_INTEGER, "an integer of more digits than a reader converts"),
     "a list": (b"[]", "does not hold a JSON object"),
     "format_version a string": (_set("format_version", "1"), "'format_version' must be"),
     "files an object": (_set("files", {}), "'files' must be a list"),
@@ -98,8 +98,8 @@ def test_malformed_manifest_names_file_and_key(published: str, registry_dir: Pat
 
 
 INDEXES: dict[str, tuple[bytes | Callable[[Any], Any], str]] = {
-    "nested too deeply": (DEEP, "nested too deeply"),
-    "integer too long": (LONG_INTEGER, "not valid JSON"),
+    "nested too deeply": (DEEP, "nests deeper than a JSON parser follows"),
+    "integer too long": (LONG_INTEGER, "an integer of more digits than a reader converts"),
     "datasets a list": (_set("datasets", []), "'datasets' must be an object"),
     "datasets missing": (_set("datasets", None), "'datasets' is missing"),
     "namespaces a number": (_set("namespaces", 5), "'namespaces' must be an object"),
@@ -162,7 +162,7 @@ def test_minari_version_of_any_type_is_only_a_warning(published: str,
 
 ORIGINS: dict[str, tuple[bytes | Callable[[Any], Any], str]] = {
     "not JSON": (b"{", "not valid JSON"),
-    "nested too deeply": (DEEP, "nested too deeply"),
+    "nested too deeply": (DEEP, "nests deeper than a JSON parser follows"),
     "another dataset's": (_set("dataset_id", "../../elsewhere/x-v0"), "'dataset_id' is"),
     "dataset_id missing": (_set("dataset_id", None), "'dataset_id' is missing"),
     "remote a number": (_set("remote", 5), "'remote' must be a string"),

@@ -462,3 +462,13 @@ def test_index_of_a_real_recording_is_used_although_hdf5_reuses_space(
     slow = mm.load_dataset("read/many-v0").to_arrays()
     for position in range(30):
         assert_episode_equal(fast.episode(position), slow.episode(position))
+
+
+def test_metadata_with_an_integer_longer_than_python_converts_is_damage(written: tuple
+                                                                       ) -> None:
+    """The parser's ValueError escaped, advising sys.set_int_max_str_digits()."""
+    dataset, _ = written
+    (dataset.data_path / "metadata.json").write_text('{"total_episodes": ' + "9" * 5000 + "}")
+    with pytest.raises(CorruptedDataError, match="metadata.json is not valid JSON: it holds an "
+                                                 "integer of more digits than a reader converts"):
+        mm.load_dataset("read/mixed-v0")
