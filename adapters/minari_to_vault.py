@@ -152,8 +152,8 @@ def _convert(source: DatasetSource, writer: VaultWriter, *, chunk_steps: int | N
     record = source.spec.extra.get(VAULT_SOURCE_KEY)
     streams = 1 if record is None else int(record["streams"])
     chunk_steps = source.steps_per_chunk(chunk_steps)
-    chunks = episode_chunks(source, chunk_steps, None if record is None else _expand_runs(
-        record["episode_streams"]), attributes=seeds)
+    chunks = episode_chunks(source, chunk_steps, None if record is None else _source_streams(
+        source, record, streams), attributes=seeds)
     first = next(chunks)
     plan = _plan(source, first, record, dones, terminals, state)
     keys = plan.keys()
@@ -232,6 +232,31 @@ def _expand_runs(runs: list[list[int]]) -> Iterator[int]:
     for stream, count in runs:
         for _ in range(int(count)):
             yield int(stream)
+
+
+def _source_streams(source: DatasetSource, record: dict[str, Any], streams: int) -> np.ndarray:
+    """The vault stream of each episode ``source`` reads, in its order: the record lists
+    every stored episode's, so a selection (filtered, subsampled) takes its episodes' own.
+
+    Raises:
+        LayoutError: the record does not cover the stored episodes, or a selection of a
+            several-stream vault's episodes is not in stored order (a stream's episodes,
+            its unfinished tail last, go into the vault in the order they were stored).
+    """
+    stored = np.fromiter(_expand_runs(record["episode_streams"]), dtype=np.int32)
+    ids = source.episode_indices
+    if len(ids) and int(ids.max()) >= len(stored):
+        raise LayoutError(
+            f"dataset {source.name!r} came from a vault whose record names the streams of "
+            f"{len(stored)} episodes, but it holds episode {int(ids.max())}: its metadata is "
+            "damaged; restore it from a copy")
+    if streams > 1 and np.any(np.diff(ids) <= 0):
+        raise LayoutError(
+            f"dataset {source.name!r} came from a vault of {streams} streams, and this "
+            "selection holds its episodes in another order than they were stored (as "
+            "split_dataset draws them): each stream's episodes go into the vault in stored "
+            "order; convert dataset.subset(sorted(dataset.episode_indices)) instead")
+    return stored[ids]
 
 
 class StreamAssembler:

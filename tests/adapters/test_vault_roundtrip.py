@@ -14,6 +14,7 @@ from flashbax.vault import Vault
 from gymnasium import spaces
 from marl_minari.adapters import from_vault, to_vault
 
+import marl_minari as mm
 from marl_minari.errors import DatasetExistsError, LayoutError, VaultVersionError
 
 
@@ -207,3 +208,34 @@ def test_vault_of_a_newer_minor_version_is_read(vaults: Path) -> None:
     meta_path.write_text(json.dumps(meta))
     assert from_vault(rel_dir=vaults, vault_name="spread", vault_uid="v",
                       dataset_id="og/spread-v0").total_episodes > 0
+
+
+def test_a_selection_of_a_several_stream_vaults_episodes_keeps_each_in_its_stream(
+        vaults: Path) -> None:
+    """The record of every stored episode's stream was applied by position: once a filter
+    dropped episodes, the rest went into other streams, and OG-MARL's view ran one stream's
+    tail into another's episodes."""
+    write_vault(vaults, "spread", "Good", streams=3, steps=34, write_every=9)
+    dataset = from_vault(rel_dir=vaults, vault_name="spread", vault_uid="Good",
+                         dataset_id="og/spread-v0")
+    record = dataset.spec.extra["vault"]
+    stored_streams = [s for s, count in record["episode_streams"] for _ in range(count)]
+    kept = dataset.filter_episodes(lambda e: e.id % 3 != 1)  # drops from every stream
+    to_vault(kept, rel_dir=vaults, vault_name="kept", vault_uid="Good")
+    view = _read(vaults, "kept", "Good")
+    for stream in range(3):
+        mine = [e for e in kept.episode_indices.tolist() if stored_streams[e] == stream]
+        expected = np.concatenate([dataset.episode(e).observations["agent_0"][:-1]
+                                   for e in mine])
+        got = view["observations"][stream, :len(expected), 0]
+        np.testing.assert_array_equal(got, expected)
+    shuffled = dataset.subset(dataset.episode_indices[::-1])
+    with pytest.raises(LayoutError, match="in another order than they were stored"):
+        to_vault(shuffled, rel_dir=vaults, vault_name="shuffled", vault_uid="Good")
+    metadata_path = Path(dataset.data_path) / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    metadata["marl_minari"]["vault"]["episode_streams"].pop()  # damaged: one run short
+    metadata_path.write_text(json.dumps(metadata))
+    with pytest.raises(LayoutError, match="whose record names the streams of"):
+        to_vault(mm.load_dataset("og/spread-v0"), rel_dir=vaults, vault_name="short",
+                 vault_uid="Good")
