@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from marl_minari.errors import (
+    DatasetExistsError,
     IncompatibleSourcesError,
     InvalidOptionError,
     MissingExtraError,
@@ -249,6 +250,8 @@ def to_tensordict(source: Any, *, path: str | os.PathLike[str] | None = None,
     """
     _require_torch()
     check_chunk_steps(chunk_steps)
+    if path is not None:
+        _check_new_folder(Path(path))
     folder = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="marl-minari-td-"))
     with open_source(source, download=download) as opened:
         total = opened.total_steps
@@ -262,6 +265,20 @@ def to_tensordict(source: Any, *, path: str | os.PathLike[str] | None = None,
     if out is None:
         raise InvalidOptionError(f"{source!r} has no steps to convert; record some first")
     return out
+
+
+def _check_new_folder(folder: Path) -> None:
+    """Refuse a ``path`` that holds anything: the memory-mapped files of another TensorDict,
+    still in use, would be written over.
+
+    Raises:
+        DatasetExistsError: a file, or a folder that is not empty.
+    """
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "is a file" if not folder.is_dir() else "holds files (another TensorDict's?)"
+        raise DatasetExistsError(
+            f"to_tensordict path {folder} {what}: a TensorDict's memory-mapped files are "
+            "never written over; give a new or empty folder")
 
 
 # --------------------------------------------------------------------------- buffers

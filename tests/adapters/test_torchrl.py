@@ -185,6 +185,23 @@ def test_group_map_is_checked(recorded) -> None:
         to_tensordict(dataset, group_map={"speaker": ["speaker_0"]})
 
 
+def test_a_tensordict_is_never_written_over_another(recorded, tmp_path: Path) -> None:
+    """A second ``to_tensordict`` into the first one's folder changed its values in place."""
+    spread = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=4)
+    first = to_tensordict(spread, path=tmp_path / "td")
+    before = first["next", "agent", "reward"].clone()
+    other = recorded("mpe2/simple_spread_v3", episodes=2, max_cycles=4, local_ratio=0.2,
+                     dataset_id="tests/other-v0")
+    with pytest.raises(mm.DatasetExistsError, match=r"td holds files .* never written over"):
+        to_tensordict(other, path=tmp_path / "td")
+    assert torch.equal(first["next", "agent", "reward"], before)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(mm.DatasetExistsError, match="file is a file"):
+        to_tensordict(spread, path=tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    assert to_tensordict(spread, path=tmp_path / "empty").shape == before.shape[:1]
+
+
 def test_independent_behaviour_cloning_trains(recorded) -> None:
     dataset = recorded("mpe2/simple_speaker_listener_v4", episodes=3, max_cycles=8)
     buffer = make_torchrl_buffer([dataset], 32)
