@@ -1,7 +1,8 @@
 """Combined, device-resident Flashbax trajectory buffers built from datasets and vaults.
 
-:func:`make_buffer` lays every source's OG-MARL view (the arrays :func:`to_vault` writes, plus
-``source``, the index of the source of each step) end to end along the time axis of one
+:func:`make_buffer` lays every dataset's OG-MARL view (the arrays :func:`to_vault` writes) and
+every vault's arrays as stored (plus ``source``, the index of the source of each step) end to
+end along the time axis of one
 stream (``B = 1``) and returns a Flashbax :class:`~flashbax.buffers.trajectory_buffer.
 TrajectoryBuffer` whose ``sample`` draws sequences from a table of valid start positions:
 sequences never cross from one source (or vault stream) into the next, optionally never cross
