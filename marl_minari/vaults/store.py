@@ -31,6 +31,7 @@ from marl_minari.errors import (
     DatasetNotFoundError,
     EmptyVaultError,
     InvalidDatasetIdError,
+    InvalidOptionError,
     VaultVersionError,
 )
 from marl_minari.extras import require
@@ -78,7 +79,20 @@ go window by window, every leaf at once, so one thread of each is as fast here."
 
 
 def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) -> Path:
-    """``rel_dir/vault_name/vault_uid`` resolved as Flashbax does (relative to the cwd)."""
+    """``rel_dir/vault_name/vault_uid`` resolved as Flashbax does (relative to the cwd).
+
+    Raises:
+        InvalidOptionError: ``vault_name`` or ``vault_uid`` would lead out of ``rel_dir``
+            (an absolute path, a ``..`` part) or ``vault_uid`` is not one folder name.
+    """
+    for argument, value in (("vault_name", vault_name), ("vault_uid", vault_uid)):
+        parts = str(value).replace("\\", "/").split("/")
+        if (not str(value) or str(value).startswith("/") or ".." in parts
+                or (argument == "vault_uid" and len(parts) > 1)):
+            raise InvalidOptionError(
+                f"{argument}={value!r}: a vault lives at rel_dir/vault_name/vault_uid, "
+                f"{'the uid one folder name' if argument == 'vault_uid' else 'the name folders'}"
+                " under rel_dir, without '..' or a leading '/'; put the folder in rel_dir")
     return Path(os.path.normpath(Path.cwd() / rel_dir / vault_name / vault_uid))
 
 

@@ -354,3 +354,20 @@ def test_a_conversion_whose_source_fails_leaves_no_vault_and_no_staging(recorded
                  chunk_steps=26)  # one episode per chunk: five are written first
     assert not (vaults / VAULT_STAGING_FOLDER).exists()
     assert list((vaults / "spread.vlt").iterdir()) == []  # no uid for OG-MARL to list
+
+
+@pytest.mark.parametrize(("name", "uid", "message"), [
+    ("spread.vlt", "../../sibling", "vault_uid='../../sibling'"),
+    ("spread.vlt", "a/b", "vault_uid='a/b'"),
+    ("../../escaped.vlt", "Good", "vault_name='../../escaped.vlt'"),
+    ("/abs/spread.vlt", "Good", "vault_name='/abs/spread.vlt'"),
+])
+def test_vault_names_stay_under_rel_dir(recorded, vaults: Path, name: str, uid: str,
+                                        message: str) -> None:
+    """``vault_uid="../../sibling"`` wrote the vault beside ``rel_dir``."""
+    from marl_minari.errors import InvalidOptionError
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
+    with pytest.raises(InvalidOptionError, match=message.replace(".", r"\.")):
+        to_vault(dataset, rel_dir=vaults, vault_name=name, vault_uid=uid)
+    assert not (vaults.parent / "sibling").exists() and list(vaults.iterdir()) == []
