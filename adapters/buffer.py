@@ -11,6 +11,7 @@ an episode boundary, and sources can be weighted.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -144,9 +145,11 @@ def make_buffer(
     check_chunk_steps(chunk_steps)
     if not sources:
         raise InvalidOptionError("make_buffer needs at least one source")
-    if sample_batch_size < 1 or sample_sequence_length < 1 or period < 1:
+    sizes = (sample_batch_size, sample_sequence_length, period)
+    if any(isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral)
+           for size in sizes) or min(sizes) < 1:
         raise InvalidOptionError(
-            "sample_batch_size, sample_sequence_length and period must be >= 1 "
+            "sample_batch_size, sample_sequence_length and period must be integers >= 1 "
             f"(got {sample_batch_size}, {sample_sequence_length}, {period})")
     check_source_weights(weights, len(sources))
     opened = [_open_source(s) for s in sources]

@@ -20,6 +20,7 @@ from marl_minari.vaults.store import (
     TIME_AXIS_LENGTH,
     VAULT_METADATA_KEY,
     VAULT_VERSION,
+    ZARR_COMPRESSORS,
     Appender,
     VaultWriter,
     default_vault_name,
@@ -129,6 +130,12 @@ def to_vault(
             raise InvalidOptionError("compression must be 'default', None or a zarr compressor "
                                      f"dict such as {DEFAULT_COMPRESSION}, got {compression!r}")
         compression = DEFAULT_COMPRESSION
+    if compression is not None and (not isinstance(compression, dict)
+                                    or compression.get("id") not in ZARR_COMPRESSORS):
+        raise InvalidOptionError(
+            f"compression={compression!r}: give a zarr compressor dict whose 'id' is one of "
+            f"{', '.join(map(repr, ZARR_COMPRESSORS))} (e.g. {DEFAULT_COMPRESSION}), None for "
+            "none, or leave it out")
     source = open_source(dataset_or_id, download=download, remote=remote)
     require_layout(source)
     if vault_name is None:

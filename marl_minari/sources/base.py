@@ -9,6 +9,7 @@ counts and reset attributes, and chunks of whole episodes as
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -310,7 +311,8 @@ def check_source_weights(weights: Sequence[float] | None, sources: int) -> None:
     """Raise :class:`InvalidOptionError` unless ``weights`` (when given) are one finite,
     non-negative number per source with a positive sum."""
     if weights is not None and (len(weights) != sources or any(
-            w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
+            isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real)
+            or w < 0 or not np.isfinite(w) for w in weights) or sum(weights) <= 0):
         raise InvalidOptionError(
             f"weights must be {sources} finite non-negative numbers with a positive sum, "
             f"got {list(weights)}")

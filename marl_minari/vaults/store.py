@@ -65,17 +65,19 @@ DEFAULT_COMPRESSION: dict[str, Any] = {"id": "gzip", "level": 5}
 RESTORATION_COMPRESSION: dict[str, Any] = {"id": "zstd", "level": 1}
 """Compressor of the restoration arrays (only marl-minari reads them: fast beats small)."""
 TARGET_CHUNK_BYTES = 1 << 22
+"""Uncompressed bytes per zarr chunk of the widest array (tensorstore's own default, 4 MiB)."""
 CACHE_BYTES = 1 << 22
 """Tensorstore's cache for a vault being read: one target chunk. Reads go forward through the
 streams, so a larger pool only keeps chunks already passed (64 MiB made restoring a 58 MB
 vault grow by 80 MB; 4 MiB took the same time, see tests/adapters/test_streaming.py)."""
-"""Uncompressed bytes per zarr chunk of the widest array (tensorstore's own default, 4 MiB)."""
 READ_CONCURRENCY = 1
 """Tensorstore threads reading (file I/O) and decoding (data copy) a vault at a time. Each
 thread that allocates decoded chunks keeps what it frees in its own malloc arena, so more
 threads hold more freed chunks: reading a 64 MB vault into make_buffer's arrays peaked at
 1.37x the data with tensorstore's defaults, 1.19x with one of each (docs/benchmarks.md). Reads
 go window by window, every leaf at once, so one thread of each is as fast here."""
+ZARR_COMPRESSORS: Final = ("blosc", "bz2", "gzip", "zlib", "zstd")
+"""The compressors of zarr v2 arrays that tensorstore writes (and Flashbax reads)."""
 
 
 def vault_dir(rel_dir: str | os.PathLike[str], vault_name: str, vault_uid: str) -> Path:

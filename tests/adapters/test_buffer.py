@@ -12,7 +12,7 @@ from flashbax.buffers.trajectory_buffer import TrajectoryBuffer, TrajectoryBuffe
 from marl_minari.adapters import SOURCE_KEY, from_vault, make_buffer, sampling_table, to_vault
 from scipy.stats import chisquare
 
-from marl_minari.errors import IncompatibleSourcesError
+from marl_minari.errors import IncompatibleSourcesError, InvalidOptionError
 
 
 def test_dataset_and_vaults_sampled_under_jit(recorded, vaults: Path) -> None:
@@ -157,6 +157,15 @@ def test_boundaries_and_bad_weights(recorded, vaults: Path) -> None:
     with pytest.raises(ValueError, match="weights must be 2"):
         make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=2,
                     weights=[1.0])
+    # Each was accepted and failed later inside JAX or numpy (4.5 at the first sample).
+    for sizes in ({"sample_batch_size": 4.5}, {"sample_sequence_length": 2.0},
+                  {"period": True}):
+        with pytest.raises(InvalidOptionError, match="must be integers >= 1"):
+            make_buffer([dataset, path], **{"sample_batch_size": 8,
+                                            "sample_sequence_length": 2, **sizes})
+    with pytest.raises(InvalidOptionError, match=r"weights must be 2 .* got \['a', 1.0\]"):
+        make_buffer([dataset, path], sample_batch_size=8, sample_sequence_length=2,
+                    weights=["a", 1.0])
 
 
 def test_mismatched_sources_are_rejected(recorded, vaults: Path) -> None:

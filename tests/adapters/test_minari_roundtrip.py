@@ -371,3 +371,16 @@ def test_vault_names_stay_under_rel_dir(recorded, vaults: Path, name: str, uid: 
     with pytest.raises(InvalidOptionError, match=message.replace(".", r"\.")):
         to_vault(dataset, rel_dir=vaults, vault_name=name, vault_uid=uid)
     assert not (vaults.parent / "sibling").exists() and list(vaults.iterdir()) == []
+
+
+@pytest.mark.parametrize("compression", [{"id": "lz77"}, ["gzip"], {"level": 5}])
+def test_an_unknown_compressor_is_named_before_anything_is_read(recorded, vaults: Path,
+                                                                compression: object) -> None:
+    """tensorstore's own ValueError came out of the first array's creation."""
+    from marl_minari.errors import InvalidOptionError
+
+    dataset = recorded("mpe2/simple_spread_v3", episodes=1, max_cycles=3)
+    with pytest.raises(InvalidOptionError, match=r"compression=.*'id' is one of 'blosc'"):
+        to_vault(dataset, rel_dir=vaults, vault_name="spread.vlt", vault_uid="Good",
+                 compression=compression)
+    assert list(vaults.iterdir()) == []
