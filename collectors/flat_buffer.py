@@ -176,6 +176,7 @@ class FlashbaxDataCollector:
         self._index: int | None = None  # buffer index of the next timestep to take
         self._last_rows: dict[Path_, np.ndarray] | None = None
         self._next_id = 0
+        self._closed = False
         self._unstored: deque[MultiAgentEpisode] = deque()
         """Episodes taken by a write whose journal append failed: stored first next time."""
         self.jpeg_encoding = jpeg_encoding
@@ -224,7 +225,18 @@ class FlashbaxDataCollector:
             StepDataError: ``current_index`` is not one integer in ``[0, T)``.
             LayoutError: the experience's leaves or shapes are not those of
                 ``experience_structure`` (named).
+            InvalidOptionError: ``buffer_state`` is not a buffer state (its experience
+                alone, say), or the collector is closed.
         """
+        if self._closed:
+            raise InvalidOptionError("write after close(): this collector's journal is "
+                                     "closed; make a new FlashbaxDataCollector to go on")
+        if not all(hasattr(buffer_state, name)
+                   for name in ("experience", "current_index", "is_full")):
+            raise InvalidOptionError(
+                f"write takes the buffer state (what buffer.add returns: experience, "
+                f"current_index, is_full), not a {type(buffer_state).__name__}; pass the "
+                "whole state, as to Vault.write")
         leaves = self._checked_experience(buffer_state.experience)
         current = buffer_index(buffer_state.current_index, self.time_axis)
         full = bool(buffer_state.is_full)
@@ -397,9 +409,12 @@ class FlashbaxDataCollector:
         """Close the journal; episodes in no dataset yet stay recoverable (with a warning).
         Steps of unfinished episodes are not kept; finished episodes a failed journal append
         left out are journalled first."""
+        if self._closed:
+            return
         try:
             self._store_unstored()
         finally:
+            self._closed = True
             close_recording(self._recording)
 
     def __enter__(self) -> FlashbaxDataCollector:

@@ -88,6 +88,24 @@ def test_write_takes_each_timestep_once(tmp_path: Path) -> None:
     collector.close()
 
 
+def test_a_write_of_something_else_than_a_live_collectors_buffer_state_is_named(
+        tmp_path: Path) -> None:
+    """The experience alone escaped as ``AttributeError``, a write after ``close`` as
+    ``ValueError: I/O operation on closed file``."""
+    rollouts = Rollouts(envs=2, agents=2, updates=1, rollout=5, seed=12)
+    state = next(iter(buffer_states(rollouts, time_axis=12)))
+    collector = _collector(state, tmp_path)
+    with pytest.raises(InvalidOptionError, match="write takes the buffer state .* not a dict"):
+        collector.write(state.experience)
+    assert collector.write(state) == 5
+    with pytest.warns(UserWarning) as said:
+        collector.close()
+        collector.close()  # closing twice is closing once: one warning of what was kept
+    assert len([w for w in said if "in no dataset yet" in str(w.message)]) == 1
+    with pytest.raises(InvalidOptionError, match=r"write after close\(\)"):
+        collector.write(state)
+
+
 def test_episodes_are_durable_as_soon_as_write_returns(tmp_path: Path) -> None:
     """A killed training loop keeps every finished episode; recover makes the dataset."""
     recording = tmp_path / "recording"
