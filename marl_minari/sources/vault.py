@@ -8,7 +8,6 @@ copied: describing, combining or converting a vault reads its arrays directly.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,8 +15,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from marl_minari.errors import InvalidOptionError, LayoutError
+from marl_minari.errors import InvalidOptionError, LayoutError, MarlMinariError
+from marl_minari.format.json_text import load_json
 from marl_minari.format.metadata import dataset_metadata
+from marl_minari.format.regular_files import read_regular
 from marl_minari.sources.base import DatasetSource, EpisodeAttributes
 from marl_minari.sources.plain import spec_of
 from marl_minari.storage.arrays import MultiAgentArrays
@@ -41,8 +42,8 @@ def is_vault(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a vault folder (``metadata.json`` with a ``structure_shape``)."""
     meta = Path(path) / VAULT_METADATA_FILE
     try:
-        document = json.loads(meta.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # none, or not readable
+        document = load_json(read_regular(meta), str(meta), "")
+    except (OSError, MarlMinariError):  # none, not readable, not a regular file, not JSON
         return False
     return isinstance(document, dict) and "structure_shape" in document
 

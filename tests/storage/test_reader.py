@@ -216,9 +216,9 @@ def test_a_data_file_that_is_not_a_regular_file_is_refused(written: tuple) -> No
     metadata = dataset.data_path / "metadata.json"
     metadata.unlink()
     os.mkfifo(metadata)  # was taken for a dataset that is not there ("record it")
-    for reference in ("read/mixed-v0", dataset.data_path.parent):
+    for reference in ("read/mixed-v0", dataset.data_path.parent, dataset.data_path):
         with pytest.raises(CorruptedDataError, match=rf"^{metadata} is a FIFO"):
-            mm.load_dataset(reference)
+            mm.load_dataset(reference)  # the data folder: looked at as a vault first
 
 
 def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
@@ -227,8 +227,9 @@ def test_unreadable_metadata_gives_a_clear_error(written: tuple) -> None:
     with pytest.raises(CorruptedDataError, match="not valid JSON"):
         dataset.metadata  # noqa: B018
     (dataset.data_path / "metadata.json").write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(CorruptedDataError, match="nests deeper than a JSON parser follows"):
-        mm.load_dataset("read/mixed-v0")  # a RecursionError escaped before
+    for reference in ("read/mixed-v0", dataset.data_path):  # a RecursionError escaped before
+        with pytest.raises(CorruptedDataError, match="nests deeper than a JSON parser follows"):
+            mm.load_dataset(reference)
 
 
 # --- the offset index --------------------------------------------------------------------------
