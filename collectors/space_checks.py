@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from marl_minari.format.spaces import rows_outside
+from marl_minari.format.jpeg import FrameRows
+from marl_minari.format.spaces import is_image_space, rows_outside
 from marl_minari.format.spec import MultiAgentSpec
 from marl_minari.storage.arrays import MultiAgentArrays
 from marl_minari.storage.episode import MultiAgentEpisode
 from marl_minari.user_warnings import warn
+
+FROZEN_ROWS = 3
+"""Rows of an agent's episode, at least, for one unchanging frame to be warned of."""
+
+
+def _row(frames: np.ndarray | FrameRows, index: int) -> np.ndarray:
+    return frames.row(index) if isinstance(frames, FrameRows) else frames[index]
 
 
 class SpaceChecks:
@@ -25,15 +33,44 @@ class SpaceChecks:
     def __init__(self, spec: MultiAgentSpec) -> None:
         self._spec = spec
         self._warned: set[tuple[str, str]] = set()
+        self._image_agents = [agent for agent in spec.possible_agents
+                              if is_image_space(spec.observation_spaces[agent])]
+        self._frozen_warned = False
 
     def check(self, episode: MultiAgentEpisode, number: int) -> None:
         """Warn of ``episode`` (the recorder's ``number``-th, from 0) if some value of an agent
         not warned of before lies outside its space; rows of absent agents are not looked at.
         Image observations on their way to JPEG encoding are not looked at either: the
-        encoder takes only values of their type."""
+        encoder takes only values of their type. Warn too, once, of an agent whose image
+        observation is one frame at every row of the episode (:meth:`_frozen_frames`)."""
         first_rows = np.zeros(1, dtype=np.int64)
         for message in self._messages(episode, first_rows, first_rows, number):
             warn(message)
+        self._frozen_frames(episode, number)
+
+    def _frozen_frames(self, episode: MultiAgentEpisode, number: int) -> None:
+        """Some envs draw their frames only when rendering (PettingZoo's ``pistonball_v6``
+        without a ``render_mode`` hands out the reset frame at every step): their recordings
+        hold one picture per episode. Warned of once per recorder, for episodes of at least
+        :data:`FROZEN_ROWS` rows of an agent."""
+        if self._frozen_warned:
+            return
+        for agent in self._image_agents:
+            column = episode.possible_agents.index(agent)
+            rows = np.flatnonzero(episode.active[:, column])
+            frames = episode.observations[agent]
+            if len(rows) < FROZEN_ROWS or not isinstance(frames, (np.ndarray, FrameRows)):
+                continue
+            first = _row(frames, int(rows[0]))
+            if all(np.array_equal(_row(frames, int(row)), first) for row in rows[1:]):
+                self._frozen_warned = True
+                warn(f"recorded episode {number} (counting from 0 in this recorder): the image "
+                     f"observation of agent {agent!r} is the same frame at all {len(rows)} of "
+                     "its rows. An env that draws its frames only when it renders hands out "
+                     "one picture (PettingZoo's pistonball_v6 without a render_mode does): "
+                     "make it with render_mode='rgb_array' (make_env(..., "
+                     "render_mode='rgb_array')). Not warned of again by this recorder.")
+                return
 
     def check_arrays(self, arrays: MultiAgentArrays, first_number: int) -> None:
         """:meth:`check` of each episode of ``arrays`` (the recorder's ``first_number``-th

@@ -217,3 +217,25 @@ def test_a_batch_of_episodes_is_warned_of_as_its_episodes_one_by_one() -> None:
     assert "at 2 step(s) (first: step 0)" in expected[0]
     assert "recorded episode 10 " in expected[1] and "'agent_1'" in expected[1]
     assert "at 1 step(s) (first: step 2)" in expected[1]
+
+
+@pytest.mark.parametrize("render_mode", [None, "rgb_array"])
+def test_an_image_observation_that_never_changes_is_warned_of_once(render_mode: Any) -> None:
+    """PettingZoo's pistonball_v6 draws its frames only when it renders: without a render
+    mode every row of an episode is the reset frame, recorded without a word before."""
+    kwargs = {} if render_mode is None else {"render_mode": render_mode}
+    env = mm.ParallelDataCollector(mm.make_env("butterfly/pistonball_v6", n_pistons=5,
+                                               max_cycles=12, **kwargs))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for seed in range(2):
+            env.reset(seed=seed)
+            while env.agents:  # still pistons: the episodes run their 12 cycles
+                env.step({a: np.zeros(1, dtype=np.float32) for a in env.agents})
+    env.close()
+    frozen = [w for w in said if "is the same frame at all" in str(w.message)]
+    if render_mode is None:
+        assert len(frozen) == 1 and frozen[0].filename == __file__
+        assert "render_mode='rgb_array'" in str(frozen[0].message)
+    else:
+        assert frozen == []

@@ -27,6 +27,9 @@ UNTESTED_FAMILIES = {
 """PettingZoo families left out of the sweep, and why (printed in docs/catalog.md)."""
 
 SHORT = {"max_cycles": 5}
+DRAWN = {"render_mode": "rgb_array"}
+"""The butterfly image envs draw their frames only when they render: without a render mode
+every row of an episode is the reset frame."""
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,14 @@ CATALOG: tuple[CatalogRow, ...] = (
     CatalogRow("classic/texas_holdem_no_limit-v6", "aec", observations="vector", **_TURNS),
     CatalogRow("classic/tictactoe-v3", "aec", observations="array", **_TURNS),
     *_both("butterfly/cooperative_pong-v6", observations="image", actions="discrete",
-           state="image", action_mask="none", agents_leave=False, env_kwargs=SHORT),
+           state="image", action_mask="none", agents_leave=False,
+           env_kwargs={**SHORT, **DRAWN}),
     *_both("butterfly/knights_archers_zombies-v11", observations="array",
            actions="discrete", state="array", action_mask="none", agents_leave=True,
            env_kwargs={"max_cycles": 30, "line_death": True}),  # long enough for deaths
     *_both("butterfly/pistonball-v6", observations="image", actions="continuous",
            state="image", action_mask="none", agents_leave=False,
-           env_kwargs={"n_pistons": 4, **SHORT}),
+           env_kwargs={"n_pistons": 4, **SHORT, **DRAWN}),
     *_both("sisl/multiwalker-v9", observations="vector", actions="continuous",
            state="vector", action_mask="none", agents_leave=False, env_kwargs=SHORT),
     *_both("sisl/pursuit-v5", observations="array", actions="discrete", state="array",
