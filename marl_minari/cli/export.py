@@ -66,7 +66,9 @@ def export_rllib_command(
     typer.echo(f"exporting {episodes} episodes, {steps} steps from "
                f"{', '.join(s.name for s in sources)}")
     if not ray.is_initialized():
-        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
+        # "local": a new instance of our own, never a cluster an address file left behind
+        # names (ray.init(address=None) joins it, a dead one included).
+        ray.init(address=address or "local", num_cpus=num_cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     from ray.data import DataContext
 

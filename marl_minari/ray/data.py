@@ -23,7 +23,7 @@ import functools
 import itertools
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -215,6 +215,16 @@ def _read_chunks(chunks: Sequence[_Chunk], options: _ReadOptions) -> Iterator[An
             yield to_block(batch)
 
 
+def _read_task(chunks: Sequence[_Chunk], options: _ReadOptions) -> Callable[[], Iterator[Any]]:
+    """A read task's function: named (Ray's warning of a large task names it; a
+    ``functools.partial`` has no name, and that warning failed every read of an image
+    dataset, whose spaces make a task of megabytes)."""
+    def read_marl_minari_chunks() -> Iterator[Any]:
+        return _read_chunks(chunks, options)
+
+    return read_marl_minari_chunks
+
+
 @functools.cache
 def _datasource_class() -> type:
     """The ``ray.data.Datasource`` subclass, defined on first use (ray imported here)."""
@@ -272,8 +282,8 @@ def _datasource_class() -> type:
                     rows = None
                 metadata = BlockMetadata(num_rows=rows, size_bytes=int(steps * self._row_bytes),
                                          exec_stats=None, input_files=None)
-                tasks.append(ReadTask(functools.partial(_read_chunks, group, self._options),
-                                      metadata, per_task_row_limit=per_task_row_limit))
+                tasks.append(ReadTask(_read_task(group, self._options), metadata,
+                                      per_task_row_limit=per_task_row_limit))
             return tasks
 
     return MarlMinariDatasource

@@ -386,3 +386,41 @@ def test_a_crafted_rllib_manifest_never_points_rllib_outside_the_export(
     manifest_file.write_text(json.dumps(good))
     assert R.load_rllib_export(out).modules[R.DEFAULT_MODULE_ID].path == out.resolve() / entry[
         "path"]
+
+
+def test_cli_export_starts_its_own_ray_whatever_an_address_file_names(
+        spread: Any, tmp_path: Path) -> None:
+    """A killed Ray session leaves its address file behind; ``ray.init(address=None)`` joins
+    the cluster it names: with --num-cpus that was an "unexpected ValueError", without it a
+    wait for a dead address."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    # Ray's socket paths must stay under 108 bytes: a short folder of its own, not tmp_path
+    with tempfile.TemporaryDirectory(prefix="mm-ray-", dir="/tmp") as ray_tmp:
+        (Path(ray_tmp) / "ray").mkdir()
+        (Path(ray_tmp) / "ray" / "ray_current_cluster").write_text("127.0.0.1:1\n")  # dead
+        environment = {**os.environ, "RAY_TMPDIR": ray_tmp}
+        environment.pop("RAY_ADDRESS", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "marl_minari", "export", "rllib", "ray/spread-v0",
+             str(tmp_path / "out"), "--num-cpus", "1", "--read-tasks", "1"],
+            env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / R.RLLIB_MANIFEST).is_file()
+
+
+def test_an_image_dataset_reads(ray_local: Any) -> None:
+    """Its spaces make a read task of megabytes; Ray's warning of large tasks asked the task
+    function for its ``__name__``, which a ``functools.partial`` has not: every read failed."""
+    from marl_minari.collectors.collect import collect
+
+    dataset = collect("butterfly/pistonball_v6", 1, dataset_id="ray/piston-v0",
+                      env_kwargs={"n_pistons": 3, "max_cycles": 5, "render_mode": "rgb_array"},
+                      algorithm_name="random", author="tests", author_email="t@example.com",
+                      code_permalink="https://example.com", description="t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Ray's: the task is large, as it is
+        assert len(R.read_dataset("ray/piston-v0", "steps").take_all()) == dataset.total_steps
