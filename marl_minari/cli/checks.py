@@ -64,8 +64,9 @@ def source(value: Any) -> Any:
 
 def _require_source(value: str) -> None:
     from marl_minari.sources.remote import is_remote_source
+    from marl_minari.sources.resolve import path_exists
 
-    if is_remote_source(value) or _exists(Path(value).expanduser()):
+    if is_remote_source(value) or path_exists(Path(value).expanduser()):
         return
     try:
         parse_dataset_id(value)
@@ -86,13 +87,6 @@ def nearby(path: Path, layout: str) -> str:
     entries = sorted(p.name for p in missing.parent.iterdir() if p.is_dir())
     shown = ", ".join(entries[:10]) + (", ..." if len(entries) > 10 else "")
     return f"{missing.parent} holds {shown or 'no folders'} ({layout})"
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except OSError:  # a name the OS refuses (too long, say) names nothing
-        return False
 
 
 def json_object(text: str) -> dict[str, Any]:

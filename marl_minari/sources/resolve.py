@@ -95,7 +95,7 @@ def open_source(reference: Reference, *, download: bool = False, remote: str | N
             return FolderSource(shown_url(name), fetch_remote_source(name))
         return _open_path(name, local, vault_options)
     path = Path(name).expanduser()
-    if _exists(path):
+    if path_exists(path):
         return _open_path(name, path, vault_options)
     try:
         parse_dataset_id(name)
@@ -168,12 +168,12 @@ def _local_url_path(url: str) -> Path | None:
     if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
         return None
     path = Path(unquote(parts.path))
-    if not _exists(path) or (path / "manifest.json").is_file():
+    if not path_exists(path) or (path / "manifest.json").is_file():
         return None
     return path
 
 
-def _exists(path: Path) -> bool:
+def path_exists(path: Path) -> bool:
     """Whether ``path`` exists; a name the OS refuses (too long, say) is a path that does
     not, so what it names is looked up as a dataset id instead."""
     try:
